@@ -1,0 +1,71 @@
+// Sampling, generation loop and chat formatting on top of a Session.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "squeezekv/session.h"
+
+namespace squeezekv {
+
+struct SamplerConfig {
+  float temperature = 0.8f;  // <= 0: greedy
+  int top_k = 40;            // <= 0: off
+  float top_p = 0.95f;       // >= 1: off
+  float min_p = 0.05f;       // <= 0: off
+  uint64_t seed = 0;
+};
+
+void validate(const SamplerConfig& c);  // throws Error naming the flag
+
+// Picks the next token from logits [V]. Buffers are reused across calls.
+// Thread safety: one sampler per sequence.
+class Sampler {
+ public:
+  explicit Sampler(const SamplerConfig& cfg);
+  int sample(std::span<const float> logits);
+
+ private:
+  SamplerConfig cfg_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int>> cand_;
+};
+
+struct GenerateOptions {
+  int max_tokens = 128;
+  SamplerConfig sampler;
+  std::vector<std::string> stop;  // stop strings (not printed)
+};
+
+struct GenerateResult {
+  std::string text;
+  std::vector<int> tokens;  // generated ids
+  int prompt_tokens = 0;
+  double prompt_seconds = 0.0;
+  double generate_seconds = 0.0;
+  std::string stop_reason;  // "eos", "stop", "length"
+};
+
+// Prefills the prompt, then samples until an end-of-generation token, a stop string or
+// max_tokens. on_text receives text as it is produced (whole UTF-8 characters).
+GenerateResult generate(Session& session, std::span<const int> prompt, const GenerateOptions& opt,
+                        const std::function<void(std::string_view)>& on_text = {});
+
+// Chat formats detected from a model's template text.
+enum class ChatFormat : uint8_t { kPlain, kChatML, kLlama3 };
+ChatFormat detect_chat_format(const std::string& chat_template);
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant
+  std::string content;
+};
+
+// Renders messages (ending with the generation prompt for the assistant). For ChatML the
+// template's built-in default system message is used when none is given.
+std::string render_chat(ChatFormat f, const std::string& chat_template, const std::vector<ChatMessage>& messages);
+
+}  // namespace squeezekv

@@ -1,0 +1,42 @@
+// A loaded model: hyper-parameters, tokenizer, chat template and weights (const once loaded, so one
+// model serves many sequences). Loads GGUF files, Hugging Face directories (config.json +
+// safetensors + tokenizer.json) and llama2.c checkpoints (with a tok*.bin tokenizer).
+// Thread safety: immutable after load; share freely across sessions.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "squeezekv/model_config.h"
+#include "squeezekv/tokenizer.h"
+
+namespace squeezekv {
+
+struct ModelWeights;  // src/model/weights.h
+
+struct LoadOptions {
+  std::string tokenizer_path;  // llama2.c checkpoints only: the tok*.bin file
+};
+
+class Model {
+ public:
+  // Picks the format from the path: a directory is Hugging Face, a file starting with "GGUF" is
+  // GGUF, anything else is a llama2.c checkpoint (needs options.tokenizer_path).
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& chat_template() const { return chat_template_; }
+  const ModelWeights& weights() const { return *weights_; }
+
+  Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, std::string chat_template,
+        std::unique_ptr<ModelWeights> weights);
+
+ private:
+  ModelConfig config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::string chat_template_;
+  std::unique_ptr<ModelWeights> weights_;
+};
+
+}  // namespace squeezekv

@@ -1,0 +1,42 @@
+// One sequence running through a model: its KV caches, position counter and scratch buffers,
+// all allocated once at construction. Prefill runs the prompt as batched matrix work in chunks;
+// decode runs one token per step.
+// Thread safety: a Session is used by one thread at a time (it uses OpenMP inside); many
+// sessions may share one Model.
+#pragma once
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "squeezekv/kv_cache.h"
+#include "squeezekv/model.h"
+
+namespace squeezekv {
+
+struct SessionOptions {
+  int threads = 0;            // 0: all cores
+  int prefill_chunk = 512;    // rows per prefill step
+  CacheConfig cache;
+};
+
+class Session {
+ public:
+  Session(const Model& model, const SessionOptions& options);
+  ~Session();
+
+  // Runs tokens at positions [position(), position() + n). Returns the logits of the last token
+  // [V], or of every token [n][V] when all_logits is true. Throws Error on a bad token id or
+  // when the context is full.
+  std::span<const float> forward(std::span<const int> tokens, bool all_logits = false);
+
+  void reset();
+  int position() const;
+  const Model& model() const;
+  std::vector<LayerStats> kv_stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace squeezekv

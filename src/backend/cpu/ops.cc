@@ -1,0 +1,275 @@
+#include "backend/cpu/ops.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/quant.h"
+#include "core/half.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define SQUEEZEKV_AVX2 1
+#endif
+
+namespace squeezekv::cpu {
+
+void set_threads(int n) { omp_set_num_threads(std::max(1, n)); }
+int threads() { return omp_get_max_threads(); }
+
+namespace ref {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w.type, w.row(r), row.data(), w.cols);
+    for (int64_t t = 0; t < T; ++t) {
+      double s = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) s += static_cast<double>(row[c]) * x[t * w.cols + c];
+      out[t * w.rows + r] = static_cast<float>(s) + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+}  // namespace ref
+
+#if SQUEEZEKV_AVX2
+namespace {
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+}  // namespace
+#endif
+
+float dot(const float* a, const float* b, int64_t n) {
+#if SQUEEZEKV_AVX2
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
+         s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+#else
+  return ref::dot(a, b, n);
+#endif
+}
+
+namespace {
+
+// a . f16 row
+inline float dot_f16(const float* a, const uint16_t* b, int64_t n) {
+#if SQUEEZEKV_AVX2
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 b0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    const __m256 b1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8)));
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), b0, s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), b1, s1);
+  }
+  float s = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += a[i] * f16_to_f32(b[i]);
+  return s;
+#else
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * f16_to_f32(b[i]);
+  return s;
+#endif
+}
+
+// acc[n] += p * row[n]
+inline void axpy(float* acc, float p, const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += p * row[i];
+}
+inline void axpy_f16(float* acc, float p, const uint16_t* row, int64_t n) {
+#if SQUEEZEKV_AVX2
+  const __m256 pv = _mm256_set1_ps(p);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i)));
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pv, r, _mm256_loadu_ps(acc + i)));
+  }
+  for (; i < n; ++i) acc[i] += p * f16_to_f32(row[i]);
+#else
+  for (int64_t i = 0; i < n; ++i) acc[i] += p * f16_to_f32(row[i]);
+#endif
+}
+
+constexpr int64_t kRowBlock = 16;  // weight rows dequantized together, reused across all T
+
+// Per-thread dequantization buffer, grown once and reused (no allocation in steady state).
+float* row_buffer(size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
+}  // namespace
+
+void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias) {
+  const int64_t R = w.rows, C = w.cols;
+  const int64_t n_blocks = (R + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int64_t r0 = b * kRowBlock;
+    const int64_t nr = std::min(kRowBlock, R - r0);
+    float* buf = row_buffer(static_cast<size_t>(kRowBlock * C));
+    if (w.type == DType::F32) {
+      for (int64_t i = 0; i < nr; ++i) {
+        const float* wr = reinterpret_cast<const float*>(w.row(r0 + i));
+        for (int64_t t = 0; t < T; ++t) out[t * R + r0 + i] = dot(wr, x + t * C, C);
+      }
+    } else {
+      for (int64_t i = 0; i < nr; ++i) dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xt = x + t * C;
+        float* ot = out + t * R + r0;
+        for (int64_t i = 0; i < nr; ++i) ot[i] = dot(buf + i * C, xt, C);
+      }
+    }
+    if (bias != nullptr) {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] += bias[r0 + i];
+    }
+  }
+}
+
+void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * E;
+    float* ot = out + t * E;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < E; ++i) ss += xt[i] * xt[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(E) + eps);
+    for (int64_t i = 0; i < E; ++i) ot[i] = w[i] * (xt[i] * inv);
+  }
+}
+
+void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq,
+          RopePairing pairing) {
+  const int half = D / 2;
+  thread_local std::vector<float> cs;
+  cs.resize(static_cast<size_t>(D));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const float a = static_cast<float>(pos[t]) * inv_freq[i];
+      cs[2 * i] = std::cos(a);
+      cs[2 * i + 1] = std::sin(a);
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * D;
+      for (int i = 0; i < half; ++i) {
+        const int i0 = pairing == RopePairing::kHalves ? i : 2 * i;
+        const int i1 = pairing == RopePairing::kHalves ? i + half : 2 * i + 1;
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float a = v[i0], b = v[i1];
+        v[i0] = a * c - b * s;
+        v[i1] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void f32_to_f16_row(uint16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if SQUEEZEKV_AVX2
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+int64_t attention_scratch_floats(int64_t T, int H, int N) {
+  (void)T;
+  // per head: a score row [N]; plus per-head mass rows [H][N]
+  return static_cast<int64_t>(H) * N * 2;
+}
+
+void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+               float* mass, float* scratch) {
+  const int G = kv.n_kv_heads, D = kv.head_dim, N = kv.count;
+  const int group = H / G;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  float* head_mass = scratch + static_cast<int64_t>(H) * N;  // [H][N]
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int h = 0; h < H; ++h) {
+    const int g = h / group;
+    const int32_t* pos = kv.pos + static_cast<int64_t>(g) * kv.capacity;
+    const size_t base = static_cast<size_t>(g) * kv.capacity * D;
+    float* p = scratch + static_cast<int64_t>(h) * N;
+    float* hm = head_mass + static_cast<int64_t>(h) * N;
+    if (mass != nullptr) std::fill(hm, hm + N, 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* qt = q + (t * H + h) * D;
+      float* ot = out + (t * H + h) * D;
+      // keys are ascending by position, so the visible keys are a prefix
+      const int n = static_cast<int>(std::upper_bound(pos, pos + N, q_pos[t]) - pos);
+      float mx = -INFINITY;
+      for (int j = 0; j < n; ++j) {
+        const float s = kv.type == KvType::kF16
+                            ? dot_f16(qt, static_cast<const uint16_t*>(kv.k) + base + static_cast<size_t>(j) * D, D)
+                            : dot(qt, static_cast<const float*>(kv.k) + base + static_cast<size_t>(j) * D, D);
+        p[j] = s * scale;
+        mx = std::max(mx, p[j]);
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < n; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      const float inv = 1.0f / sum;
+      std::fill(ot, ot + D, 0.0f);
+      for (int j = 0; j < n; ++j) {
+        p[j] *= inv;
+        if (kv.type == KvType::kF16)
+          axpy_f16(ot, p[j], static_cast<const uint16_t*>(kv.v) + base + static_cast<size_t>(j) * D, D);
+        else
+          axpy(ot, p[j], static_cast<const float*>(kv.v) + base + static_cast<size_t>(j) * D, D);
+      }
+      if (mass != nullptr)
+        for (int j = 0; j < n; ++j) hm[j] += p[j];
+    }
+  }
+  if (mass != nullptr) {
+    const float inv_group = 1.0f / static_cast<float>(group);
+    for (int g = 0; g < G; ++g) {
+      float* mg = mass + static_cast<int64_t>(g) * N;
+      for (int j = 0; j < N; ++j) {
+        float s = 0.0f;
+        for (int k = 0; k < group; ++k) s += head_mass[static_cast<int64_t>(g * group + k) * N + j];
+        mg[j] += s * inv_group;
+      }
+    }
+  }
+}
+
+}  // namespace squeezekv::cpu

@@ -1,0 +1,69 @@
+// CPU math kernels. They know nothing of models: plain arrays with shapes in comments.
+// Letters: T tokens (query rows), R/C matrix rows/cols, H query heads, G kv heads, D head dim,
+// N retained keys. Every fast path has a scalar reference in namespace `ref` that tests compare to.
+// Thread safety: kernels are re-entrant; they use OpenMP threads internally.
+#pragma once
+#include <cstdint>
+
+#include "core/weight.h"
+
+namespace squeezekv::cpu {
+
+// Number of OpenMP threads kernels use (process-wide).
+void set_threads(int n);
+int threads();
+
+// a . b over n floats.
+float dot(const float* a, const float* b, int64_t n);
+
+// out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null). W is dequantized on the fly.
+void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias = nullptr);
+
+// out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]   (Hugging Face LlamaRMSNorm order of operations)
+void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps);
+
+enum class RopePairing : uint8_t {
+  kHalves,    // dimension i pairs with i + D/2 (Hugging Face checkpoints, GGUF qwen2)
+  kAdjacent,  // dimension 2i pairs with 2i + 1 (GGUF llama, llama2.c)
+};
+
+// Rotates x[T][n_heads*D] in place; inv_freq[D/2]; pos[T] absolute positions.
+void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq,
+          RopePairing pairing);
+
+// x[n] = silu(gate[n]) * up[n]  (in place over gate)
+void silu_mul(float* gate, const float* up, int64_t n);
+
+// Half-precision helpers for KV storage.
+void f32_to_f16_row(uint16_t* dst, const float* src, int64_t n);
+
+enum class KvType : uint8_t { kF16, kF32 };
+
+// Read-only view of one layer's retained keys and values.
+struct KvView {
+  KvType type = KvType::kF16;
+  const void* k = nullptr;         // [G][capacity][D]
+  const void* v = nullptr;         // [G][capacity][D]
+  const int32_t* pos = nullptr;    // [G][capacity] absolute positions, ascending per head
+  int count = 0;                   // N rows held per head
+  int capacity = 0;
+  int n_kv_heads = 0;              // G
+  int head_dim = 0;                // D
+};
+
+// Causal multi-head attention of T query rows over the retained keys: query row t (at absolute
+// position q_pos[t]) sees key j of its kv head iff pos[j] <= q_pos[t].
+//   out[T][H*D], q[T][H*D] (already rotated), scale = 1/sqrt(D).
+//   mass: when not null, mass[G][N] += per kv head the mean over its H/G query heads of the sum over
+//   the T rows of the softmax probabilities (H2O scores); costs nothing when null.
+//   scratch: at least attention_scratch_floats(T, H, N) floats.
+void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+               float* mass, float* scratch);
+int64_t attention_scratch_floats(int64_t T, int H, int N);
+
+namespace ref {
+float dot(const float* a, const float* b, int64_t n);
+void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias);
+}  // namespace ref
+
+}  // namespace squeezekv::cpu

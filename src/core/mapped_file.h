@@ -1,0 +1,27 @@
+// Read-only memory map of a whole file (RAII). Model weights stay in it, in their stored format.
+// Thread safety: immutable after construction; safe to share.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace squeezekv {
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);  // throws Error naming the path
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace squeezekv

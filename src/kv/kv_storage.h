@@ -1,0 +1,48 @@
+// Storage of one layer's retained keys and values (DESIGN.md "Cache architecture"):
+// K and V as [G][slot][D] (f16 default, f32 option), and per head per slot its absolute position
+// (int32) and accumulated attention mass (f32). All heads hold the same count; each head keeps its
+// own set of positions, ascending. Allocated once at full capacity; no allocation afterwards.
+// Thread safety: none; owned by one sequence.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+
+namespace squeezekv {
+
+class KvStorage {
+ public:
+  KvStorage(int n_kv_heads, int head_dim, int capacity, cpu::KvType type);
+
+  // Appends T rows: k, v [T][G*D] (rotated keys), pos [T] absolute positions; mass starts at 0.
+  // Throws Error when the rows do not fit the capacity.
+  void append(const float* k, const float* v, const int32_t* pos, int T);
+
+  // Keeps, for every head g, the slots keep[g * n_keep + i] (ascending), moving rows in one pass.
+  void compact(const int* keep, int n_keep);
+
+  void clear() { count_ = 0; }
+  cpu::KvView view() const;
+  int count() const { return count_; }
+  int capacity() const { return capacity_; }
+  int n_kv_heads() const { return G_; }
+  int head_dim() const { return D_; }
+  cpu::KvType type() const { return type_; }
+  const int32_t* positions(int g) const { return pos_.data() + static_cast<size_t>(g) * capacity_; }
+  const float* mass(int g) const { return mass_.data() + static_cast<size_t>(g) * capacity_; }
+  // mass_g[j] += add[g * count + j] for every head g and slot j < count
+  void add_mass(const float* add);
+  // Bytes held per retained token across all heads (K and V).
+  int64_t bytes_per_token() const;
+
+ private:
+  int G_, D_, capacity_;
+  cpu::KvType type_;
+  int count_ = 0;
+  std::vector<uint8_t> k_, v_;   // [G][capacity][D] elements of type_
+  std::vector<int32_t> pos_;     // [G][capacity]
+  std::vector<float> mass_;      // [G][capacity]
+};
+
+}  // namespace squeezekv

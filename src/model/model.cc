@@ -1,0 +1,53 @@
+// Model::load dispatches on the path's format; validate_config guards every loader.
+#include <filesystem>
+
+#include "model/gguf.h"
+#include "model/loaders.h"
+#include "model/weights.h"
+#include "squeezekv/error.h"
+
+namespace squeezekv {
+
+const char* arch_name(Arch a) { return a == Arch::kQwen2 ? "qwen2" : "llama"; }
+
+Model::Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, std::string chat_template,
+             std::unique_ptr<ModelWeights> weights)
+    : config_(std::move(config)),
+      tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)),
+      weights_(std::move(weights)) {}
+
+Model::~Model() = default;
+
+void validate_config(const ModelConfig& c, const std::string& source) {
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) throw FormatError("load: " + source + ": " + what);
+  };
+  constexpr int kMax = 1 << 20;
+  check(c.n_layers > 0 && c.n_layers <= 4096, "layer count " + std::to_string(c.n_layers) + " out of range [1, 4096]");
+  check(c.dim > 0 && c.dim <= kMax, "hidden size " + std::to_string(c.dim) + " out of range");
+  check(c.n_heads > 0 && c.n_heads <= 1024, "head count " + std::to_string(c.n_heads) + " out of range");
+  check(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0,
+        "kv head count " + std::to_string(c.n_kv_heads) + " must divide head count " + std::to_string(c.n_heads));
+  check(c.head_dim > 0 && c.head_dim % 2 == 0 && c.head_dim <= 1024,
+        "head dim " + std::to_string(c.head_dim) + " must be even and at most 1024");
+  check(c.ffn_dim > 0 && c.ffn_dim <= 4 * kMax, "ffn size " + std::to_string(c.ffn_dim) + " out of range");
+  check(c.vocab_size > 0 && c.vocab_size <= 4 * kMax, "vocab size " + std::to_string(c.vocab_size) + " out of range");
+  check(c.context_length > 0, "context length must be positive");
+  check(c.norm_eps > 0.0f && c.rope_theta > 0.0f, "norm epsilon and rope theta must be positive");
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error("load: model path '" + path + "' does not exist");
+  if (fs::is_directory(path, ec)) return load_hf_dir(path);
+  if (is_gguf_file(path)) return load_gguf(path);
+  if (options.tokenizer_path.empty())
+    throw Error("load: '" + path +
+                "' is neither a GGUF file nor a Hugging Face directory; for a llama2.c checkpoint pass "
+                "its tokenizer (--tokenizer tok512.bin)");
+  return load_llama2c(path, options.tokenizer_path);
+}
+
+}  // namespace squeezekv

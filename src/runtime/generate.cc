@@ -1,0 +1,174 @@
+// Sampler (temperature, top-k, top-p, min-p), the generation loop and chat formatting.
+#include "squeezekv/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "squeezekv/error.h"
+
+namespace squeezekv {
+
+void validate(const SamplerConfig& c) {
+  if (!std::isfinite(c.temperature) || c.temperature < 0.0f)
+    throw Error("--temp: must be a finite number >= 0, got " + std::to_string(c.temperature));
+  if (!(c.top_p > 0.0f && c.top_p <= 1.0f)) throw Error("--top-p: must be in (0, 1], got " + std::to_string(c.top_p));
+  if (!(c.min_p >= 0.0f && c.min_p < 1.0f)) throw Error("--min-p: must be in [0, 1), got " + std::to_string(c.min_p));
+  if (c.top_k < 0) throw Error("--top-k: must be >= 0, got " + std::to_string(c.top_k));
+}
+
+Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg), rng_(cfg.seed) { validate(cfg); }
+
+int Sampler::sample(std::span<const float> logits) {
+  const int V = static_cast<int>(logits.size());
+  if (cfg_.temperature <= 0.0f) {  // greedy; ties go to the lowest id
+    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  cand_.resize(static_cast<size_t>(V));
+  for (int i = 0; i < V; ++i) cand_[i] = {logits[i] / cfg_.temperature, i};
+  size_t n = cand_.size();
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  if (cfg_.top_k > 0 && static_cast<size_t>(cfg_.top_k) < n) {
+    std::partial_sort(cand_.begin(), cand_.begin() + cfg_.top_k, cand_.end(), by_logit);
+    n = static_cast<size_t>(cfg_.top_k);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  const float mx = cand_[0].first;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    cand_[i].first = std::exp(cand_[i].first - mx);
+    sum += cand_[i].first;
+  }
+  // min-p: drop tokens below min_p x the top probability
+  if (cfg_.min_p > 0.0f) {
+    size_t keep = 1;
+    while (keep < n && cand_[keep].first >= cfg_.min_p * cand_[0].first) ++keep;
+    for (size_t i = keep; i < n; ++i) sum -= cand_[i].first;
+    n = keep;
+  }
+  // top-p: smallest prefix whose mass reaches top_p
+  if (cfg_.top_p < 1.0f) {
+    double acc = 0.0;
+    size_t keep = 0;
+    while (keep < n) {
+      acc += cand_[keep].first / sum;
+      ++keep;
+      if (acc >= cfg_.top_p) break;
+    }
+    double s2 = 0.0;
+    for (size_t i = 0; i < keep; ++i) s2 += cand_[i].first;
+    sum = s2;
+    n = keep;
+  }
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_);
+  for (size_t i = 0; i < n; ++i) {
+    r -= cand_[i].first;
+    if (r <= 0.0) return cand_[i].second;
+  }
+  return cand_[n - 1].second;
+}
+
+GenerateResult generate(Session& session, std::span<const int> prompt, const GenerateOptions& opt,
+                        const std::function<void(std::string_view)>& on_text) {
+  using clock = std::chrono::steady_clock;
+  const Tokenizer& tok = session.model().tokenizer();
+  if (prompt.empty()) throw Error("generate: empty prompt (nothing to condition on)");
+  if (opt.max_tokens < 0) throw Error("-n: must be >= 0");
+  for (const auto& s : opt.stop)
+    if (s.empty()) throw Error("--stop: empty stop string");
+  GenerateResult res;
+  res.prompt_tokens = static_cast<int>(prompt.size());
+  Sampler sampler(opt.sampler);
+  const auto t0 = clock::now();
+  std::span<const float> logits = session.forward(prompt);
+  const auto t1 = clock::now();
+  res.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+  // the stream starts "at the text start" when the prompt is just BOS
+  TextStream stream(tok, prompt.size() == 1 && prompt[0] == tok.bos());
+  std::string held;  // text not yet emitted because it may begin a stop string
+  res.stop_reason = "length";
+  auto emit = [&](std::string_view s) {
+    res.text += s;
+    if (on_text && !s.empty()) on_text(s);
+  };
+  for (int i = 0; i < opt.max_tokens; ++i) {
+    const int id = sampler.sample(logits);
+    if (tok.is_end_of_generation(id)) {
+      res.stop_reason = "eos";
+      break;
+    }
+    res.tokens.push_back(id);
+    held += stream.push(id);
+    bool stopped = false;
+    for (const auto& s : opt.stop) {
+      const size_t at = held.find(s);
+      if (at != std::string::npos) {
+        held.resize(at);
+        stopped = true;
+      }
+    }
+    if (stopped) {
+      emit(held);
+      held.clear();
+      res.stop_reason = "stop";
+      break;
+    }
+    // keep back the longest suffix that could still grow into a stop string
+    size_t keep = 0;
+    for (const auto& s : opt.stop)
+      for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k)
+        if (held.compare(held.size() - k, k, s, 0, k) == 0) {
+          keep = k;
+          break;
+        }
+    emit(std::string_view(held).substr(0, held.size() - keep));
+    held.erase(0, held.size() - keep);
+    if (i + 1 < opt.max_tokens) logits = session.forward(std::span<const int>(&id, 1));
+  }
+  emit(held + stream.flush());
+  res.generate_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return res;
+}
+
+ChatFormat detect_chat_format(const std::string& t) {
+  if (t.find("<|im_start|>") != std::string::npos) return ChatFormat::kChatML;
+  if (t.find("<|start_header_id|>") != std::string::npos) return ChatFormat::kLlama3;
+  return ChatFormat::kPlain;
+}
+
+std::string render_chat(ChatFormat f, const std::string& tmpl, const std::vector<ChatMessage>& messages) {
+  std::string out;
+  switch (f) {
+    case ChatFormat::kChatML: {
+      const bool has_system = !messages.empty() && messages[0].role == "system";
+      if (!has_system) {
+        // the template's built-in default system message, if it writes one literally
+        // (the newline may be written as a real newline or as the two characters \n)
+        for (const std::string open : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
+          const size_t a = tmpl.find(open);
+          const size_t b = a == std::string::npos ? a : tmpl.find("<|im_end|>", a);
+          if (b == std::string::npos) continue;
+          out += "<|im_start|>system\n" + tmpl.substr(a + open.size(), b - a - open.size()) + "<|im_end|>\n";
+          break;
+        }
+      }
+      for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      out += "<|im_start|>assistant\n";
+      return out;
+    }
+    case ChatFormat::kLlama3:
+      out = "<|begin_of_text|>";
+      for (const auto& m : messages)
+        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      return out;
+    case ChatFormat::kPlain:
+      for (const auto& m : messages) out += m.content + "\n";
+      return out;
+  }
+  return out;
+}
+
+}  // namespace squeezekv

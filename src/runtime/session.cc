@@ -1,0 +1,152 @@
+// The forward pass of Llama-family models (llama, qwen2), as a flat recipe, one op per line.
+// Letters: T rows in this step, E hidden, H query heads, G kv heads, D head dim, F ffn, V vocab.
+#include "squeezekv/session.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "kv/layer_cache.h"
+#include "model/weights.h"
+#include "squeezekv/error.h"
+
+namespace squeezekv {
+
+struct Session::Impl {
+  const Model& model;
+  SessionOptions opt;
+  std::vector<LayerCache> caches;
+  int pos = 0;
+  int max_tokens = 0;
+  // scratch, sized for one chunk of T rows
+  std::vector<float> x, xn, q, k, v, att, tmp, gate, up;  // [T][E], [T][E], [T][H*D], [T][G*D] x2, [T][H*D], [T][E], [T][F] x2
+  std::vector<int32_t> rows_pos;                          // [T]
+  std::vector<float> att_scratch;                         // attention_scratch_floats
+  std::vector<float> mass;                                // [G][N]
+  std::vector<float> logits;                              // [V] or [n][V]
+  std::vector<float> last;                                // [E]
+
+  Impl(const Model& m, const SessionOptions& o) : model(m), opt(o) {
+    const ModelConfig& c = m.config();
+    if (opt.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt.prefill_chunk));
+    if (opt.cache.max_tokens < 0) throw Error("session: --ctx must be positive");
+    if (opt.threads > 0) cpu::set_threads(opt.threads);
+    max_tokens = opt.cache.max_tokens > 0 ? opt.cache.max_tokens : c.context_length;
+    opt.cache.max_tokens = max_tokens;
+    caches = build_caches(c, opt.cache);
+    const size_t T = static_cast<size_t>(std::min(opt.prefill_chunk, max_tokens));
+    const size_t E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,
+                 KD = static_cast<size_t>(c.n_kv_heads) * c.head_dim, F = c.ffn_dim;
+    x.resize(T * E);
+    xn.resize(T * E);
+    q.resize(T * QD);
+    k.resize(T * KD);
+    v.resize(T * KD);
+    att.resize(T * QD);
+    tmp.resize(T * E);
+    gate.resize(T * F);
+    up.resize(T * F);
+    rows_pos.resize(T);
+    const int cap = caches.empty() ? 0 : caches[0].storage().capacity();
+    att_scratch.resize(static_cast<size_t>(cpu::attention_scratch_floats(static_cast<int64_t>(T), c.n_heads, cap)));
+    mass.resize(static_cast<size_t>(c.n_kv_heads) * cap);
+    logits.resize(static_cast<size_t>(c.vocab_size));
+    last.resize(E);
+  }
+
+  // One step over T rows; writes the final hidden state (after the output norm) of the rows.
+  void step(const int* tokens, int T, float* hidden_out /*[T][E]*/) {
+    const ModelConfig& c = model.config();
+    const ModelWeights& w = model.weights();
+    const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim;
+    const auto pairing = c.rope_adjacent_pairs ? cpu::RopePairing::kAdjacent : cpu::RopePairing::kHalves;
+    for (int t = 0; t < T; ++t) {
+      rows_pos[t] = pos + t;
+      cpu::dequantize_row(w.tok_embd.type, w.tok_embd.row(tokens[t]), x.data() + static_cast<size_t>(t) * E, E);
+    }
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerWeights& L = w.layers[l];
+      LayerCache& cache = caches[l];
+      // attention block
+      cpu::rmsnorm(xn.data(), x.data(), L.attn_norm.data(), T, E, c.norm_eps);
+      cpu::matmul(q.data(), xn.data(), L.wq, T, L.bq.empty() ? nullptr : L.bq.data());
+      cpu::matmul(k.data(), xn.data(), L.wk, T, L.bk.empty() ? nullptr : L.bk.data());
+      cpu::matmul(v.data(), xn.data(), L.wv, T, L.bv.empty() ? nullptr : L.bv.data());
+      cpu::rope(q.data(), rows_pos.data(), T, H, D, w.inv_freq.data(), pairing);
+      cpu::rope(k.data(), rows_pos.data(), T, G, D, w.inv_freq.data(), pairing);
+      cache.append(k.data(), v.data(), rows_pos.data(), T);
+      const cpu::KvView kv = cache.view();
+      float* m = nullptr;
+      if (cache.wants_mass()) {
+        m = mass.data();
+        std::fill(m, m + static_cast<size_t>(G) * kv.count, 0.0f);
+      }
+      cpu::attention(att.data(), q.data(), rows_pos.data(), T, H, kv, m, att_scratch.data());
+      if (m != nullptr) cache.observe(m);
+      cpu::matmul(tmp.data(), att.data(), L.wo, T);
+      for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
+      // feed-forward block (SwiGLU)
+      cpu::rmsnorm(xn.data(), x.data(), L.ffn_norm.data(), T, E, c.norm_eps);
+      cpu::matmul(gate.data(), xn.data(), L.w_gate, T);
+      cpu::matmul(up.data(), xn.data(), L.w_up, T);
+      cpu::silu_mul(gate.data(), up.data(), static_cast<int64_t>(T) * F);
+      cpu::matmul(tmp.data(), gate.data(), L.w_down, T);
+      for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
+    }
+    for (LayerCache& cache : caches) cache.end_step();
+    pos += T;
+    cpu::rmsnorm(hidden_out, x.data(), w.out_norm.data(), T, E, c.norm_eps);
+  }
+};
+
+Session::Session(const Model& model, const SessionOptions& options)
+    : impl_(std::make_unique<Impl>(model, options)) {}
+Session::~Session() = default;
+
+std::span<const float> Session::forward(std::span<const int> tokens, bool all_logits) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.model.config();
+  const int V = c.vocab_size, E = c.dim;
+  if (tokens.empty()) throw Error("forward: no tokens");
+  for (int t : tokens)
+    if (t < 0 || t >= V) throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (m.pos + static_cast<int64_t>(tokens.size()) > m.max_tokens)
+    throw Error("forward: context full: " + std::to_string(m.pos + tokens.size()) + " tokens exceed --ctx " +
+                std::to_string(m.max_tokens));
+  const int n = static_cast<int>(tokens.size());
+  const int chunk = static_cast<int>(m.rows_pos.size());
+  if (all_logits) m.logits.resize(static_cast<size_t>(n) * V);
+  std::vector<float> hidden;  // only for all_logits
+  if (all_logits) hidden.resize(static_cast<size_t>(chunk) * E);
+  for (int s = 0; s < n; s += chunk) {
+    const int T = std::min(chunk, n - s);
+    float* h = all_logits ? hidden.data() : m.xn.data();
+    m.step(tokens.data() + s, T, h);
+    if (all_logits) {
+      cpu::matmul(m.logits.data() + static_cast<size_t>(s) * V, h, m.model.weights().output, T);
+    } else if (s + T == n) {
+      std::copy(h + static_cast<size_t>(T - 1) * E, h + static_cast<size_t>(T) * E, m.last.begin());
+    }
+  }
+  if (all_logits) return {m.logits.data(), static_cast<size_t>(n) * V};
+  m.logits.resize(static_cast<size_t>(V));
+  cpu::matmul(m.logits.data(), m.last.data(), m.model.weights().output, 1);
+  return {m.logits.data(), static_cast<size_t>(V)};
+}
+
+void Session::reset() {
+  impl_->pos = 0;
+  for (LayerCache& c : impl_->caches) c.reset();
+}
+
+int Session::position() const { return impl_->pos; }
+const Model& Session::model() const { return impl_->model; }
+
+std::vector<LayerStats> Session::kv_stats() const {
+  std::vector<LayerStats> out;
+  for (const LayerCache& c : impl_->caches) out.push_back(c.stats());
+  return out;
+}
+
+}  // namespace squeezekv

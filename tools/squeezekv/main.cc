@@ -1,0 +1,235 @@
+// The squeezekv command line: generate text, or chat interactively.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "squeezekv/error.h"
+#include "squeezekv/generate.h"
+#include "squeezekv/model.h"
+#include "squeezekv/session.h"
+
+namespace {
+
+using namespace squeezekv;
+namespace fs = std::filesystem;
+
+constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+struct CommonArgs {
+  std::string model;
+  std::string tokenizer;
+  int threads = 0;
+  int ctx = 0;
+  int prefill_chunk = 512;
+  std::string kv_type = "f16";
+  std::string kv_policy = "full";
+};
+
+struct GenArgs {
+  std::string prompt;
+  std::string prompt_file;
+  std::string system;
+  int n = 128;
+  bool chat = false;
+  std::vector<std::string> stop;
+  SamplerConfig sampler;
+};
+
+// -m omitted: $SQUEEZEKV_MODEL, then ./models/..., then <exe>/../models/... (the build tree).
+std::string default_model_path() {
+  if (const char* env = std::getenv("SQUEEZEKV_MODEL")) return env;
+  if (fs::exists(kDefaultModel)) return kDefaultModel;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+      const fs::path p = dir / kDefaultModel;
+      if (fs::exists(p)) return p.string();
+    }
+  }
+  throw Error("-m: no model given and the default model was not found (" + std::string(kDefaultModel) +
+              "); run scripts/fetch-default-model or pass -m PATH");
+}
+
+void add_common(CLI::App* app, CommonArgs& a) {
+  app->add_option("-m,--model", a.model, "GGUF file, Hugging Face directory or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
+  app->add_option("--tokenizer", a.tokenizer, "tokenizer file for a llama2.c checkpoint (tok512.bin)");
+  app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length)")->check(CLI::Range(1, 1 << 24));
+  app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
+  app->add_option("--kv-type", a.kv_type, "KV cache element type: f16 | f32");
+  app->add_option("--kv-policy", a.kv_policy, "KV cache policy: full");
+}
+
+void add_generation(CLI::App* app, GenArgs& g) {
+  app->add_option("-n,--n-predict", g.n, "tokens to generate")->check(CLI::Range(0, 1 << 24));
+  app->add_option("--temp", g.sampler.temperature, "sampling temperature (0: greedy)");
+  app->add_option("--top-k", g.sampler.top_k, "top-k (0: off)");
+  app->add_option("--top-p", g.sampler.top_p, "top-p nucleus (1: off)");
+  app->add_option("--min-p", g.sampler.min_p, "min-p (0: off)");
+  app->add_option("--seed", g.sampler.seed, "random seed");
+  app->add_option("--stop", g.stop, "stop string (repeatable)");
+  app->add_option("--system", g.system, "system message (chat)");
+}
+
+std::unique_ptr<Model> load(const CommonArgs& a) {
+  LoadOptions lo;
+  lo.tokenizer_path = a.tokenizer;
+  const std::string path = a.model.empty() ? default_model_path() : a.model;
+  if (!a.tokenizer.empty() && !fs::exists(a.tokenizer)) throw Error("--tokenizer: file '" + a.tokenizer + "' does not exist");
+  return Model::load(path, lo);
+}
+
+SessionOptions session_options(const CommonArgs& a) {
+  SessionOptions so;
+  so.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  so.prefill_chunk = a.prefill_chunk;
+  so.cache.max_tokens = a.ctx;
+  so.cache.dtype = parse_kv_dtype(a.kv_type);
+  so.cache.policy = parse_kv_policy(a.kv_policy);
+  return so;
+}
+
+void print_stats(const GenerateResult& r) {
+  const double pps = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0.0;
+  const double gps = r.generate_seconds > 0 ? r.tokens.size() / r.generate_seconds : 0.0;
+  std::fprintf(stderr, "\nprompt: %d tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s\n", r.prompt_tokens,
+               pps, r.tokens.size(), gps);
+}
+
+std::vector<int> encode_prompt(const Model& m, const std::string& text) {
+  const Tokenizer& tok = m.tokenizer();
+  // a chat rendering that already opens with BOS text must not get a second one
+  const bool has_bos_text = tok.bos() >= 0 && text.rfind(tok.token_text(tok.bos()), 0) == 0;
+  return tok.encode(text, tok.add_bos() && !has_bos_text);
+}
+
+int run_generate(const CommonArgs& a, GenArgs& g) {
+  validate(g.sampler);
+  if (!g.prompt_file.empty()) {
+    std::ifstream in(g.prompt_file);
+    if (!in) throw Error("-f: cannot read prompt file '" + g.prompt_file + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    g.prompt = ss.str();
+  }
+  auto model = load(a);
+  Session session(*model, session_options(a));
+  std::string text = g.prompt;
+  if (g.chat) {
+    const ChatFormat f = detect_chat_format(model->chat_template());
+    if (f == ChatFormat::kPlain) std::fprintf(stderr, "warning: --chat: unknown or missing chat template, using plain text\n");
+    std::vector<ChatMessage> msgs;
+    if (!g.system.empty()) msgs.push_back({"system", g.system});
+    msgs.push_back({"user", g.prompt});
+    text = render_chat(f, model->chat_template(), msgs);
+  }
+  std::vector<int> prompt = encode_prompt(*model, text);
+  if (prompt.empty()) {
+    if (model->tokenizer().bos() < 0) throw Error("-p: empty prompt and the model has no BOS token to start from");
+    prompt.push_back(model->tokenizer().bos());
+  }
+  GenerateOptions go;
+  go.max_tokens = g.n;
+  go.sampler = g.sampler;
+  go.stop = g.stop;
+  if (!g.chat) std::fwrite(g.prompt.data(), 1, g.prompt.size(), stdout);
+  const GenerateResult r = generate(session, prompt, go, [](std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  print_stats(r);
+  return 0;
+}
+
+int run_chat(const CommonArgs& a, GenArgs& g) {
+  validate(g.sampler);
+  auto model = load(a);
+  Session session(*model, session_options(a));
+  const ChatFormat f = detect_chat_format(model->chat_template());
+  if (f == ChatFormat::kPlain) std::fprintf(stderr, "warning: chat: unknown or missing chat template, using plain text\n");
+  std::vector<ChatMessage> msgs;
+  if (!g.system.empty()) msgs.push_back({"system", g.system});
+  std::vector<int> history;  // tokens the session holds
+  const bool tty = isatty(STDIN_FILENO);
+  std::string line;
+  while (true) {
+    if (tty) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (line == "/reset") {
+      msgs.resize(g.system.empty() ? 0 : 1);
+      session.reset();
+      history.clear();
+      continue;
+    }
+    if (line.empty()) continue;
+    msgs.push_back({"user", line});
+    const std::vector<int> all = encode_prompt(*model, render_chat(f, model->chat_template(), msgs));
+    // reuse the cached prefix when the conversation re-tokenizes the same way
+    size_t common = 0;
+    while (common < history.size() && common < all.size() && history[common] == all[common]) ++common;
+    if (common < history.size() || common == all.size()) {
+      session.reset();
+      history.clear();
+      common = 0;
+    }
+    GenerateOptions go;
+    go.max_tokens = g.n;
+    go.sampler = g.sampler;
+    go.stop = g.stop;
+    const std::span<const int> fresh(all.data() + common, all.size() - common);
+    const GenerateResult r = generate(session, fresh, go, [](std::string_view s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    history = all;
+    const size_t used = static_cast<size_t>(session.position()) - history.size();
+    history.insert(history.end(), r.tokens.begin(), r.tokens.begin() + static_cast<std::ptrdiff_t>(used));
+    msgs.push_back({"assistant", r.text});
+    if (tty) print_stats(r);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"squeezekv: LLM inference with a KV cache held to a fixed memory budget"};
+  app.require_subcommand(1);
+  CommonArgs common;
+  GenArgs gen;
+  CLI::App* g = app.add_subcommand("generate", "generate text from a prompt");
+  add_common(g, common);
+  add_generation(g, gen);
+  g->add_option("-p,--prompt", gen.prompt, "prompt text");
+  g->add_option("-f,--file", gen.prompt_file, "read the prompt from a file");
+  g->add_flag("--chat", gen.chat, "wrap the prompt in the model's chat template");
+  CLI::App* c = app.add_subcommand("chat", "interactive chat (one user message per line; /reset, /exit)");
+  add_common(c, common);
+  add_generation(c, gen);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (g->parsed()) return run_generate(common, gen);
+    return run_chat(common, gen);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
