@@ -27,6 +27,7 @@ struct TokenizerSpec {
   std::vector<std::pair<std::string, std::string>> merges;  // by rank, best first
   std::string pre = "gpt2";          // pre-tokenizer: gpt2 | smollm | llama3 | qwen2
   bool ignore_merges = false;        // a whole pre-token found in the vocab is taken as is
+  bool fuse_unk = false;             // consecutive unknown pieces become one unk token
   int bos = -1, eos = -1, unk = -1;
   std::vector<int> end_of_generation;  // extra ids that end a turn (<|im_end|>, <|eot_id|>)
   bool add_bos = false;

@@ -182,6 +182,7 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, const ModelConfig& cfg, std::str
       }
     }
     s.ignore_merges = m.value("ignore_merges", false);
+    s.fuse_unk = m.value("fuse_unk", false);
     const json pre = tj.value("pre_tokenizer", json());
     const json norm = tj.value("normalizer", json());
     if (contains_type(pre, "ByteLevel") || contains_type(tj.value("decoder", json()), "ByteLevel")) {

@@ -201,9 +201,11 @@ struct Tokenizer::Impl {
       push(l.prev);
       push(c.left);
     }
+    bool prev_unk = false;
     for (int i = 0; i >= 0; i = sym[i].next) {
       if (sym[i].id >= 0) {
         out.push_back(sym[i].id);
+        prev_unk = false;
         continue;
       }
       bool bytes_ok = spec.kind == TokenizerKind::kSentencePieceBpe;
@@ -212,8 +214,12 @@ struct Tokenizer::Impl {
       if (bytes_ok) {
         for (size_t k = 0; k < sym[i].len; ++k)
           out.push_back(byte_token[static_cast<unsigned char>(word[sym[i].start + k])]);
+        prev_unk = false;
       } else if (spec.unk >= 0) {
-        out.push_back(spec.unk);
+        const bool fuse = spec.fuse_unk && prev_unk;
+        if (!fuse) out.push_back(spec.unk);
+        prev_unk = true;
+        continue;
       }
     }
   }

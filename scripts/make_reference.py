@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Writes the reference files the C++ tests compare against (tests/ref/), from independent
+implementations: Hugging Face transformers (logits) and tokenizers (token ids).
+
+Run once after a change of reference; CI only reads the files it wrote.
+    python3 -m venv .venv && .venv/bin/pip install torch transformers gguf tokenizers numpy
+    .venv/bin/python scripts/make_reference.py --shared ../shared --gguf models/SmolLM2-135M-Instruct.Q4_1.gguf
+"""
+import argparse
+import json
+import os
+import random
+
+import numpy as np
+
+PROMPTS = [
+    "Once upon a time, there was a little dog named Max.",
+    "The quick brown fox jumps over the lazy dog. 1234567890",
+    "Lily and Tom went to the park. They saw a big tree and",
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune",
+]
+
+
+def corpus(shared):
+    fixed = [
+        "", " ", "  ", "\n", "\n\n\n", "\t", " \t \n ", "a", "Hello world", "Hello  world", " leading space",
+        "trailing space ", "multiple   spaces   here", "tabs\tand\ttabs", "new\nlines\r\nand\rreturns",
+        "12345", "3.14159", "1,000,000", "2024-11-29", "x=42;y=0x1F", "phone: +1 (555) 123-4567",
+        "café", "naïve résumé", "Straße", "Ελληνικά", "русский текст", "日本語のテキスト", "中文字符",
+        "한국어", "עברית", "العربية", "हिन्दी", "emoji 😀😃😄", "👍🏽 thumbs", "👨‍👩‍👧‍👦 family", "🏳️‍🌈",
+        "def f(x):\n    return x * 2\n", "int main() { return 0; }", "for (int i = 0; i < n; ++i) {}",
+        "<html><body>hi</body></html>", "{\"key\": [1, 2, 3]}", "SELECT * FROM t WHERE a='b';",
+        "don't won't I'm you're he'll we've they'd", "DON'T WON'T I'M", "'s 's 'S",
+        "a\u00a0b", "zero\u200bwidth", "e\u0301", "Ω≈ç√∫", "¡Hola! ¿Qué tal?", "…—–“”‘’",
+        "$100 & 50% off #deal @user", "~!@#$%^&*()_+`-=[]\\{}|;':\",./<>?", "     ", "\u3000full width",
+        "mixed123numbers456", "CamelCaseIdentifier", "snake_case_identifier", "UPPER lower MiXeD",
+        "Once upon a time", "The end.", "a b c d e f g", "aaaaaaaaaaaaaaaaaaaaaaaa", "ab" * 40,
+    ]
+    rng = random.Random(1234)
+    pieces = fixed[1:] + ["the", " cat", "Lily", " 7", "99", " ", "\n", "!", "é", "😀", "  ", "word"]
+    out = list(fixed)
+    while len(out) < 160:
+        out.append("".join(rng.choice(pieces) for _ in range(rng.randint(2, 8))))
+    with open(os.path.join(shared, "data/austen/prideprejudice.txt"), encoding="utf-8") as f:
+        lines = [l.rstrip("\n") for l in f if l.strip()]
+    for i in range(60):
+        out.append(lines[500 + i * 37])
+    return out
+
+
+def smollm2_tokenizer(gguf_path):
+    from gguf import GGUFReader
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, AddedToken
+
+    r = GGUFReader(gguf_path)
+
+    def strings(key):
+        f = r.fields[key]
+        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    tokens = strings("tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+    tt = r.fields["tokenizer.ggml.token_type"]
+    types = [int(tt.parts[i][0]) for i in tt.data]
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    # SmolLM2's published tokenizer.json: every digit alone, then GPT-2's byte-level split
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t == 3])
+    return tok
+
+
+def write_tokenizer_ref(path, tok, texts):
+    rows = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(rows, f, ensure_ascii=False, indent=0)
+    print("wrote", path, len(rows), "strings")
+
+
+def write_logits_ref(path, model, ids_list, last_n):
+    import torch
+    out = []
+    for ids in ids_list:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].float().numpy()
+        keep = logits[-last_n:] if last_n else logits
+        out.append({"ids": ids, "first_row": int(len(ids) - len(keep)), "rows": len(keep),
+                    "logits_file": None, "logits": keep.astype(np.float32)})
+    meta = []
+    blob = bytearray()
+    for o in out:
+        meta.append({"ids": o["ids"], "first_row": o["first_row"], "rows": o["rows"], "offset": len(blob) // 4})
+        blob += o["logits"].tobytes()
+    with open(path + ".bin", "wb") as f:
+        f.write(blob)
+    with open(path + ".json", "w") as f:
+        json.dump({"vocab": int(out[0]["logits"].shape[1]), "cases": meta}, f)
+    print("wrote", path, len(out), "cases")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shared", default="../shared")
+    ap.add_argument("--gguf", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--out", default="tests/ref")
+    a = ap.parse_args()
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    os.makedirs(a.out, exist_ok=True)
+    texts = corpus(a.shared)
+    ts_dir = os.path.join(a.shared, "models/tinystories-656k")
+    ts_tok = Tokenizer.from_file(os.path.join(ts_dir, "tokenizer.json"))
+    sm_tok = smollm2_tokenizer(a.gguf)
+    write_tokenizer_ref(os.path.join(a.out, "tokenizer_tinystories.json"), ts_tok, texts)
+    write_tokenizer_ref(os.path.join(a.out, "tokenizer_smollm2.json"), sm_tok, texts)
+
+    ts = AutoModelForCausalLM.from_pretrained(ts_dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    ts_ids = [ts_tok.encode(p).ids for p in PROMPTS]  # with BOS, as the model was trained
+    write_logits_ref(os.path.join(a.out, "logits_tinystories"), ts, ts_ids, 0)
+
+    gdir, gname = os.path.split(os.path.abspath(a.gguf))
+    sm = AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gname, torch_dtype=torch.float32,
+                                              attn_implementation="eager").eval()
+    sm_ids = [sm_tok.encode(p, add_special_tokens=False).ids for p in PROMPTS]
+    write_logits_ref(os.path.join(a.out, "logits_smollm2"), sm, sm_ids, 4)
+
+
+if __name__ == "__main__":
+    main()
