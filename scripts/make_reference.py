@@ -99,6 +99,46 @@ def write_logits_ref(path, model, ids_list, last_n):
     print("wrote", path, len(out), "cases")
 
 
+def write_quant_ref(path):
+    """Random blocks of every supported type and their dequantization by gguf-py."""
+    from gguf import GGMLQuantizationType as Q
+    from gguf.quants import dequantize
+
+    rng = np.random.default_rng(7)
+    layouts = {  # type: (block bytes, offsets of f16 scale fields)
+        "Q8_0": (Q.Q8_0, 34, [0]), "Q4_0": (Q.Q4_0, 18, [0]), "Q4_1": (Q.Q4_1, 20, [0, 2]),
+        "Q4_K": (Q.Q4_K, 144, [0, 2]), "Q6_K": (Q.Q6_K, 210, [208]),
+    }
+    meta, blob = [], bytearray()
+    for name, (qt, bb, scales) in layouts.items():
+        nb = 8
+        raw = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+        for off in scales:
+            raw[:, off:off + 2] = rng.uniform(-0.1, 0.1, size=nb).astype(np.float16).view(np.uint8).reshape(nb, 2)
+        vals = dequantize(raw.reshape(-1), qt).astype(np.float32).reshape(-1)
+        meta.append({"type": name, "raw_offset": len(blob), "raw_bytes": int(raw.size), "n": int(vals.size)})
+        blob += raw.tobytes()
+        meta[-1]["val_offset"] = len(blob)
+        blob += vals.tobytes()
+    f16 = rng.standard_normal(512).astype(np.float16)
+    f16[:4] = [0.0, -0.0, 65504.0, 6e-8]
+    meta.append({"type": "F16", "raw_offset": len(blob), "raw_bytes": 1024, "n": 512})
+    blob += f16.tobytes()
+    meta[-1]["val_offset"] = len(blob)
+    blob += f16.astype(np.float32).tobytes()
+    bf = rng.standard_normal(512).astype(np.float32)
+    bf_raw = (bf.view(np.uint32) >> 16).astype(np.uint16)
+    meta.append({"type": "BF16", "raw_offset": len(blob), "raw_bytes": 1024, "n": 512})
+    blob += bf_raw.tobytes()
+    meta[-1]["val_offset"] = len(blob)
+    blob += (bf_raw.astype(np.uint32) << 16).view(np.float32).tobytes()
+    with open(path + ".bin", "wb") as f:
+        f.write(blob)
+    with open(path + ".json", "w") as f:
+        json.dump(meta, f)
+    print("wrote", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default="../shared")
@@ -111,6 +151,7 @@ def main():
 
     torch.manual_seed(0)
     os.makedirs(a.out, exist_ok=True)
+    write_quant_ref(os.path.join(a.out, "quant"))
     texts = corpus(a.shared)
     ts_dir = os.path.join(a.shared, "models/tinystories-656k")
     ts_tok = Tokenizer.from_file(os.path.join(ts_dir, "tokenizer.json"))
