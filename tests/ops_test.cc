@@ -215,7 +215,9 @@ TEST(Attention, MatchesReferenceIncludingMass) {
         kv.head_dim = D;
         std::vector<float> out(size_t(T) * H * D), mass(size_t(G) * N, 0.0f),
             scratch(cpu::attention_scratch_floats(T, H, N));
-        cpu::attention(out.data(), q.data(), qpos.data(), T, H, kv, mass.data(), scratch.data());
+        cpu::AttentionProbe probe;
+        probe.mass = mass.data();
+        cpu::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
         std::vector<double> ro, rm;
         attention_reference(ro, rm, q, qpos, T, H, k, v, pos, G, cap, N, D);
         for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ro[i], 1e-4) << "N=" << N << " T=" << T;

@@ -4,28 +4,56 @@
 #include <string>
 #include <vector>
 
+#include "squeezekv/squeeze_coordinator.h"
+
 namespace squeezekv {
 
-enum class KvPolicy : uint8_t { kFull };
+enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSqueeze };
 enum class KvDType : uint8_t { kF16, kF32 };
+// What a squeeze layer reports; higher always means "needs fewer tokens".
+enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCosine };
 
 struct CacheConfig {
   KvPolicy policy = KvPolicy::kFull;
   KvDType dtype = KvDType::kF16;
-  int max_tokens = 0;  // capacity of a full cache per layer (0: the model's context length)
+  int max_tokens = 0;   // most tokens one sequence may see (0: the model's context length)
+  int budget = 0;       // average retained tokens per layer (0: unbounded; required by evicting policies)
+  int sinks = 4;        // first tokens never evicted
+  int recent = -1;      // recent window never evicted (-1: budget / 2)
+  int window = 32;      // snapkv / pyramidkv observation window (last prompt queries)
+  int pool_kernel = 5;  // snapkv score smoothing
+  double pyramid_beta = 20.0;
+  double squeeze_strength = 1.0;
+  SqueezeMetric squeeze_metric = SqueezeMetric::kKeyCosine;
+  SqueezeAlloc squeeze_alloc = SqueezeAlloc::kInverse;
+  double squeeze_p = 0.5;
 };
+
+// Refuses invalid combinations before any work, naming the flag (throws Error).
+void validate(const CacheConfig& c);
 
 // One layer's accounting after the last step.
 struct LayerStats {
   int layer = 0;
-  int64_t tokens_seen = 0;  // rows ever appended
-  int tokens_kept = 0;      // rows held now
-  int budget = 0;           // most rows the layer may hold after a step
-  int64_t kept_bytes = 0;   // bytes actually held (K and V)
-  int64_t full_bytes = 0;   // f16 bytes with no eviction
+  int64_t tokens_seen = 0;   // rows ever appended
+  int tokens_kept = 0;       // rows held now
+  int budget = 0;            // most rows the layer may hold after a step
+  double concentration = 0;  // the squeeze metric this layer reported (0 when none)
+  int64_t kept_bytes = 0;    // bytes actually held (K and V)
+  int64_t full_bytes = 0;    // f16 bytes with no eviction
+  double compression_ratio() const { return kept_bytes > 0 ? static_cast<double>(full_bytes) / kept_bytes : 0.0; }
 };
 
-KvPolicy parse_kv_policy(const std::string& name);  // throws Error naming the value
+// Typed names at the edge (CLI, files). Each throws Error naming the flag and the valid values.
+KvPolicy parse_kv_policy(const std::string& name);
 KvDType parse_kv_dtype(const std::string& name);
+SqueezeMetric parse_squeeze_metric(const std::string& name);
+SqueezeAlloc parse_squeeze_alloc(const std::string& name);
+const char* kv_policy_name(KvPolicy p);
+const char* squeeze_metric_name(SqueezeMetric m);
+
+// The --kv-stats table and the --kv-stats-json document.
+std::string kv_stats_table(const std::vector<LayerStats>& layers);
+std::string kv_stats_json(const std::vector<LayerStats>& layers);
 
 }  // namespace squeezekv

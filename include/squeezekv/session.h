@@ -4,6 +4,7 @@
 // Thread safety: a Session is used by one thread at a time (it uses OpenMP inside); many
 // sessions may share one Model.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
@@ -33,6 +34,10 @@ class Session {
   int position() const;
   const Model& model() const;
   std::vector<LayerStats> kv_stats() const;
+  // Absolute positions one layer's kv head holds now, ascending.
+  std::vector<int32_t> kv_positions(int layer, int kv_head) const;
+  // The squeeze coordinator of this sequence (null for other policies).
+  const SqueezeCoordinator* coordinator() const;
 
  private:
   struct Impl;

@@ -64,6 +64,21 @@ void KvStorage::compact(const int* keep, int n_keep) {
   count_ = n_keep;
 }
 
+void KvStorage::set_capacity(int capacity) {
+  assert(capacity >= count_);
+  KvStorage next(G_, D_, capacity, type_);
+  const size_t row = static_cast<size_t>(D_) * elem_bytes(type_);
+  for (int g = 0; g < G_; ++g) {
+    const size_t from = static_cast<size_t>(g) * capacity_, to = static_cast<size_t>(g) * capacity;
+    std::memcpy(next.k_.data() + to * row, k_.data() + from * row, count_ * row);
+    std::memcpy(next.v_.data() + to * row, v_.data() + from * row, count_ * row);
+    std::memcpy(next.pos_.data() + to, pos_.data() + from, count_ * sizeof(int32_t));
+    std::memcpy(next.mass_.data() + to, mass_.data() + from, count_ * sizeof(float));
+  }
+  next.count_ = count_;
+  *this = std::move(next);
+}
+
 void KvStorage::add_mass(const float* add) {
   for (int g = 0; g < G_; ++g) {
     float* m = mass_.data() + static_cast<size_t>(g) * capacity_;

@@ -23,6 +23,9 @@ class KvStorage {
   void compact(const int* keep, int n_keep);
 
   void clear() { count_ = 0; }
+  // Re-lays the arrays for a new capacity (>= count), keeping the held rows. A deep copy: called
+  // once per schedule change, never per step.
+  void set_capacity(int capacity);
   cpu::KvView view() const;
   int count() const { return count_; }
   int capacity() const { return capacity_; }

@@ -1,28 +1,47 @@
 #include "kv/layer_cache.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
 #include "squeezekv/error.h"
 #include "squeezekv/model_config.h"
 
 namespace squeezekv {
 
-LayerCache::LayerCache(int layer, KvStorage storage, std::unique_ptr<EvictionPolicy> policy)
-    : layer_(layer), storage_(std::move(storage)), policy_(std::move(policy)) {
-  keep_.reserve(static_cast<size_t>(storage_.n_kv_heads()) * storage_.capacity());
+LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, cpu::KvType type,
+                       std::unique_ptr<EvictionPolicy> policy, int max_step_rows, int max_tokens)
+    : layer_(layer),
+      policy_(std::move(policy)),
+      max_step_rows_(max_step_rows),
+      max_tokens_(max_tokens),
+      storage_(n_kv_heads, head_dim, capacity_for(policy_->budget()), type) {
+  keep_.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
+}
+
+int LayerCache::capacity_for(int budget) const {
+  const int64_t want = static_cast<int64_t>(budget) + max_step_rows_;
+  return static_cast<int>(std::min<int64_t>(want, max_tokens_));
 }
 
 void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T) {
   storage_.append(k, v, pos, T);
   tokens_seen_ += T;
+  last_step_rows_ = T;
 }
 
 void LayerCache::end_step() {
-  const int n = policy_->select(storage_, keep_);
+  const int n = policy_->select(storage_, last_step_rows_, keep_);
   if (n < storage_.count()) storage_.compact(keep_.data(), n);
+  const int cap = capacity_for(policy_->budget());
+  if (cap != storage_.capacity() && cap >= storage_.count()) storage_.set_capacity(cap);
 }
 
 void LayerCache::reset() {
   storage_.clear();
+  policy_->reset();
   tokens_seen_ = 0;
+  last_step_rows_ = 0;
 }
 
 LayerStats LayerCache::stats() const {
@@ -30,39 +49,144 @@ LayerStats LayerCache::stats() const {
   s.layer = layer_;
   s.tokens_seen = tokens_seen_;
   s.tokens_kept = storage_.count();
-  s.budget = policy_->budget(storage_);
+  s.budget = policy_->budget();
+  s.concentration = policy_->concentration();
   s.kept_bytes = static_cast<int64_t>(storage_.count()) * storage_.bytes_per_token();
   s.full_bytes = tokens_seen_ * static_cast<int64_t>(storage_.n_kv_heads()) * storage_.head_dim() * 2 * 2;
   return s;
 }
 
-std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& cfg, int /*layer*/) {
-  switch (cfg.policy) {
-    case KvPolicy::kFull:
-      return std::make_unique<FullPolicy>();
+void SequenceCache::reset() {
+  for (LayerCache& l : layers) l.reset();
+  if (coordinator) coordinator->reset();
+}
+
+void validate(const CacheConfig& c) {
+  auto fail = [](const std::string& m) { throw Error(m); };
+  if (c.max_tokens < 0) fail("--ctx: must be positive, got " + std::to_string(c.max_tokens));
+  if (c.sinks < 0) fail("--kv-sinks: must be >= 0, got " + std::to_string(c.sinks));
+  if (c.policy == KvPolicy::kFull) return;
+  if (c.budget < 1)
+    fail(std::string("--kv-budget: policy ") + kv_policy_name(c.policy) + " needs a budget >= 1, got " +
+         std::to_string(c.budget));
+  if (c.sinks >= c.budget)
+    fail("--kv-sinks: " + std::to_string(c.sinks) + " sinks leave no room in --kv-budget " + std::to_string(c.budget));
+  if (c.recent >= 0 && c.sinks + c.recent >= c.budget)
+    fail("--kv-recent: sinks + recent (" + std::to_string(c.sinks + c.recent) + ") must be below --kv-budget " +
+         std::to_string(c.budget));
+  if (c.policy == KvPolicy::kSnapKV || c.policy == KvPolicy::kPyramidKV) {
+    if (c.window < 1 || c.sinks + c.window >= c.budget)
+      fail("--snapkv-window: must be >= 1 and sinks + window below --kv-budget, got " + std::to_string(c.window));
+    if (c.pool_kernel < 1 || c.pool_kernel % 2 == 0) fail("--snapkv-kernel: must be odd and >= 1");
+    if (!(c.pyramid_beta >= 1.0)) fail("--pyramid-beta: must be >= 1");
   }
-  throw Error("kv cache: unknown policy");
+  if (c.policy == KvPolicy::kSqueeze) {
+    if (!(c.squeeze_strength >= 0.0 && c.squeeze_strength <= 1.0))
+      fail("--squeeze-strength: must be in [0, 1], got " + std::to_string(c.squeeze_strength));
+    if (!(c.squeeze_p > 0.0 && c.squeeze_p <= 1.0)) fail("--squeeze-p: must be in (0, 1], got " + std::to_string(c.squeeze_p));
+  }
 }
 
-std::vector<LayerCache> build_caches(const ModelConfig& model, const CacheConfig& cfg) {
-  const int capacity = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
+SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows) {
+  validate(cfg);
+  SequenceCache sc;
+  const int max_tokens = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
   const cpu::KvType t = cfg.dtype == KvDType::kF16 ? cpu::KvType::kF16 : cpu::KvType::kF32;
-  std::vector<LayerCache> caches;
-  caches.reserve(static_cast<size_t>(model.n_layers));
-  for (int l = 0; l < model.n_layers; ++l)
-    caches.emplace_back(l, KvStorage(model.n_kv_heads, model.head_dim, capacity, t), make_policy(cfg, l));
-  return caches;
+  if (cfg.policy == KvPolicy::kSqueeze)
+    sc.coordinator = std::make_unique<SqueezeCoordinator>(model.n_layers, cfg.budget, cfg.sinks, cfg.squeeze_strength,
+                                                          cfg.squeeze_alloc, cfg.squeeze_p);
+  sc.layers.reserve(static_cast<size_t>(model.n_layers));
+  for (int l = 0; l < model.n_layers; ++l) {
+    std::unique_ptr<EvictionPolicy> p;
+    switch (cfg.policy) {
+      case KvPolicy::kFull: p = std::make_unique<FullPolicy>(max_tokens); break;
+      case KvPolicy::kWindow: p = make_window_policy(cfg); break;
+      case KvPolicy::kH2O: p = make_h2o_policy(cfg); break;
+      case KvPolicy::kSnapKV: p = make_snapkv_policy(cfg); break;
+      case KvPolicy::kPyramidKV: p = make_pyramidkv_policy(cfg, l, model.n_layers); break;
+      case KvPolicy::kSqueeze: p = make_squeeze_policy(cfg, l, sc.coordinator.get()); break;
+    }
+    sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, std::move(p), max_step_rows, max_tokens);
+  }
+  return sc;
 }
 
-KvPolicy parse_kv_policy(const std::string& name) {
-  if (name == "full") return KvPolicy::kFull;
-  throw Error("--kv-policy: unknown policy '" + name + "' (expected full)");
+namespace {
+template <typename E, size_t N>
+E parse_enum(const std::string& flag, const std::string& name, const std::pair<const char*, E> (&table)[N]) {
+  std::string valid;
+  for (const auto& [n, e] : table) {
+    if (name == n) return e;
+    valid += (valid.empty() ? "" : ", ") + std::string(n);
+  }
+  throw Error(flag + ": unknown value '" + name + "' (expected one of: " + valid + ")");
 }
+const std::pair<const char*, KvPolicy> kPolicies[] = {{"full", KvPolicy::kFull},     {"window", KvPolicy::kWindow},
+                                                      {"h2o", KvPolicy::kH2O},       {"snapkv", KvPolicy::kSnapKV},
+                                                      {"pyramidkv", KvPolicy::kPyramidKV}, {"squeeze", KvPolicy::kSqueeze}};
+const std::pair<const char*, SqueezeMetric> kMetrics[] = {{"key_cosine", SqueezeMetric::kKeyCosine},
+                                                          {"attention_entropy", SqueezeMetric::kAttentionEntropy},
+                                                          {"residual_cosine", SqueezeMetric::kResidualCosine}};
+}  // namespace
 
+KvPolicy parse_kv_policy(const std::string& name) { return parse_enum("--kv-policy", name, kPolicies); }
 KvDType parse_kv_dtype(const std::string& name) {
-  if (name == "f16") return KvDType::kF16;
-  if (name == "f32") return KvDType::kF32;
-  throw Error("--kv-type: unknown type '" + name + "' (expected f16 or f32)");
+  const std::pair<const char*, KvDType> t[] = {{"f16", KvDType::kF16}, {"f32", KvDType::kF32}};
+  return parse_enum("--kv-type", name, t);
+}
+SqueezeMetric parse_squeeze_metric(const std::string& name) { return parse_enum("--squeeze-metric", name, kMetrics); }
+SqueezeAlloc parse_squeeze_alloc(const std::string& name) {
+  const std::pair<const char*, SqueezeAlloc> t[] = {{"inverse", SqueezeAlloc::kInverse}, {"kmeans3", SqueezeAlloc::kKmeans3}};
+  return parse_enum("--squeeze-alloc", name, t);
+}
+const char* kv_policy_name(KvPolicy p) {
+  for (const auto& [n, e] : kPolicies)
+    if (e == p) return n;
+  return "?";
+}
+const char* squeeze_metric_name(SqueezeMetric m) {
+  for (const auto& [n, e] : kMetrics)
+    if (e == m) return n;
+  return "?";
+}
+
+std::string kv_stats_table(const std::vector<LayerStats>& layers) {
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%5s %11s %11s %7s %13s %12s %12s %8s\n", "layer", "tokens_seen", "tokens_kept",
+                "budget", "concentration", "kept_bytes", "full_bytes", "ratio");
+  o << line;
+  int64_t kept = 0, full = 0;
+  for (const LayerStats& s : layers) {
+    std::snprintf(line, sizeof line, "%5d %11lld %11d %7d %13.4f %12lld %12lld %8.2f\n", s.layer,
+                  static_cast<long long>(s.tokens_seen), s.tokens_kept, s.budget, s.concentration,
+                  static_cast<long long>(s.kept_bytes), static_cast<long long>(s.full_bytes), s.compression_ratio());
+    o << line;
+    kept += s.kept_bytes;
+    full += s.full_bytes;
+  }
+  std::snprintf(line, sizeof line, "total kept_bytes=%lld full_bytes=%lld compression_ratio=%.2f\n",
+                static_cast<long long>(kept), static_cast<long long>(full), kept > 0 ? double(full) / kept : 0.0);
+  o << line;
+  return o.str();
+}
+
+std::string kv_stats_json(const std::vector<LayerStats>& layers) {
+  std::ostringstream o;
+  o.precision(17);
+  int64_t kept = 0, full = 0;
+  o << "{\"layers\":[";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerStats& s = layers[i];
+    o << (i ? "," : "") << "{\"layer\":" << s.layer << ",\"tokens_seen\":" << s.tokens_seen
+      << ",\"tokens_kept\":" << s.tokens_kept << ",\"budget\":" << s.budget << ",\"concentration\":" << s.concentration
+      << ",\"kept_bytes\":" << s.kept_bytes << ",\"full_bytes\":" << s.full_bytes
+      << ",\"compression_ratio\":" << s.compression_ratio() << "}";
+    kept += s.kept_bytes;
+    full += s.full_bytes;
+  }
+  o << "],\"total_kept_bytes\":" << kept << ",\"total_full_bytes\":" << full << "}";
+  return o.str();
 }
 
 }  // namespace squeezekv

@@ -1,40 +1,64 @@
 // One layer's KV cache: storage + eviction policy. The forward pass appends the step's rows, runs
-// attention over view(), reports the mass when wants_mass(), and calls end_step() once every layer
-// has run; end_step prepares the survivor set and applies it in one pass.
+// attention over view(), reports the mass when wants_mass() (and the squeeze metric while one is
+// pending), and calls end_step() once every layer has run; end_step prepares the survivor set and
+// applies it in one pass.
 // Thread safety: none; owned by one sequence.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kv/kv_storage.h"
 #include "kv/policy.h"
 #include "squeezekv/kv_cache.h"
+#include "squeezekv/squeeze_coordinator.h"
 
 namespace squeezekv {
 
 class LayerCache {
  public:
-  LayerCache(int layer, KvStorage storage, std::unique_ptr<EvictionPolicy> policy);
+  // max_step_rows: most rows one step appends (the prefill chunk); max_tokens: most rows ever.
+  LayerCache(int layer, int n_kv_heads, int head_dim, cpu::KvType type, std::unique_ptr<EvictionPolicy> policy,
+             int max_step_rows, int max_tokens);
 
   void append(const float* k, const float* v, const int32_t* pos, int T);  // k, v [T][G*D]
   cpu::KvView view() const { return storage_.view(); }
   bool wants_mass() const { return policy_->needs_mass(); }
+  int mass_rows() const { return policy_->mass_rows(); }
   void observe(const float* mass) { storage_.add_mass(mass); }  // mass [G][count]
+  std::optional<SqueezeMetric> pending_metric() const { return policy_->pending_metric(); }
+  void report_concentration(double v) { policy_->report_concentration(v); }
+  // Compacts to the policy's survivors; then sizes the storage for the next step (changes only
+  // when the policy's budget changes, i.e. once when a squeeze schedule is fixed).
   void end_step();
   void reset();
   LayerStats stats() const;
   const KvStorage& storage() const { return storage_; }
+  int budget() const { return policy_->budget(); }
 
  private:
+  int capacity_for(int budget) const;
   int layer_;
-  KvStorage storage_;
   std::unique_ptr<EvictionPolicy> policy_;
+  int max_step_rows_, max_tokens_;
+  KvStorage storage_;
   std::vector<int> keep_;  // [G][n_keep], reused every step
   int64_t tokens_seen_ = 0;
+  int last_step_rows_ = 0;
 };
 
-// Builds the caches of one sequence (one per layer).
+// The caches of one sequence: one per layer and, for squeeze, the coordinator they share.
+struct SequenceCache {
+  std::vector<LayerCache> layers;
+  std::unique_ptr<SqueezeCoordinator> coordinator;
+  void reset();
+};
+
 struct ModelConfig;
-std::vector<LayerCache> build_caches(const ModelConfig& model, const CacheConfig& cfg);
+class CacheBuilder {
+ public:
+  // Validates cfg (Error naming the flag) and builds the caches of one sequence.
+  static SequenceCache for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows);
+};
 
 }  // namespace squeezekv

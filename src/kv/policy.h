@@ -1,7 +1,9 @@
 // Eviction policies: small objects that see a layer's host-side metadata (positions, mass) and
 // name the survivors. They never touch K/V memory; LayerCache applies their choice in one pass.
+// Thread safety: none; each belongs to one layer cache of one sequence.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kv/kv_storage.h"
@@ -12,21 +14,40 @@ namespace squeezekv {
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
-  // Whether attention must report the mass each retained key received.
+  // Whether attention must report the mass each retained key received this step.
   virtual bool needs_mass() const { return false; }
-  // Most rows the layer may hold after a step.
-  virtual int budget(const KvStorage& s) const { return s.capacity(); }
-  // Writes the surviving slots to keep as [G][n_keep] (ascending per head) and returns n_keep;
-  // returns s.count() (and leaves keep alone) when nothing is evicted.
-  virtual int select(const KvStorage& s, std::vector<int>& keep) = 0;
+  // Only the last mass_rows() query rows of a step add to the mass (0: every row).
+  virtual int mass_rows() const { return 0; }
+  // Most rows the layer may hold after a step (may change once, when a schedule is fixed).
+  virtual int budget() const = 0;
+  // Writes the survivors to keep as [G][n_keep] (ascending slots per head) and returns n_keep;
+  // returns s.count() and leaves keep alone when nothing is evicted. step_rows: rows appended
+  // this step (> 1 for a prefill chunk).
+  virtual int select(const KvStorage& s, int step_rows, std::vector<int>& keep) = 0;
+  // squeeze: the metric the layer must still report in this step (nullopt when none).
+  virtual std::optional<SqueezeMetric> pending_metric() const { return std::nullopt; }
+  virtual void report_concentration(double /*value*/) {}
+  virtual double concentration() const { return 0.0; }
+  virtual void reset() {}
 };
 
-// Keeps everything (the reference every other policy must match when its budget is not binding).
+// Keeps everything: the reference every other policy must match when its budget does not bind.
 class FullPolicy final : public EvictionPolicy {
  public:
-  int select(const KvStorage& s, std::vector<int>&) override { return s.count(); }
+  explicit FullPolicy(int capacity) : capacity_(capacity) {}
+  int budget() const override { return capacity_; }
+  int select(const KvStorage& s, int, std::vector<int>&) override { return s.count(); }
+
+ private:
+  int capacity_;
 };
 
-std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& cfg, int layer);
+class SqueezeCoordinator;
+std::unique_ptr<EvictionPolicy> make_window_policy(const CacheConfig& cfg);
+std::unique_ptr<EvictionPolicy> make_h2o_policy(const CacheConfig& cfg);
+std::unique_ptr<EvictionPolicy> make_snapkv_policy(const CacheConfig& cfg);
+std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const CacheConfig& cfg, int layer, int n_layers);
+// coordinator may be null: the layer then behaves as uniform h2o at the average budget.
+std::unique_ptr<EvictionPolicy> make_squeeze_policy(const CacheConfig& cfg, int layer, SqueezeCoordinator* coordinator);
 
 }  // namespace squeezekv

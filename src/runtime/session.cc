@@ -3,6 +3,8 @@
 #include "squeezekv/session.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 
 #include "backend/cpu/ops.h"
@@ -13,14 +15,61 @@
 
 namespace squeezekv {
 
+namespace {
+
+// The seed's concentration: mean over kv heads of the mean off-diagonal cosine similarity of the
+// step's keys. Exact, via sum_{i != j} cos(k_i, k_j) = |sum_i k_i/|k_i||^2 - n.   k [T][G*D]
+double key_cosine(const float* k, int T, int G, int D) {
+  double total = 0.0;
+  std::vector<double> sum(static_cast<size_t>(D));
+  for (int g = 0; g < G; ++g) {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    int n = 0;
+    for (int t = 0; t < T; ++t) {
+      const float* r = k + (static_cast<size_t>(t) * G + g) * D;
+      double norm = 0.0;
+      for (int d = 0; d < D; ++d) norm += static_cast<double>(r[d]) * r[d];
+      if (norm <= 0.0) continue;
+      norm = 1.0 / std::sqrt(norm);
+      for (int d = 0; d < D; ++d) sum[d] += r[d] * norm;
+      ++n;
+    }
+    if (n < 2) continue;
+    double s2 = 0.0;
+    for (double v : sum) s2 += v * v;
+    total += (s2 - n) / (static_cast<double>(n) * (n - 1));
+  }
+  return total / G;
+}
+
+// The SqueezeAttention paper's layer importance: mean over rows of cos(x, x + attn(norm(x))).
+double residual_cosine(const float* x, const float* y, int T, int E) {
+  double total = 0.0;
+  for (int t = 0; t < T; ++t) {
+    const float* a = x + static_cast<size_t>(t) * E;
+    const float* b = y + static_cast<size_t>(t) * E;
+    double ab = 0.0, aa = 0.0, bb = 0.0;
+    for (int i = 0; i < E; ++i) {
+      ab += static_cast<double>(a[i]) * b[i];
+      aa += static_cast<double>(a[i]) * a[i];
+      bb += static_cast<double>(b[i]) * b[i];
+    }
+    total += aa > 0.0 && bb > 0.0 ? ab / std::sqrt(aa * bb) : 0.0;
+  }
+  return T > 0 ? total / T : 0.0;
+}
+
+}  // namespace
+
 struct Session::Impl {
   const Model& model;
   SessionOptions opt;
-  std::vector<LayerCache> caches;
+  SequenceCache caches;
   int pos = 0;
   int max_tokens = 0;
   // scratch, sized for one chunk of T rows
   std::vector<float> x, xn, q, k, v, att, tmp, gate, up;  // [T][E], [T][E], [T][H*D], [T][G*D] x2, [T][H*D], [T][E], [T][F] x2
+  std::vector<float> x_in;                                // [T][E] layer input (residual_cosine only)
   std::vector<int32_t> rows_pos;                          // [T]
   std::vector<float> att_scratch;                         // attention_scratch_floats
   std::vector<float> mass;                                // [G][N]
@@ -30,12 +79,12 @@ struct Session::Impl {
   Impl(const Model& m, const SessionOptions& o) : model(m), opt(o) {
     const ModelConfig& c = m.config();
     if (opt.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt.prefill_chunk));
-    if (opt.cache.max_tokens < 0) throw Error("session: --ctx must be positive");
+    validate(opt.cache);
     if (opt.threads > 0) cpu::set_threads(opt.threads);
     max_tokens = opt.cache.max_tokens > 0 ? opt.cache.max_tokens : c.context_length;
     opt.cache.max_tokens = max_tokens;
-    caches = build_caches(c, opt.cache);
     const size_t T = static_cast<size_t>(std::min(opt.prefill_chunk, max_tokens));
+    caches = CacheBuilder::for_model(c, opt.cache, static_cast<int>(T));
     const size_t E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,
                  KD = static_cast<size_t>(c.n_kv_heads) * c.head_dim, F = c.ffn_dim;
     x.resize(T * E);
@@ -47,12 +96,22 @@ struct Session::Impl {
     tmp.resize(T * E);
     gate.resize(T * F);
     up.resize(T * F);
+    x_in.resize(T * E);
     rows_pos.resize(T);
-    const int cap = caches.empty() ? 0 : caches[0].storage().capacity();
-    att_scratch.resize(static_cast<size_t>(cpu::attention_scratch_floats(static_cast<int64_t>(T), c.n_heads, cap)));
-    mass.resize(static_cast<size_t>(c.n_kv_heads) * cap);
+    size_scratch();
     logits.resize(static_cast<size_t>(c.vocab_size));
     last.resize(E);
+  }
+
+  // Attention scratch and the mass buffer follow the largest layer capacity; they grow only when
+  // a capacity grows (once, when a squeeze schedule is fixed), never per step.
+  void size_scratch() {
+    const ModelConfig& c = model.config();
+    int cap = 0;
+    for (const LayerCache& l : caches.layers) cap = std::max(cap, l.storage().capacity());
+    const size_t need = static_cast<size_t>(cpu::attention_scratch_floats(static_cast<int64_t>(rows_pos.size()), c.n_heads, cap));
+    if (att_scratch.size() < need) att_scratch.resize(need);
+    if (mass.size() < static_cast<size_t>(c.n_kv_heads) * cap) mass.resize(static_cast<size_t>(c.n_kv_heads) * cap);
   }
 
   // One step over T rows; writes the final hidden state (after the output norm) of the rows.
@@ -67,7 +126,7 @@ struct Session::Impl {
     }
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerWeights& L = w.layers[l];
-      LayerCache& cache = caches[l];
+      LayerCache& cache = caches.layers[l];
       // attention block
       cpu::rmsnorm(xn.data(), x.data(), L.attn_norm.data(), T, E, c.norm_eps);
       cpu::matmul(q.data(), xn.data(), L.wq, T, L.bq.empty() ? nullptr : L.bq.data());
@@ -75,17 +134,27 @@ struct Session::Impl {
       cpu::matmul(v.data(), xn.data(), L.wv, T, L.bv.empty() ? nullptr : L.bv.data());
       cpu::rope(q.data(), rows_pos.data(), T, H, D, w.inv_freq.data(), pairing);
       cpu::rope(k.data(), rows_pos.data(), T, G, D, w.inv_freq.data(), pairing);
+      const std::optional<SqueezeMetric> metric = cache.pending_metric();
+      if (metric == SqueezeMetric::kResidualCosine) std::copy(x.begin(), x.begin() + static_cast<size_t>(T) * E, x_in.begin());
+      double concentration = 0.0;
+      if (metric == SqueezeMetric::kKeyCosine) concentration = key_cosine(k.data(), T, G, D);
       cache.append(k.data(), v.data(), rows_pos.data(), T);
       const cpu::KvView kv = cache.view();
-      float* m = nullptr;
+      cpu::AttentionProbe probe;
       if (cache.wants_mass()) {
-        m = mass.data();
-        std::fill(m, m + static_cast<size_t>(G) * kv.count, 0.0f);
+        probe.mass = mass.data();
+        std::fill(probe.mass, probe.mass + static_cast<size_t>(G) * kv.count, 0.0f);
+        if (cache.mass_rows() > 0) probe.mass_row_begin = std::max(0, T - cache.mass_rows());
       }
-      cpu::attention(att.data(), q.data(), rows_pos.data(), T, H, kv, m, att_scratch.data());
-      if (m != nullptr) cache.observe(m);
+      probe.entropy = metric == SqueezeMetric::kAttentionEntropy;
+      cpu::attention(att.data(), q.data(), rows_pos.data(), T, H, kv, &probe, att_scratch.data());
+      if (probe.mass != nullptr) cache.observe(probe.mass);
       cpu::matmul(tmp.data(), att.data(), L.wo, T);
       for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
+      if (metric == SqueezeMetric::kAttentionEntropy)
+        concentration = probe.entropy_rows > 0 ? 1.0 - probe.entropy_sum / static_cast<double>(probe.entropy_rows) : 0.0;
+      if (metric == SqueezeMetric::kResidualCosine) concentration = residual_cosine(x_in.data(), x.data(), T, E);
+      if (metric) cache.report_concentration(concentration);
       // feed-forward block (SwiGLU)
       cpu::rmsnorm(xn.data(), x.data(), L.ffn_norm.data(), T, E, c.norm_eps);
       cpu::matmul(gate.data(), xn.data(), L.w_gate, T);
@@ -94,7 +163,8 @@ struct Session::Impl {
       cpu::matmul(tmp.data(), gate.data(), L.w_down, T);
       for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
     }
-    for (LayerCache& cache : caches) cache.end_step();
+    for (LayerCache& cache : caches.layers) cache.end_step();
+    size_scratch();
     pos += T;
     cpu::rmsnorm(hidden_out, x.data(), w.out_norm.data(), T, E, c.norm_eps);
   }
@@ -137,7 +207,7 @@ std::span<const float> Session::forward(std::span<const int> tokens, bool all_lo
 
 void Session::reset() {
   impl_->pos = 0;
-  for (LayerCache& c : impl_->caches) c.reset();
+  impl_->caches.reset();
 }
 
 int Session::position() const { return impl_->pos; }
@@ -145,8 +215,18 @@ const Model& Session::model() const { return impl_->model; }
 
 std::vector<LayerStats> Session::kv_stats() const {
   std::vector<LayerStats> out;
-  for (const LayerCache& c : impl_->caches) out.push_back(c.stats());
+  for (const LayerCache& c : impl_->caches.layers) out.push_back(c.stats());
   return out;
 }
+
+std::vector<int32_t> Session::kv_positions(int layer, int kv_head) const {
+  const auto& layers = impl_->caches.layers;
+  if (layer < 0 || layer >= static_cast<int>(layers.size())) throw Error("kv_positions: layer " + std::to_string(layer) + " out of range");
+  const KvStorage& s = layers[layer].storage();
+  if (kv_head < 0 || kv_head >= s.n_kv_heads()) throw Error("kv_positions: kv head " + std::to_string(kv_head) + " out of range");
+  return std::vector<int32_t>(s.positions(kv_head), s.positions(kv_head) + s.count());
+}
+
+const SqueezeCoordinator* Session::coordinator() const { return impl_->caches.coordinator.get(); }
 
 }  // namespace squeezekv

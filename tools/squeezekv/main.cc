@@ -31,6 +31,17 @@ struct CommonArgs {
   int prefill_chunk = 512;
   std::string kv_type = "f16";
   std::string kv_policy = "full";
+  int kv_budget = 0;
+  int kv_sinks = 4;
+  int kv_recent = -1;
+  int snapkv_window = 32;
+  double pyramid_beta = 20.0;
+  double squeeze_strength = 1.0;
+  std::string squeeze_metric = "key_cosine";
+  std::string squeeze_alloc = "inverse";
+  double squeeze_p = 0.5;
+  bool kv_stats = false;
+  std::string kv_stats_json;
 };
 
 struct GenArgs {
@@ -66,7 +77,28 @@ void add_common(CLI::App* app, CommonArgs& a) {
   app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
   app->add_option("--kv-type", a.kv_type, "KV cache element type: f16 | f32");
-  app->add_option("--kv-policy", a.kv_policy, "KV cache policy: full");
+  app->add_option("--kv-policy", a.kv_policy, "KV cache policy: full | window | h2o | snapkv | pyramidkv | squeeze");
+  app->add_option("--kv-budget", a.kv_budget, "average retained tokens per layer (evicting policies)");
+  app->add_option("--kv-sinks", a.kv_sinks, "first tokens never evicted (default 4)");
+  app->add_option("--kv-recent", a.kv_recent, "recent tokens never evicted (default: budget / 2)");
+  app->add_option("--snapkv-window", a.snapkv_window, "snapkv/pyramidkv observation window (default 32)");
+  app->add_option("--pyramid-beta", a.pyramid_beta, "pyramidkv taper: last layer gets (budget - window) / beta");
+  app->add_option("--squeeze-strength", a.squeeze_strength, "squeeze re-allocation strength in [0, 1] (default 1)");
+  app->add_option("--squeeze-metric", a.squeeze_metric, "key_cosine | attention_entropy | residual_cosine");
+  app->add_option("--squeeze-alloc", a.squeeze_alloc, "inverse (the seed's) | kmeans3 (the paper's)");
+  app->add_option("--squeeze-p", a.squeeze_p, "kmeans3: share of the average budget for the least important cluster");
+  app->add_flag("--kv-stats", a.kv_stats, "print per-layer KV accounting at the end");
+  app->add_option("--kv-stats-json", a.kv_stats_json, "write per-layer KV accounting as JSON to FILE");
+}
+
+void report_kv(const CommonArgs& a, const Session& s) {
+  const auto stats = s.kv_stats();
+  if (a.kv_stats) std::fprintf(stderr, "%s", kv_stats_table(stats).c_str());
+  if (!a.kv_stats_json.empty()) {
+    std::ofstream out(a.kv_stats_json);
+    out << kv_stats_json(stats) << "\n";
+    if (!out) throw Error("--kv-stats-json: cannot write '" + a.kv_stats_json + "'");
+  }
 }
 
 void add_generation(CLI::App* app, GenArgs& g) {
@@ -95,6 +127,17 @@ SessionOptions session_options(const CommonArgs& a) {
   so.cache.max_tokens = a.ctx;
   so.cache.dtype = parse_kv_dtype(a.kv_type);
   so.cache.policy = parse_kv_policy(a.kv_policy);
+  so.cache.budget = a.kv_budget;
+  so.cache.sinks = a.kv_sinks;
+  so.cache.recent = a.kv_recent;
+  so.cache.window = a.snapkv_window;
+  so.cache.pyramid_beta = a.pyramid_beta;
+  so.cache.squeeze_strength = a.squeeze_strength;
+  so.cache.squeeze_metric = parse_squeeze_metric(a.squeeze_metric);
+  so.cache.squeeze_alloc = parse_squeeze_alloc(a.squeeze_alloc);
+  so.cache.squeeze_p = a.squeeze_p;
+  if (a.kv_recent < -1) throw Error("--kv-recent: must be >= 0");
+  validate(so.cache);
   return so;
 }
 
@@ -114,6 +157,7 @@ std::vector<int> encode_prompt(const Model& m, const std::string& text) {
 
 int run_generate(const CommonArgs& a, GenArgs& g) {
   validate(g.sampler);
+  const SessionOptions so = session_options(a);  // refuse bad flags before any work
   if (!g.prompt_file.empty()) {
     std::ifstream in(g.prompt_file);
     if (!in) throw Error("-f: cannot read prompt file '" + g.prompt_file + "'");
@@ -122,7 +166,7 @@ int run_generate(const CommonArgs& a, GenArgs& g) {
     g.prompt = ss.str();
   }
   auto model = load(a);
-  Session session(*model, session_options(a));
+  Session session(*model, so);
   std::string text = g.prompt;
   if (g.chat) {
     const ChatFormat f = detect_chat_format(model->chat_template());
@@ -149,13 +193,15 @@ int run_generate(const CommonArgs& a, GenArgs& g) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   print_stats(r);
+  report_kv(a, session);
   return 0;
 }
 
 int run_chat(const CommonArgs& a, GenArgs& g) {
   validate(g.sampler);
+  const SessionOptions so = session_options(a);
   auto model = load(a);
-  Session session(*model, session_options(a));
+  Session session(*model, so);
   const ChatFormat f = detect_chat_format(model->chat_template());
   if (f == ChatFormat::kPlain) std::fprintf(stderr, "warning: chat: unknown or missing chat template, using plain text\n");
   std::vector<ChatMessage> msgs;
@@ -200,6 +246,7 @@ int run_chat(const CommonArgs& a, GenArgs& g) {
     msgs.push_back({"assistant", r.text});
     if (tty) print_stats(r);
   }
+  report_kv(a, session);
   return 0;
 }
 

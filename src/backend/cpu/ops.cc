@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -215,11 +216,17 @@ int64_t attention_scratch_floats(int64_t T, int H, int N) {
 }
 
 void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
-               float* mass, float* scratch) {
+               AttentionProbe* probe, float* scratch) {
   const int G = kv.n_kv_heads, D = kv.head_dim, N = kv.count;
   const int group = H / G;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  float* const mass = probe != nullptr ? probe->mass : nullptr;
+  const int64_t mass_from = probe != nullptr ? probe->mass_row_begin : 0;
+  const bool entropy = probe != nullptr && probe->entropy;
   float* head_mass = scratch + static_cast<int64_t>(H) * N;  // [H][N]
+  // per-head entropy sums, added in head order afterwards so the result does not depend on threads
+  std::array<double, 1024> ent_sum{};
+  std::array<int64_t, 1024> ent_rows{};
 #pragma omp parallel for schedule(dynamic, 1)
   for (int h = 0; h < H; ++h) {
     const int g = h / group;
@@ -255,8 +262,21 @@ void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int 
         else
           axpy(ot, p[j], static_cast<const float*>(kv.v) + base + static_cast<size_t>(j) * D, D);
       }
-      if (mass != nullptr)
+      if (mass != nullptr && t >= mass_from)
         for (int j = 0; j < n; ++j) hm[j] += p[j];
+      if (entropy && n >= 2) {
+        double e = 0.0;
+        for (int j = 0; j < n; ++j)
+          if (p[j] > 0.0f) e -= static_cast<double>(p[j]) * std::log(static_cast<double>(p[j]));
+        ent_sum[h] += e / std::log(static_cast<double>(n));
+        ++ent_rows[h];
+      }
+    }
+  }
+  if (entropy) {
+    for (int h = 0; h < H; ++h) {
+      probe->entropy_sum += ent_sum[h];
+      probe->entropy_rows += ent_rows[h];
     }
   }
   if (mass != nullptr) {

@@ -51,14 +51,22 @@ struct KvView {
   int head_dim = 0;                // D
 };
 
+// What attention can report besides its output; every field is optional and costs nothing unset.
+struct AttentionProbe {
+  float* mass = nullptr;       // [G][N] += per kv head, the mean over its H/G query heads of the sum
+                               // over query rows t >= mass_row_begin of the softmax probabilities
+  int64_t mass_row_begin = 0;
+  bool entropy = false;        // accumulate 1 - H(p)/log(n) ... as sums below (rows with n >= 2)
+  double entropy_sum = 0.0;    // out: sum over heads and rows of H(p) / log(n)
+  int64_t entropy_rows = 0;    // out: rows counted
+};
+
 // Causal multi-head attention of T query rows over the retained keys: query row t (at absolute
 // position q_pos[t]) sees key j of its kv head iff pos[j] <= q_pos[t].
 //   out[T][H*D], q[T][H*D] (already rotated), scale = 1/sqrt(D).
-//   mass: when not null, mass[G][N] += per kv head the mean over its H/G query heads of the sum over
-//   the T rows of the softmax probabilities (H2O scores); costs nothing when null.
-//   scratch: at least attention_scratch_floats(T, H, N) floats.
+//   probe: may be null. scratch: at least attention_scratch_floats(T, H, N) floats.
 void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
-               float* mass, float* scratch);
+               AttentionProbe* probe, float* scratch);
 int64_t attention_scratch_floats(int64_t T, int H, int N);
 
 namespace ref {

@@ -1,0 +1,28 @@
+// H2O (Zhang et al. 2023): sinks + a recent window + the heavy hitters, the tokens with the most
+// attention mass accumulated from the real queries (every query row of every step, the token's
+// own attention included; per KV head the mean over its query group).
+#include "kv/policy.h"
+#include "kv/select.h"
+
+namespace squeezekv {
+namespace {
+
+class H2OPolicy final : public EvictionPolicy {
+ public:
+  explicit H2OPolicy(const CacheConfig& c)
+      : budget_(c.budget), sinks_(c.sinks), recent_(recent_window(c.budget, c.sinks, c.recent)) {}
+  bool needs_mass() const override { return true; }
+  int budget() const override { return budget_; }
+  int select(const KvStorage& s, int, std::vector<int>& keep) override {
+    return select_sinks_recent_top(s, budget_, sinks_, recent_, s.mass(0), static_cast<size_t>(s.capacity()), keep);
+  }
+
+ private:
+  int budget_, sinks_, recent_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> make_h2o_policy(const CacheConfig& cfg) { return std::make_unique<H2OPolicy>(cfg); }
+
+}  // namespace squeezekv

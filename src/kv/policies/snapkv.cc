@@ -1,0 +1,90 @@
+// SnapKV (Li et al. 2024) and PyramidKV (Cai et al. 2024).
+// SnapKV: when a prompt step leaves more than the budget, prefix keys are scored by the attention
+// of the step's last w query rows (summed over the window, averaged over each KV head's query
+// group), smoothed with a same-padded average pool; the top budget - w - sinks prefix tokens, the
+// sinks and the whole window are kept. Decode tokens are appended; once past the budget the layer
+// evicts by the accumulated scores with the window as its recent part (h2o bookkeeping).
+// PyramidKV: the same scoring with per-layer budgets on a linear taper, decided from the prompt.
+#include <algorithm>
+#include <cmath>
+
+#include "kv/policy.h"
+#include "kv/select.h"
+
+namespace squeezekv {
+namespace {
+
+class SnapKVPolicy : public EvictionPolicy {
+ public:
+  explicit SnapKVPolicy(const CacheConfig& c) : cfg_(c), budget_(c.budget) {}
+  bool needs_mass() const override { return true; }
+  int mass_rows() const override { return cfg_.window; }
+  int budget() const override { return budget_; }
+
+  int select(const KvStorage& s, int step_rows, std::vector<int>& keep) override {
+    decide_budget(s);
+    const int n = s.count();
+    if (n <= budget_) return n;
+    const int w = std::min(cfg_.window, budget_ - std::min(cfg_.sinks, budget_));
+    if (step_rows <= 1) {  // decode: h2o bookkeeping on the accumulated window scores
+      return select_sinks_recent_top(s, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), keep);
+    }
+    // prompt: pool the prefix scores (zero padding counted, as avg_pool1d does by default)
+    const int G = s.n_kv_heads(), k = cfg_.pool_kernel, half = k / 2;
+    const int prefix = n - w;
+    pooled_.assign(static_cast<size_t>(G) * n, 0.0f);
+    for (int g = 0; g < G; ++g) {
+      const float* m = s.mass(g);
+      float* p = pooled_.data() + static_cast<size_t>(g) * n;
+      for (int j = 0; j < prefix; ++j) {
+        float acc = 0.0f;
+        for (int d = -half; d <= half; ++d)
+          if (j + d >= 0 && j + d < prefix) acc += m[j + d];
+        p[j] = acc / static_cast<float>(k);
+      }
+    }
+    return select_sinks_recent_top(s, budget_, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(n), keep);
+  }
+
+ protected:
+  virtual void decide_budget(const KvStorage&) {}
+  CacheConfig cfg_;
+  int budget_;
+  std::vector<float> pooled_;  // [G][n], reused
+};
+
+class PyramidKVPolicy final : public SnapKVPolicy {
+ public:
+  PyramidKVPolicy(const CacheConfig& c, int layer, int n_layers) : SnapKVPolicy(c), layer_(layer), n_layers_(n_layers) {}
+  // Capacity planning: the tallest layer of the taper.
+  int budget() const override { return decided_ ? budget_ : 2 * cfg_.budget; }
+  void reset() override {
+    decided_ = false;
+    budget_ = cfg_.budget;
+  }
+
+ private:
+  void decide_budget(const KvStorage& s) override {
+    if (decided_) return;
+    decided_ = true;
+    const int B = cfg_.budget, w = std::min(cfg_.window, B - 1);
+    const int prompt = s.count();
+    budget_ = B;
+    if (prompt < 2 * (B - w) || n_layers_ < 2) return;  // short prompt: uniform
+    const double min_b = static_cast<double>(B - w) / cfg_.pyramid_beta;
+    const double max_b = 2.0 * (B - w) - min_b;
+    const double t = static_cast<double>(n_layers_ - 1 - layer_) / (n_layers_ - 1);
+    budget_ = std::max(cfg_.sinks + w + 1, static_cast<int>(std::lround(min_b + (max_b - min_b) * t)) + w);
+  }
+  int layer_, n_layers_;
+  bool decided_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> make_snapkv_policy(const CacheConfig& cfg) { return std::make_unique<SnapKVPolicy>(cfg); }
+std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const CacheConfig& cfg, int layer, int n_layers) {
+  return std::make_unique<PyramidKVPolicy>(cfg, layer, n_layers);
+}
+
+}  // namespace squeezekv

@@ -1,0 +1,25 @@
+// StreamingLLM (Xiao et al. 2023): the first `sinks` tokens plus the most recent budget - sinks.
+#include "kv/policy.h"
+#include "kv/select.h"
+
+namespace squeezekv {
+namespace {
+
+class WindowPolicy final : public EvictionPolicy {
+ public:
+  explicit WindowPolicy(const CacheConfig& c) : budget_(c.budget), sinks_(c.sinks) {}
+  int budget() const override { return budget_; }
+  int select(const KvStorage& s, int, std::vector<int>& keep) override {
+    // no scores needed: everything outside sinks and recent is evicted
+    return select_sinks_recent_top(s, budget_, sinks_, budget_ - sinks_, s.mass(0), 0, keep);
+  }
+
+ private:
+  int budget_, sinks_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> make_window_policy(const CacheConfig& cfg) { return std::make_unique<WindowPolicy>(cfg); }
+
+}  // namespace squeezekv
