@@ -34,7 +34,7 @@ class Session {
   int position() const;
   const Model& model() const;
   std::vector<LayerStats> kv_stats() const;
-  // Absolute positions one layer's kv head holds now, ascending.
+  // Absolute positions one layer's kv head holds now, sorted ascending.
   std::vector<int32_t> kv_positions(int layer, int kv_head) const;
   // The squeeze coordinator of this sequence (null for other policies).
   const SqueezeCoordinator* coordinator() const;

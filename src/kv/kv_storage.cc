@@ -51,17 +51,27 @@ void KvStorage::compact(const int* keep, int n_keep) {
   for (int g = 0; g < G_; ++g) {
     const size_t base = static_cast<size_t>(g) * capacity_;
     const int* kg = keep + static_cast<size_t>(g) * n_keep;
-    for (int i = 0; i < n_keep; ++i) {
-      const int src = kg[i];
-      assert(src >= i && src < count_ && (i == 0 || kg[i - 1] < src));
-      if (src == i) continue;  // ascending keep list: a row only ever moves down
-      std::memmove(k_.data() + (base + i) * row, k_.data() + (base + src) * row, row);
-      std::memmove(v_.data() + (base + i) * row, v_.data() + (base + src) * row, row);
-      pos_[base + i] = pos_[base + src];
-      mass_[base + i] = mass_[base + src];
+    // Survivors at slots >= n_keep fill the holes left below n_keep: at most one row moves per
+    // evicted row, instead of shifting everything behind the first hole. kg is ascending, so the
+    // survivors below n_keep are a prefix of it.
+    int below = 0;
+    while (below < n_keep && kg[below] < n_keep) ++below;
+    int src = below, hole = 0;
+    for (int i = 0; i < below; ++i) {  // walk holes in [0, n_keep) in ascending order
+      for (; hole < kg[i]; ++hole) move_row(base, kg[src++], hole, row);
+      hole = kg[i] + 1;
     }
+    for (; hole < n_keep; ++hole) move_row(base, kg[src++], hole, row);
+    assert(src == n_keep);
   }
   count_ = n_keep;
+}
+
+void KvStorage::move_row(size_t base, int from, int to, size_t row_bytes) {
+  std::memcpy(k_.data() + (base + to) * row_bytes, k_.data() + (base + from) * row_bytes, row_bytes);
+  std::memcpy(v_.data() + (base + to) * row_bytes, v_.data() + (base + from) * row_bytes, row_bytes);
+  pos_[base + to] = pos_[base + from];
+  mass_[base + to] = mass_[base + from];
 }
 
 void KvStorage::set_capacity(int capacity) {

@@ -1,7 +1,9 @@
 // Storage of one layer's retained keys and values (DESIGN.md "Cache architecture"):
 // K and V as [G][slot][D] (f16 default, f32 option), and per head per slot its absolute position
 // (int32) and accumulated attention mass (f32). All heads hold the same count; each head keeps its
-// own set of positions, ascending. Allocated once at full capacity; no allocation afterwards.
+// own set of positions. Slots are in no particular order once rows were evicted (compaction fills
+// holes from the tail); the position of a slot identifies its token. New rows always go to the end.
+// Allocated once per capacity; no allocation per step.
 // Thread safety: none; owned by one sequence.
 #pragma once
 #include <cstdint>
@@ -19,7 +21,8 @@ class KvStorage {
   // Throws Error when the rows do not fit the capacity.
   void append(const float* k, const float* v, const int32_t* pos, int T);
 
-  // Keeps, for every head g, the slots keep[g * n_keep + i] (ascending), moving rows in one pass.
+  // Keeps, for every head g, the slots keep[g * n_keep + i] (ascending), moving at most one row per
+  // evicted row.
   void compact(const int* keep, int n_keep);
 
   void clear() { count_ = 0; }
@@ -40,6 +43,7 @@ class KvStorage {
   int64_t bytes_per_token() const;
 
  private:
+  void move_row(size_t base, int from, int to, size_t row_bytes);
   int G_, D_, capacity_;
   cpu::KvType type_;
   int count_ = 0;

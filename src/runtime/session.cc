@@ -224,7 +224,9 @@ std::vector<int32_t> Session::kv_positions(int layer, int kv_head) const {
   if (layer < 0 || layer >= static_cast<int>(layers.size())) throw Error("kv_positions: layer " + std::to_string(layer) + " out of range");
   const KvStorage& s = layers[layer].storage();
   if (kv_head < 0 || kv_head >= s.n_kv_heads()) throw Error("kv_positions: kv head " + std::to_string(kv_head) + " out of range");
-  return std::vector<int32_t>(s.positions(kv_head), s.positions(kv_head) + s.count());
+  std::vector<int32_t> pos(s.positions(kv_head), s.positions(kv_head) + s.count());
+  std::sort(pos.begin(), pos.end());  // slots are unordered after eviction
+  return pos;
 }
 
 const SqueezeCoordinator* Session::coordinator() const { return impl_->caches.coordinator.get(); }

@@ -238,10 +238,18 @@ void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int 
     for (int64_t t = 0; t < T; ++t) {
       const float* qt = q + (t * H + h) * D;
       float* ot = out + (t * H + h) * D;
-      // keys are ascending by position, so the visible keys are a prefix
-      const int n = static_cast<int>(std::upper_bound(pos, pos + N, q_pos[t]) - pos);
+      // slots are in no particular order: the causal mask is by position, and masked keys cost
+      // a compare, not a dot product
+      const int32_t qp = q_pos[t];
+      const int n = N;
+      int visible = 0;
       float mx = -INFINITY;
       for (int j = 0; j < n; ++j) {
+        if (pos[j] > qp) {
+          p[j] = -INFINITY;
+          continue;
+        }
+        ++visible;
         const float s = kv.type == KvType::kF16
                             ? dot_f16(qt, static_cast<const uint16_t*>(kv.k) + base + static_cast<size_t>(j) * D, D)
                             : dot(qt, static_cast<const float*>(kv.k) + base + static_cast<size_t>(j) * D, D);
@@ -264,11 +272,11 @@ void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int 
       }
       if (mass != nullptr && t >= mass_from)
         for (int j = 0; j < n; ++j) hm[j] += p[j];
-      if (entropy && n >= 2) {
+      if (entropy && visible >= 2) {
         double e = 0.0;
         for (int j = 0; j < n; ++j)
           if (p[j] > 0.0f) e -= static_cast<double>(p[j]) * std::log(static_cast<double>(p[j]));
-        ent_sum[h] += e / std::log(static_cast<double>(n));
+        ent_sum[h] += e / std::log(static_cast<double>(visible));
         ++ent_rows[h];
       }
     }

@@ -44,7 +44,7 @@ struct KvView {
   KvType type = KvType::kF16;
   const void* k = nullptr;         // [G][capacity][D]
   const void* v = nullptr;         // [G][capacity][D]
-  const int32_t* pos = nullptr;    // [G][capacity] absolute positions, ascending per head
+  const int32_t* pos = nullptr;    // [G][capacity] absolute positions (slots in no particular order)
   int count = 0;                   // N rows held per head
   int capacity = 0;
   int n_kv_heads = 0;              // G

@@ -29,18 +29,23 @@ class SnapKVPolicy : public EvictionPolicy {
     if (step_rows <= 1) {  // decode: h2o bookkeeping on the accumulated window scores
       return select_sinks_recent_top(s, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), keep);
     }
-    // prompt: pool the prefix scores (zero padding counted, as avg_pool1d does by default)
+    // prompt: pool the prefix scores along positions (zero padding counted, as avg_pool1d does
+    // by default); the window's own rows keep no score, they are kept as the recent part
     const int G = s.n_kv_heads(), k = cfg_.pool_kernel, half = k / 2;
     const int prefix = n - w;
     pooled_.assign(static_cast<size_t>(G) * n, 0.0f);
+    order_.resize(static_cast<size_t>(n));
     for (int g = 0; g < G; ++g) {
       const float* m = s.mass(g);
+      const int32_t* pos = s.positions(g);
       float* p = pooled_.data() + static_cast<size_t>(g) * n;
-      for (int j = 0; j < prefix; ++j) {
+      for (int j = 0; j < n; ++j) order_[j] = j;
+      std::sort(order_.begin(), order_.end(), [pos](int a, int b) { return pos[a] < pos[b]; });
+      for (int r = 0; r < prefix; ++r) {  // r: rank by position among the prefix
         float acc = 0.0f;
         for (int d = -half; d <= half; ++d)
-          if (j + d >= 0 && j + d < prefix) acc += m[j + d];
-        p[j] = acc / static_cast<float>(k);
+          if (r + d >= 0 && r + d < prefix) acc += m[order_[r + d]];
+        p[order_[r]] = acc / static_cast<float>(k);
       }
     }
     return select_sinks_recent_top(s, budget_, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(n), keep);
@@ -51,6 +56,7 @@ class SnapKVPolicy : public EvictionPolicy {
   CacheConfig cfg_;
   int budget_;
   std::vector<float> pooled_;  // [G][n], reused
+  std::vector<int> order_;     // [n] slots sorted by position, reused
 };
 
 class PyramidKVPolicy final : public SnapKVPolicy {
