@@ -39,5 +39,38 @@ expect_error "--stop" generate -m "$m" --tokenizer "$tok" -p hi --stop ""
 expect_error "unknown_flag" generate --unknown_flag
 expect_error "subcommand" 
 
+# KV flags: refused before any work, naming the flag
+expect_error "--kv-budget" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy h2o
+expect_error "--kv-budget" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy h2o --kv-budget 0
+expect_error "--kv-recent" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy h2o --kv-budget 16 --kv-sinks 4 --kv-recent 12
+expect_error "--kv-sinks" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy window --kv-budget 4 --kv-sinks 4
+expect_error "--squeeze-strength" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-strength 1.5
+expect_error "--squeeze-metric" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-metric loud
+expect_error "--squeeze-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-alloc magic
+expect_error "--squeeze-p" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-alloc kmeans3 --squeeze-p 0
+expect_error "--snapkv-window" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy snapkv --kv-budget 16 --snapkv-window 16
+expect_error "--kv-stats-json" generate -m "$m" --tokenizer "$tok" -p hi -n 2 --kv-stats-json /nonexistent/dir/x.json
+# a bad flag is refused before the model is even read
+expect_error "--kv-policy" generate -m /nonexistent/model.gguf -p hi --kv-policy lru
+
+# --kv-stats prints the table; --kv-stats-json writes the documented record
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+out="$("$bin" generate -m "$m" --tokenizer "$tok" -p "Once upon a time, there was a little girl" -n 40 --temp 0 \
+       --kv-policy squeeze --kv-budget 16 --kv-stats --kv-stats-json "$tmp/kv.json" 2>&1)"; rc=$?
+[ $rc -eq 0 ] && ok || bad "squeeze generation failed: $out"
+case "$out" in *"tokens_seen"*"compression_ratio"*) ok ;; *) bad "no --kv-stats table: $out" ;; esac
+if python3 - "$tmp/kv.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+keys = {"layer", "tokens_seen", "tokens_kept", "budget", "concentration", "kept_bytes", "full_bytes"}
+assert len(d["layers"]) == 5, d
+assert all(keys <= set(l) for l in d["layers"]), d
+assert d["total_kept_bytes"] == sum(l["kept_bytes"] for l in d["layers"])
+assert d["total_full_bytes"] == sum(l["full_bytes"] for l in d["layers"])
+assert sum(l["budget"] for l in d["layers"]) == 5 * 16
+assert all(l["tokens_kept"] <= l["budget"] for l in d["layers"])
+PY
+then ok; else bad "kv stats json malformed"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

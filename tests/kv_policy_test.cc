@@ -7,9 +7,12 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <algorithm>
 #include <set>
 #include <sstream>
 
+#include "core/half.h"
+#include "kv/kv_storage.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
 #include "squeezekv/session.h"
@@ -176,6 +179,72 @@ TEST(KvPolicy, H2OKeepsTokensWithTheMostAttentionMass) {
   std::set<std::vector<int32_t>> sets;
   for (int g = 0; g < m.config().n_kv_heads; ++g) sets.insert(s.kv_positions(0, g));
   EXPECT_GT(sets.size(), 1u);
+}
+
+// Chunked prefill: a prompt ten times the budget runs with each layer's storage sized to at most
+// budget + chunk, and ends holding exactly the budget.
+TEST(KvPolicy, ChunkedPrefillPeakIsBudgetPlusChunk) {
+  const Model& m = tinystories();
+  for (KvPolicy p : {KvPolicy::kH2O, KvPolicy::kSqueeze, KvPolicy::kWindow, KvPolicy::kSnapKV}) {
+    SessionOptions so;
+    so.cache = policy(p, 48);
+    so.cache.window = 8;
+    so.cache.max_tokens = 512;
+    so.prefill_chunk = 40;
+    Session s(m, so);
+    s.forward(random_tokens(500, m.config().vocab_size, 8));
+    for (const LayerStats& st : s.kv_stats()) {
+      EXPECT_LE(st.capacity, st.budget + 40) << kv_policy_name(p) << " layer " << st.layer;
+      EXPECT_EQ(st.tokens_kept, st.budget) << kv_policy_name(p);
+      EXPECT_EQ(st.tokens_seen, 500);
+    }
+  }
+}
+
+// Compaction moves each surviving row together with its position and mass.
+TEST(KvStorage, CompactKeepsRowsWithTheirPositions) {
+  std::mt19937 rng(4);
+  for (auto type : {cpu::KvType::kF32, cpu::KvType::kF16}) {
+    const int G = 3, D = 8, n = 50;
+    KvStorage st(G, D, 64, type);
+    std::vector<float> k(static_cast<size_t>(n) * G * D), v(k.size());
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; ++t) {
+      pos[t] = 10 + t;
+      for (int i = 0; i < G * D; ++i) {
+        k[t * G * D + i] = static_cast<float>(i);
+        v[t * G * D + i] = static_cast<float>(t) + 0.5f;
+      }
+    }
+    st.append(k.data(), v.data(), pos.data(), n);
+    std::vector<int> keep;
+    const int n_keep = 20;
+    for (int g = 0; g < G; ++g) {
+      std::vector<int> all(n);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      all.resize(n_keep);
+      std::sort(all.begin(), all.end());
+      keep.insert(keep.end(), all.begin(), all.end());
+    }
+    st.compact(keep.data(), n_keep);
+    ASSERT_EQ(st.count(), n_keep);
+    const cpu::KvView view = st.view();
+    for (int g = 0; g < G; ++g) {
+      std::set<int32_t> want, got;
+      for (int i = 0; i < n_keep; ++i) want.insert(10 + keep[g * n_keep + i]);
+      for (int j = 0; j < n_keep; ++j) {
+        const int32_t p = st.positions(g)[j];
+        got.insert(p);
+        const int t = p - 10;
+        const size_t at = (static_cast<size_t>(g) * view.capacity + j) * D;
+        const float vv = type == cpu::KvType::kF32 ? static_cast<const float*>(view.v)[at]
+                                                   : f16_to_f32(static_cast<const uint16_t*>(view.v)[at]);
+        EXPECT_EQ(vv, static_cast<float>(t) + 0.5f) << "row moved without its position";
+      }
+      EXPECT_EQ(got, want);
+    }
+  }
 }
 
 std::string read_text(const std::string& path) {

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <numeric>
+#include <algorithm>
 #include <set>
 #include <map>
 #include <cstring>
@@ -235,6 +237,57 @@ TEST(Attention, MatchesReferenceIncludingMass) {
       }
     }
   }
+}
+
+// Slots are unordered after eviction: permuting a head's slots (rows with their positions) must
+// not change the output, and the mass follows its rows.
+TEST(Attention, IndependentOfSlotOrder) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd;
+  const int H = 4, G = 2, D = 16, N = 40, T = 3, cap = N;
+  std::vector<float> k(size_t(G) * cap * D), v(k.size()), q(size_t(T) * H * D);
+  for (auto* vec : {&k, &v, &q})
+    for (auto& x : *vec) x = nd(rng);
+  std::vector<int32_t> pos(size_t(G) * cap);
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < N; ++j) pos[g * cap + j] = 2 * j + g;
+  const std::vector<int32_t> qpos = {60, 70, 90};
+  auto run = [&](const std::vector<float>& kk, const std::vector<float>& vv, const std::vector<int32_t>& pp,
+                 std::vector<float>& mass) {
+    cpu::KvView kv;
+    kv.type = cpu::KvType::kF32;
+    kv.k = kk.data();
+    kv.v = vv.data();
+    kv.pos = pp.data();
+    kv.count = N;
+    kv.capacity = cap;
+    kv.n_kv_heads = G;
+    kv.head_dim = D;
+    std::vector<float> out(size_t(T) * H * D), scratch(cpu::attention_scratch_floats(T, H, N));
+    mass.assign(size_t(G) * N, 0.0f);
+    cpu::AttentionProbe probe;
+    probe.mass = mass.data();
+    cpu::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
+    return out;
+  };
+  std::vector<float> m1, m2;
+  const auto o1 = run(k, v, pos, m1);
+  std::vector<int> perm(N);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<float> k2(k.size()), v2(v.size());
+  std::vector<int32_t> p2(pos.size());
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < N; ++j) {
+      const int from = perm[j];
+      p2[g * cap + j] = pos[g * cap + from];
+      std::copy_n(&k[(size_t(g) * cap + from) * D], D, &k2[(size_t(g) * cap + j) * D]);
+      std::copy_n(&v[(size_t(g) * cap + from) * D], D, &v2[(size_t(g) * cap + j) * D]);
+    }
+  const auto o2 = run(k2, v2, p2, m2);
+  for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-5);
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < N; ++j) ASSERT_NEAR(m2[g * N + j], m1[g * N + perm[j]], 1e-6);
 }
 
 TEST(Sampler, GreedyTopKMinPAndSeed) {

@@ -38,6 +38,7 @@ struct LayerStats {
   int64_t tokens_seen = 0;   // rows ever appended
   int tokens_kept = 0;       // rows held now
   int budget = 0;            // most rows the layer may hold after a step
+  int capacity = 0;          // rows allocated (budget + one prefill chunk, at most --ctx)
   double concentration = 0;  // the squeeze metric this layer reported (0 when none)
   int64_t kept_bytes = 0;    // bytes actually held (K and V)
   int64_t full_bytes = 0;    // f16 bytes with no eviction

@@ -50,6 +50,7 @@ LayerStats LayerCache::stats() const {
   s.tokens_seen = tokens_seen_;
   s.tokens_kept = storage_.count();
   s.budget = policy_->budget();
+  s.capacity = storage_.capacity();
   s.concentration = policy_->concentration();
   s.kept_bytes = static_cast<int64_t>(storage_.count()) * storage_.bytes_per_token();
   s.full_bytes = tokens_seen_ * static_cast<int64_t>(storage_.n_kv_heads()) * storage_.head_dim() * 2 * 2;
