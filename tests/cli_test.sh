@@ -53,6 +53,17 @@ expect_error "--kv-stats-json" generate -m "$m" --tokenizer "$tok" -p hi -n 2 --
 # a bad flag is refused before the model is even read
 expect_error "--kv-policy" generate -m /nonexistent/model.gguf -p hi --kv-policy lru
 
+# eval: bad inputs fail before any model work (the model path does not even exist here)
+expect_error "--text" eval ppl -m /nonexistent/model.gguf --text /nonexistent/text.txt --ctx 64 --prefix 32
+expect_error "--prefix" eval ppl -m /nonexistent/model.gguf --text "$shared/data/austen/emma.txt" --ctx 64 --prefix 64
+expect_error "--depths" eval retrieval -m /nonexistent/model.gguf --task passkey --depths 0.5,1.2
+expect_error "--task" eval retrieval -m /nonexistent/model.gguf --task soup
+expect_error "--config" eval sweep --config /nonexistent/sweep.json
+out="$("$bin" eval ppl -m "$m" --tokenizer "$tok" --text "$shared/data/austen/emma.txt" --ctx 64 --prefix 32 --windows 2 \
+       --kv-policy h2o --kv-budget 16 2>/dev/null)"; rc=$?
+[ $rc -eq 0 ] && ok || bad "eval ppl failed"
+case "$(echo "$out" | tail -n 1)" in ppl=*" windows=2 tokens=64 kept_bytes="*" full_bytes="*) ok ;; *) bad "eval ppl summary line: $out" ;; esac
+
 # --kv-stats prints the table; --kv-stats-json writes the documented record
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 out="$("$bin" generate -m "$m" --tokenizer "$tok" -p "Once upon a time, there was a little girl" -n 40 --temp 0 \

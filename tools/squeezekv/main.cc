@@ -1,6 +1,8 @@
 // The squeezekv command line: generate text, or chat interactively.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "eval/eval.h"
 #include "squeezekv/error.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
@@ -70,11 +73,12 @@ std::string default_model_path() {
               "); run scripts/fetch-default-model or pass -m PATH");
 }
 
-void add_common(CLI::App* app, CommonArgs& a) {
+void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("-m,--model", a.model, "GGUF file, Hugging Face directory or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   app->add_option("--tokenizer", a.tokenizer, "tokenizer file for a llama2.c checkpoint (tok512.bin)");
   app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
-  app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length)")->check(CLI::Range(1, 1 << 24));
+  if (with_ctx)
+    app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
   app->add_option("--kv-type", a.kv_type, "KV cache element type: f16 | f32");
   app->add_option("--kv-policy", a.kv_policy, "KV cache policy: full | window | h2o | snapkv | pyramidkv | squeeze");
@@ -250,6 +254,90 @@ int run_chat(const CommonArgs& a, GenArgs& g) {
   return 0;
 }
 
+struct EvalArgs {
+  eval::PplOptions ppl;
+  std::string task = "passkey";
+  eval::RetrievalOptions ret;
+  std::string json_out;
+  eval::SweepOptions sweep;
+};
+
+void write_json_record(const std::string& path, const std::string& record) {
+  std::ofstream out(path);
+  out << record << "\n";
+  if (!out) throw Error("--json: cannot write '" + path + "'");
+}
+
+std::string cost_json(const eval::RunCost& c) {
+  std::string b = "[";
+  for (size_t i = 0; i < c.layer_budgets.size(); ++i) b += (i ? "," : "") + std::to_string(c.layer_budgets[i]);
+  b += "]";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "\"kept_bytes\":%lld,\"full_bytes\":%lld,\"seconds\":%.3f,\"tokens_per_s\":%.2f,",
+                static_cast<long long>(c.kept_bytes), static_cast<long long>(c.full_bytes), c.seconds, c.tokens_per_second);
+  return buf + std::string("\"layer_budgets\":") + b;
+}
+
+int run_eval_ppl(const CommonArgs& a, EvalArgs& e) {
+  eval::validate(e.ppl);  // before any model work
+  const SessionOptions so = session_options(a);
+  auto model = load(a);
+  const eval::PplResult r = eval::run_ppl(*model, so, e.ppl);
+  double mean = 0.0, var = 0.0;
+  for (double w : r.window_ppl) mean += w / r.window_ppl.size();
+  for (double w : r.window_ppl) var += (w - mean) * (w - mean) / r.window_ppl.size();
+  std::fprintf(stderr, "windows: mean ppl %.4f, std %.4f, min %.4f, max %.4f; %.1f tokens/s\n", mean, std::sqrt(var),
+               *std::min_element(r.window_ppl.begin(), r.window_ppl.end()),
+               *std::max_element(r.window_ppl.begin(), r.window_ppl.end()), r.cost.tokens_per_second);
+  std::printf("ppl=%.4f windows=%d tokens=%lld kept_bytes=%lld full_bytes=%lld\n", r.ppl, e.ppl.windows,
+              static_cast<long long>(r.tokens), static_cast<long long>(r.cost.kept_bytes),
+              static_cast<long long>(r.cost.full_bytes));
+  if (!e.json_out.empty()) {
+    std::string w = "[";
+    for (size_t i = 0; i < r.window_ppl.size(); ++i) w += (i ? "," : "") + std::to_string(r.window_ppl[i]);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "{\"task\":\"ppl\",\"policy\":\"%s\",\"budget\":%d,\"ctx\":%d,\"prefix\":%d,\"ppl\":%.6f,",
+                  a.kv_policy.c_str(), a.kv_budget, e.ppl.ctx, e.ppl.prefix, r.ppl);
+    write_json_record(e.json_out, buf + std::string("\"windows\":") + std::to_string(e.ppl.windows) +
+                                      ",\"window_ppl\":" + w + "],\"tokens\":" + std::to_string(r.tokens) + "," +
+                                      cost_json(r.cost) + "}");
+  }
+  return 0;
+}
+
+int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
+  e.ret.task = eval::parse_task(e.task);
+  eval::validate(e.ret);
+  const SessionOptions so = session_options(a);
+  auto model = load(a);
+  const eval::RetrievalResult r = eval::run_retrieval(*model, so, e.ret);
+  for (const auto& smp : r.samples)
+    std::fprintf(stderr, "depth %.2f %s needle_kept=%d expected=%s answer=%s\n", smp.depth, smp.correct ? "HIT " : "MISS",
+                 smp.needle_kept, smp.expected.empty() ? "" : smp.expected[0].c_str(), smp.answer.c_str());
+  std::string depths;
+  for (const auto& [d, acc] : r.by_depth) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%.2f:%.3f", depths.empty() ? "" : ",", d, acc);
+    depths += buf;
+  }
+  std::printf("task=%s ctx=%d accuracy=%.4f by_depth=%s kept_bytes=%lld full_bytes=%lld\n", eval::task_name(e.ret.task),
+              e.ret.ctx, r.accuracy, depths.c_str(), static_cast<long long>(r.cost.kept_bytes),
+              static_cast<long long>(r.cost.full_bytes));
+  if (!e.json_out.empty()) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "{\"task\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"ctx\":%d,\"accuracy\":%.6f,",
+                  eval::task_name(e.ret.task), a.kv_policy.c_str(), a.kv_budget, e.ret.ctx, r.accuracy);
+    std::string bd = "[";
+    for (size_t i = 0; i < r.by_depth.size(); ++i) {
+      char b2[96];
+      std::snprintf(b2, sizeof b2, "%s{\"depth\":%g,\"accuracy\":%.6f}", i ? "," : "", r.by_depth[i].first, r.by_depth[i].second);
+      bd += b2;
+    }
+    write_json_record(e.json_out, buf + std::string("\"by_depth\":") + bd + "]," + cost_json(r.cost) + "}");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -266,6 +354,29 @@ int main(int argc, char** argv) {
   CLI::App* c = app.add_subcommand("chat", "interactive chat (one user message per line; /reset, /exit)");
   add_common(c, common);
   add_generation(c, gen);
+  EvalArgs ev;
+  CLI::App* e = app.add_subcommand("eval", "quality under eviction: ppl, retrieval, sweep");
+  e->require_subcommand(1);
+  CLI::App* ep = e->add_subcommand("ppl", "long-context perplexity under eviction (prefill P, then teacher-forced steps)");
+  add_common(ep, common, false);
+  ep->add_option("--text", ev.ppl.text_file, "text file")->required();
+  ep->add_option("--ctx", ev.ppl.ctx, "tokens per window")->capture_default_str();
+  ep->add_option("--prefix", ev.ppl.prefix, "tokens prefilled before scoring")->capture_default_str();
+  ep->add_option("--windows", ev.ppl.windows, "non-overlapping windows")->capture_default_str();
+  ep->add_option("--json", ev.json_out, "write the result as a JSON record");
+  CLI::App* er = e->add_subcommand("retrieval", "synthetic retrieval (passkey, multi-key, multi-value needles)");
+  add_common(er, common, false);
+  er->add_option("--task", ev.task, "passkey | niah-multikey | niah-multivalue")->capture_default_str();
+  er->add_option("--ctx", ev.ret.ctx, "prompt tokens")->capture_default_str();
+  er->add_option("--depths", ev.ret.depths, "needle depths in [0, 1]")->delimiter(',');
+  er->add_option("--samples", ev.ret.samples, "samples per depth")->capture_default_str();
+  er->add_option("--seed", ev.ret.seed, "seed for keys and haystack")->capture_default_str();
+  er->add_option("--haystack", ev.ret.haystack_file, "real text for the haystack (default: filler sentences)");
+  er->add_option("--answer-tokens", ev.ret.max_answer_tokens, "most tokens of an answer")->capture_default_str();
+  er->add_option("--json", ev.json_out, "write the result as a JSON record");
+  CLI::App* es = e->add_subcommand("sweep", "run a grid from a JSON config; JSON lines out; resumes");
+  es->add_option("--config", ev.sweep.config_file, "sweep config (JSON)")->required();
+  es->add_option("-t,--threads", common.threads, "CPU threads")->check(CLI::Range(1, 1024));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -273,6 +384,12 @@ int main(int argc, char** argv) {
   }
   try {
     if (g->parsed()) return run_generate(common, gen);
+    if (ep->parsed()) return run_eval_ppl(common, ev);
+    if (er->parsed()) return run_eval_retrieval(common, ev);
+    if (es->parsed()) {
+      eval::run_sweep(ev.sweep, common.threads > 0 ? common.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      return 0;
+    }
     return run_chat(common, gen);
   } catch (const std::exception& e) {
     std::fflush(stdout);

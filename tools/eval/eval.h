@@ -1,0 +1,91 @@
+// Quality under eviction: long-context perplexity, synthetic retrieval (RULER-style), and sweeps
+// over policies x budgets x tasks x lengths that write one JSON-lines record per run.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "squeezekv/kv_cache.h"
+#include "squeezekv/model.h"
+#include "squeezekv/session.h"
+
+namespace squeezekv::eval {
+
+// What every run reports about the cache and the time it took.
+struct RunCost {
+  int64_t kept_bytes = 0;   // mean over windows/samples of the KV bytes held at the end
+  int64_t full_bytes = 0;   // the same with no eviction (f16)
+  double seconds = 0.0;
+  double tokens_per_second = 0.0;  // tokens run through the model per second
+  std::vector<int> layer_budgets;  // per-layer budgets at the end of the last window/sample
+};
+
+struct PplOptions {
+  std::string text_file;
+  int ctx = 1024;     // tokens per window
+  int prefix = 512;   // tokens prefilled before teacher-forced decoding
+  int windows = 1;    // non-overlapping windows from the start of the file
+  bool progress = true;
+};
+
+struct PplResult {
+  double ppl = 0.0;                // exp(mean NLL over every scored token of every window)
+  std::vector<double> window_ppl;  // per window
+  int64_t tokens = 0;              // scored tokens
+  RunCost cost;
+};
+
+// Validates the options without touching the model (file readable, sizes sane); throws Error.
+void validate(const PplOptions& o);
+// Prefills the first `prefix` tokens of each window, then feeds the rest one token per step
+// (eviction active at every step) and scores every continuation token.
+PplResult run_ppl(const Model& m, const SessionOptions& so, const PplOptions& o);
+
+enum class RetrievalTask { kPasskey, kMultiKey, kMultiValue };
+RetrievalTask parse_task(const std::string& name);  // throws Error naming --task
+const char* task_name(RetrievalTask t);
+
+struct RetrievalOptions {
+  RetrievalTask task = RetrievalTask::kPasskey;
+  int ctx = 1024;                    // prompt tokens (haystack + needles + question)
+  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+  int samples = 4;                   // per depth
+  uint64_t seed = 1;
+  std::string haystack_file;         // empty: filler sentences
+  int max_answer_tokens = 24;
+  bool progress = true;
+};
+
+struct RetrievalSample {
+  double depth = 0.0;
+  std::string question;
+  std::vector<std::string> expected;  // every one must appear in the answer
+  std::string answer;
+  bool correct = false;
+  bool needle_kept = false;  // every needle token still held by every layer and head after prefill
+};
+
+struct RetrievalResult {
+  double accuracy = 0.0;
+  std::vector<std::pair<double, double>> by_depth;  // (depth, accuracy)
+  std::vector<RetrievalSample> samples;
+  RunCost cost;
+};
+
+void validate(const RetrievalOptions& o);
+RetrievalResult run_retrieval(const Model& m, const SessionOptions& so, const RetrievalOptions& o);
+// Exact match: every expected value occurs in the answer as a whole number.
+bool answer_matches(const std::string& answer, const std::vector<std::string>& expected);
+
+// Sweep: a grid from a JSON config, one JSON line per run appended to the output file;
+// runs already recorded there are skipped (resume).
+struct SweepOptions {
+  std::string config_file;
+  bool progress = true;
+};
+void run_sweep(const SweepOptions& o, int threads);
+
+std::string git_commit();
+
+}  // namespace squeezekv::eval

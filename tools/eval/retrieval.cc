@@ -1,0 +1,263 @@
+// Synthetic long-context retrieval in the style of RULER (Hsieh et al. 2024): a haystack (filler
+// sentences or real text), needles at stated depths, a question at the end, a greedy answer scored
+// by exact match. The context is prefilled (and compressed) first; the question is run after it.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "eval/eval.h"
+#include "eval/progress.h"
+#include "squeezekv/error.h"
+#include "squeezekv/generate.h"
+
+namespace squeezekv::eval {
+namespace {
+
+const char* kFiller = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+const char* kWords[] = {"apple",  "river",  "castle", "violin", "meadow", "lantern", "harbor", "pepper",
+                        "falcon", "marble", "orchid", "canyon", "copper", "willow", "saddle", "thunder"};
+const char* kPreamble =
+    "There is important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you "
+    "about the important information there.\n\n";
+
+struct Needle {
+  double depth;
+  std::string text;
+};
+
+struct Built {
+  std::string context, question;  // question: what follows the context in a plain prompt
+  std::vector<std::string> expected;
+  std::vector<Needle> needles;
+  std::string answer_prefix;  // plain (no chat template) prompts: the start of the answer
+};
+
+std::string number(std::mt19937_64& rng, int digits) {
+  std::uniform_int_distribution<int> d(0, 9), first(1, 9);
+  std::string s(1, static_cast<char>('0' + first(rng)));
+  while (static_cast<int>(s.size()) < digits) s += static_cast<char>('0' + d(rng));
+  return s;
+}
+
+Built make_task(RetrievalTask task, double depth, std::mt19937_64& rng) {
+  Built b;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::string> words(std::begin(kWords), std::end(kWords));
+  std::shuffle(words.begin(), words.end(), rng);
+  switch (task) {
+    case RetrievalTask::kPasskey: {
+      const std::string k = number(rng, 5);
+      b.needles.push_back({depth, "The pass key is " + k + ". Remember it. " + k + " is the pass key."});
+      b.expected = {k};
+      b.question = "What is the pass key?";
+      b.answer_prefix = "The pass key is";
+      break;
+    }
+    case RetrievalTask::kMultiKey: {
+      for (int i = 0; i < 4; ++i) {
+        const std::string v = number(rng, 7);
+        b.needles.push_back({i == 0 ? depth : u(rng), "One of the special magic numbers for " + words[i] + " is: " + v + "."});
+        if (i == 0) b.expected = {v};
+      }
+      b.question = "What is the special magic number for " + words[0] + " mentioned in the provided text?";
+      b.answer_prefix = "The special magic number for " + words[0] + " mentioned in the provided text is";
+      break;
+    }
+    case RetrievalTask::kMultiValue: {
+      for (int i = 0; i < 4; ++i) {
+        const std::string v = number(rng, 7);
+        b.needles.push_back({i == 0 ? depth : u(rng), "One of the special magic numbers for " + words[0] + " is: " + v + "."});
+        b.expected.push_back(v);
+      }
+      b.question = "What are all the special magic numbers for " + words[0] + " mentioned in the provided text?";
+      b.answer_prefix = "The special magic numbers for " + words[0] + " mentioned in the provided text are";
+      break;
+    }
+  }
+  return b;
+}
+
+std::vector<std::string> split_sentences(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i] == '\n' || text[i] == '\r' ? ' ' : text[i];
+    if (c == ' ' && (cur.empty() || cur.back() == ' ')) continue;
+    cur += c;
+    if ((c == '.' || c == '!' || c == '?') && (i + 1 == text.size() || text[i + 1] == ' ' || text[i + 1] == '\n')) {
+      out.push_back(cur);
+      cur.clear();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+RetrievalTask parse_task(const std::string& name) {
+  if (name == "passkey") return RetrievalTask::kPasskey;
+  if (name == "niah-multikey") return RetrievalTask::kMultiKey;
+  if (name == "niah-multivalue") return RetrievalTask::kMultiValue;
+  throw Error("--task: unknown task '" + name + "' (expected passkey, niah-multikey or niah-multivalue)");
+}
+
+const char* task_name(RetrievalTask t) {
+  return t == RetrievalTask::kPasskey ? "passkey" : t == RetrievalTask::kMultiKey ? "niah-multikey" : "niah-multivalue";
+}
+
+void validate(const RetrievalOptions& o) {
+  if (o.ctx < 64) throw Error("--ctx: must be at least 64 tokens, got " + std::to_string(o.ctx));
+  if (o.depths.empty()) throw Error("--depths: give at least one depth in [0, 1]");
+  for (double d : o.depths)
+    if (!(d >= 0.0 && d <= 1.0)) throw Error("--depths: depth " + std::to_string(d) + " is outside [0, 1]");
+  if (o.samples < 1) throw Error("--samples: must be at least 1, got " + std::to_string(o.samples));
+  if (o.max_answer_tokens < 1) throw Error("--answer-tokens: must be at least 1");
+  if (!o.haystack_file.empty() && !std::ifstream(o.haystack_file))
+    throw Error("--haystack: cannot read '" + o.haystack_file + "'");
+}
+
+bool answer_matches(const std::string& answer, const std::vector<std::string>& expected) {
+  std::set<std::string> numbers;
+  std::string cur;
+  for (char c : answer + " ") {
+    if (c >= '0' && c <= '9') {
+      cur += c;
+    } else if (!cur.empty()) {
+      numbers.insert(cur);
+      cur.clear();
+    }
+  }
+  for (const auto& e : expected)
+    if (!numbers.count(e)) return false;
+  return !expected.empty();
+}
+
+RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const RetrievalOptions& o) {
+  validate(o);
+  const Tokenizer& tok = m.tokenizer();
+  std::vector<std::string> hay;
+  if (o.haystack_file.empty()) {
+    hay = split_sentences(kFiller);
+  } else {
+    std::ifstream in(o.haystack_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    hay = split_sentences(ss.str());
+    if (hay.size() < 10) throw Error("--haystack: '" + o.haystack_file + "' has too few sentences");
+  }
+  std::vector<int> hay_tokens(hay.size());  // tokens of " " + sentence
+  for (size_t i = 0; i < hay.size(); ++i) hay_tokens[i] = static_cast<int>(tok.encode(" " + hay[i], false).size());
+  const ChatFormat fmt = detect_chat_format(m.chat_template());
+  SessionOptions so = so_in;
+  so.cache.max_tokens = o.ctx + o.max_answer_tokens + 256;
+  Session s(m, so);
+  RetrievalResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t tokens_run = 0;
+  Progress bar(std::string("retrieval ") + task_name(o.task), static_cast<int64_t>(o.depths.size()) * o.samples, o.progress);
+  int64_t done = 0;
+  for (size_t di = 0; di < o.depths.size(); ++di) {
+    int correct = 0;
+    for (int k = 0; k < o.samples; ++k) {
+      std::mt19937_64 rng(o.seed * 1000003ULL + di * 1009ULL + static_cast<uint64_t>(k));
+      Built b = make_task(o.task, o.depths[di], rng);
+      // prompt pieces around the haystack
+      std::string needles_text;
+      for (const auto& nd : b.needles) needles_text += nd.text + " ";
+      std::string tail = "\n\n" + b.question + (o.task == RetrievalTask::kMultiValue ? " Answer with the numbers only." : " Answer with the number only.");
+      std::string prefix_text, suffix_text;
+      auto render = [&](const std::string& context) {
+        if (fmt == ChatFormat::kPlain) {
+          prefix_text = context;
+          suffix_text = "\n\n" + b.question + " " + b.answer_prefix;
+        } else {
+          const std::string full = render_chat(fmt, m.chat_template(), {{"user", context + tail}});
+          const size_t at = full.rfind(tail);
+          prefix_text = full.substr(0, at);
+          suffix_text = full.substr(at);
+        }
+      };
+      render(std::string(kPreamble) + needles_text);
+      const int overhead = static_cast<int>(tok.encode(prefix_text, tok.add_bos()).size() + tok.encode(suffix_text, false).size());
+      // haystack sentences up to the token target, from a seeded start
+      std::vector<std::string> sent;
+      size_t i = std::uniform_int_distribution<size_t>(0, hay.size() - 1)(rng);
+      for (int have = 0; have < o.ctx - overhead && sent.size() < 1000000; i = (i + 1) % hay.size()) {
+        sent.push_back(hay[i]);
+        have += hay_tokens[i];
+      }
+      // needles at sentence boundaries by depth (later needles first so indices stay valid)
+      std::vector<std::pair<size_t, std::string>> inserts;
+      for (const auto& nd : b.needles) inserts.emplace_back(static_cast<size_t>(std::lround(nd.depth * sent.size())), nd.text);
+      std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& c) { return a.first > c.first; });
+      for (const auto& [at, text] : inserts) sent.insert(sent.begin() + static_cast<std::ptrdiff_t>(at), text);
+      std::string context = kPreamble;
+      std::vector<std::pair<size_t, size_t>> spans;  // byte spans of the needles in context
+      for (size_t j = 0; j < sent.size(); ++j) {
+        if (j) context += ' ';
+        const bool is_needle = std::any_of(b.needles.begin(), b.needles.end(), [&](const Needle& nd) { return nd.text == sent[j]; });
+        if (is_needle) spans.emplace_back(context.size(), context.size() + sent[j].size());
+        context += sent[j];
+      }
+      render(context);
+      const size_t ctx_offset = prefix_text.find(context);
+      const std::vector<int> prefix = tok.encode(prefix_text, tok.add_bos());
+      const std::vector<int> suffix = tok.encode(suffix_text, false);
+      s.reset();
+      s.forward(prefix);
+      // needle kept: the tokens strictly inside each needle's span survive in every layer and head
+      bool kept = true;
+      for (const auto& [a, e] : spans) {
+        const int first = static_cast<int>(tok.encode(prefix_text.substr(0, ctx_offset + a), tok.add_bos()).size()) + 1;
+        const int last = static_cast<int>(tok.encode(prefix_text.substr(0, ctx_offset + e), tok.add_bos()).size()) - 1;
+        for (int l = 0; l < m.config().n_layers && kept; ++l)
+          for (int g = 0; g < m.config().n_kv_heads && kept; ++g) {
+            const auto pos = s.kv_positions(l, g);
+            for (int p = first; p < last && kept; ++p) kept = std::binary_search(pos.begin(), pos.end(), p);
+          }
+      }
+      GenerateOptions go;
+      go.max_tokens = o.max_answer_tokens;
+      go.sampler.temperature = 0.0f;
+      if (fmt == ChatFormat::kPlain) go.stop = {"\n"};
+      const GenerateResult gr = generate(s, suffix, go);
+      tokens_run += static_cast<int64_t>(prefix.size() + suffix.size() + gr.tokens.size());
+      RetrievalSample rs;
+      rs.depth = o.depths[di];
+      rs.question = b.question;
+      rs.expected = b.expected;
+      rs.answer = gr.text;
+      rs.correct = answer_matches(gr.text, b.expected);
+      rs.needle_kept = kept;
+      correct += rs.correct;
+      r.samples.push_back(rs);
+      int64_t kb = 0, fb = 0;
+      r.cost.layer_budgets.clear();
+      for (const LayerStats& st : s.kv_stats()) {
+        kb += st.kept_bytes;
+        fb += st.full_bytes;
+        r.cost.layer_budgets.push_back(st.budget);
+      }
+      r.cost.kept_bytes += kb;
+      r.cost.full_bytes += fb;
+      bar.update(++done);
+    }
+    r.by_depth.emplace_back(o.depths[di], static_cast<double>(correct) / o.samples);
+  }
+  bar.finish();
+  const int64_t n = static_cast<int64_t>(r.samples.size());
+  r.cost.kept_bytes /= n;
+  r.cost.full_bytes /= n;
+  int64_t c = 0;
+  for (const auto& smp : r.samples) c += smp.correct;
+  r.accuracy = static_cast<double>(c) / static_cast<double>(n);
+  r.cost.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.cost.tokens_per_second = static_cast<double>(tokens_run) / r.cost.seconds;
+  return r;
+}
+
+}  // namespace squeezekv::eval

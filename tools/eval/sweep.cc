@@ -1,0 +1,222 @@
+// A grid of runs (tasks x lengths x policies x budgets) from a JSON config; one JSON line per run
+// is appended to the output file as soon as the run ends, so a killed sweep resumes where it
+// stopped: runs whose key is already in the output are skipped.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/eval.h"
+#include "eval/progress.h"
+#include "squeezekv/error.h"
+
+namespace squeezekv::eval {
+namespace {
+
+using nlohmann::json;
+
+struct PolicySpec {
+  std::string label;
+  CacheConfig cache;  // budget filled per run
+};
+
+struct TaskSpec {
+  std::string task;  // ppl | passkey | niah-multikey | niah-multivalue
+  std::vector<int> ctx;
+  json raw;
+};
+
+struct Run {
+  std::string key;
+  const TaskSpec* task;
+  int ctx;
+  const PolicySpec* policy;
+  double fraction;  // 1.0 for full
+};
+
+PolicySpec parse_policy(const json& j) {
+  PolicySpec p;
+  static const std::set<std::string> known = {"label", "kv_policy", "squeeze_metric", "squeeze_alloc", "squeeze_strength",
+                                              "squeeze_p", "kv_sinks", "kv_recent", "snapkv_window", "pyramid_beta"};
+  for (auto& [k, v] : j.items())
+    if (!known.count(k)) throw Error("sweep config: unknown policy key '" + k + "'");
+  p.cache.policy = parse_kv_policy(j.at("kv_policy").get<std::string>());
+  p.label = j.value("label", std::string(kv_policy_name(p.cache.policy)));
+  if (j.contains("squeeze_metric")) p.cache.squeeze_metric = parse_squeeze_metric(j["squeeze_metric"].get<std::string>());
+  if (j.contains("squeeze_alloc")) p.cache.squeeze_alloc = parse_squeeze_alloc(j["squeeze_alloc"].get<std::string>());
+  p.cache.squeeze_strength = j.value("squeeze_strength", p.cache.squeeze_strength);
+  p.cache.squeeze_p = j.value("squeeze_p", p.cache.squeeze_p);
+  p.cache.sinks = j.value("kv_sinks", p.cache.sinks);
+  p.cache.recent = j.value("kv_recent", p.cache.recent);
+  p.cache.window = j.value("snapkv_window", p.cache.window);
+  p.cache.pyramid_beta = j.value("pyramid_beta", p.cache.pyramid_beta);
+  return p;
+}
+
+std::string fraction_str(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", f);
+  return b;
+}
+
+}  // namespace
+
+std::string git_commit() {
+  std::string out;
+  if (FILE* p = popen("git rev-parse --short HEAD 2>/dev/null", "r")) {
+    char buf[64];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+void run_sweep(const SweepOptions& o, int threads) {
+  std::ifstream in(o.config_file);
+  if (!in) throw Error("--config: cannot read '" + o.config_file + "'");
+  json cfg;
+  try {
+    cfg = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error("--config: '" + o.config_file + "' is not valid JSON: " + e.what());
+  }
+  std::vector<PolicySpec> policies;
+  std::vector<TaskSpec> tasks;
+  std::vector<double> fractions;
+  std::string model_path, output;
+  try {
+    model_path = cfg.at("model").get<std::string>();
+    output = cfg.at("output").get<std::string>();
+    for (const auto& p : cfg.at("policies")) policies.push_back(parse_policy(p));
+    fractions = cfg.at("budget_fractions").get<std::vector<double>>();
+    for (const auto& t : cfg.at("tasks")) {
+      TaskSpec ts;
+      ts.task = t.at("task").get<std::string>();
+      ts.ctx = t.at("ctx").get<std::vector<int>>();
+      ts.raw = t;
+      if (ts.task != "ppl") parse_task(ts.task);
+      tasks.push_back(ts);
+    }
+  } catch (const json::exception& e) {
+    throw Error("--config: '" + o.config_file + "': " + e.what());
+  }
+  for (double f : fractions)
+    if (!(f > 0.0 && f <= 1.0)) throw Error("--config: budget fraction " + std::to_string(f) + " outside (0, 1]");
+  // the grid, every option checked before any model work
+  std::vector<Run> runs;
+  PolicySpec full{"full", CacheConfig{}};
+  for (const TaskSpec& t : tasks)
+    for (int ctx : t.ctx) {
+      runs.push_back({t.task + "|" + std::to_string(ctx) + "|full|1", &t, ctx, &full, 1.0});
+      for (const PolicySpec& p : policies)
+        for (double f : fractions) {
+          CacheConfig c = p.cache;
+          c.budget = static_cast<int>(std::lround(f * ctx));
+          validate(c);
+          runs.push_back({t.task + "|" + std::to_string(ctx) + "|" + p.label + "|" + fraction_str(f), &t, ctx, &p, f});
+        }
+      if (t.task == "ppl") {
+        PplOptions po;
+        po.text_file = t.raw.at("text").get<std::string>();
+        po.ctx = ctx;
+        po.prefix = static_cast<int>(ctx * t.raw.value("prefix_fraction", 0.5));
+        po.windows = t.raw.value("windows", 1);
+        validate(po);
+      } else {
+        RetrievalOptions ro;
+        ro.task = parse_task(t.task);
+        ro.ctx = ctx;
+        ro.depths = t.raw.value("depths", ro.depths);
+        ro.samples = t.raw.value("samples", ro.samples);
+        ro.haystack_file = t.raw.value("haystack", std::string());
+        validate(ro);
+      }
+    }
+  std::set<std::string> done;
+  if (std::ifstream prev{output}) {
+    std::string line;
+    while (std::getline(prev, line)) {
+      if (line.empty()) continue;
+      try {
+        done.insert(json::parse(line).at("key").get<std::string>());
+      } catch (const json::exception&) {
+        throw Error("sweep: '" + output + "' has a malformed line; fix or remove it to resume");
+      }
+    }
+  }
+  int64_t todo = 0;
+  for (const Run& r : runs) todo += !done.count(r.key);
+  std::fprintf(stderr, "sweep: %zu runs, %zu already in %s, %lld to run\n", runs.size(), runs.size() - todo, output.c_str(),
+               static_cast<long long>(todo));
+  if (todo == 0) return;
+  auto model = Model::load(model_path);
+  const std::string commit = git_commit();
+  if (!std::filesystem::path(output).parent_path().empty()) std::filesystem::create_directories(std::filesystem::path(output).parent_path());
+  Progress bar("sweep", todo, o.progress);
+  int64_t n = 0;
+  for (const Run& r : runs) {
+    if (done.count(r.key)) continue;
+    SessionOptions so;
+    so.threads = threads;
+    so.cache = r.policy->cache;
+    so.cache.budget = r.policy->cache.policy == KvPolicy::kFull ? 0 : static_cast<int>(std::lround(r.fraction * r.ctx));
+    json rec;
+    rec["key"] = r.key;
+    rec["model"] = model_path;
+    rec["task"] = r.task->task;
+    rec["policy"] = r.policy->label;
+    rec["kv_policy"] = kv_policy_name(so.cache.policy);
+    rec["budget"] = so.cache.budget;
+    rec["budget_fraction"] = r.fraction;
+    rec["ctx"] = r.ctx;
+    rec["git_commit"] = commit;
+    rec["threads"] = threads;
+    RunCost cost;
+    if (r.task->task == "ppl") {
+      PplOptions po;
+      po.text_file = r.task->raw.at("text").get<std::string>();
+      po.ctx = r.ctx;
+      po.prefix = static_cast<int>(r.ctx * r.task->raw.value("prefix_fraction", 0.5));
+      po.windows = r.task->raw.value("windows", 1);
+      po.progress = false;
+      const PplResult pr = run_ppl(*model, so, po);
+      rec["metric"] = "ppl";
+      rec["value"] = pr.ppl;
+      rec["window_ppl"] = pr.window_ppl;
+      rec["tokens"] = pr.tokens;
+      cost = pr.cost;
+    } else {
+      RetrievalOptions ro;
+      ro.task = parse_task(r.task->task);
+      ro.ctx = r.ctx;
+      ro.depths = r.task->raw.value("depths", ro.depths);
+      ro.samples = r.task->raw.value("samples", ro.samples);
+      ro.seed = r.task->raw.value("seed", ro.seed);
+      ro.haystack_file = r.task->raw.value("haystack", std::string());
+      ro.progress = false;
+      const RetrievalResult rr = run_retrieval(*model, so, ro);
+      rec["metric"] = "accuracy";
+      rec["value"] = rr.accuracy;
+      json bd = json::array();
+      for (const auto& [d, a] : rr.by_depth) bd.push_back({{"depth", d}, {"accuracy", a}});
+      rec["by_depth"] = bd;
+      cost = rr.cost;
+    }
+    rec["kept_bytes"] = cost.kept_bytes;
+    rec["full_bytes"] = cost.full_bytes;
+    rec["tokens_per_s"] = cost.tokens_per_second;
+    rec["seconds"] = cost.seconds;
+    rec["layer_budgets"] = cost.layer_budgets;
+    std::ofstream out(output, std::ios::app);
+    out << rec.dump() << "\n";
+    if (!out) throw Error("sweep: cannot append to '" + output + "'");
+    bar.update(++n);
+  }
+}
+
+}  // namespace squeezekv::eval
