@@ -110,9 +110,10 @@ void run_sweep(const SweepOptions& o, int threads) {
   // the grid, every option checked before any model work
   std::vector<Run> runs;
   PolicySpec full{"full", CacheConfig{}};
+  const bool include_full = cfg.value("include_full", true);
   for (const TaskSpec& t : tasks)
     for (int ctx : t.ctx) {
-      runs.push_back({t.task + "|" + std::to_string(ctx) + "|full|1", &t, ctx, &full, 1.0});
+      if (include_full) runs.push_back({t.task + "|" + std::to_string(ctx) + "|full|1", &t, ctx, &full, 1.0});
       for (const PolicySpec& p : policies)
         for (double f : fractions) {
           CacheConfig c = p.cache;

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""docs/RESULTS.md from the committed sweep config (bench/sweep_smollm2.json).
+
+    # 1. run the sweep (resumable; one JSON line per run)
+    ./build/squeezekv eval sweep --config bench/sweep_smollm2.json -t 2
+    #    or split it over N processes: shard configs, run each, records land in docs/results/
+    python3 scripts/make_results.py shard --config bench/sweep_smollm2.json --shards 8 --dir /tmp/shards
+    # 2. charts + tables + who wins where
+    python3 scripts/make_results.py report --config bench/sweep_smollm2.json --machine "..."
+
+The report reads every records file the config (or its shards) wrote; numbers are deterministic
+for a given binary (greedy decoding, fixed seeds, thread-count-independent kernels).
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def shard(a):
+    cfg = json.load(open(a.config))
+    os.makedirs(a.dir, exist_ok=True)
+    base, ext = os.path.splitext(cfg["output"])
+    pols = cfg["policies"]
+    fr = cfg["budget_fractions"]
+    units = [(p, f) for p in pols for f in fr]
+    for i in range(a.shards):
+        mine = units[i::a.shards]
+        if not mine:
+            continue
+        # a shard takes whole (policy, fraction) pairs; shard 0 also runs the full cache
+        by_pol = defaultdict(list)
+        for p, f in mine:
+            by_pol[json.dumps(p, sort_keys=True)].append(f)
+        for j, (pk, fs) in enumerate(sorted(by_pol.items())):
+            c = dict(cfg)
+            c["policies"] = [json.loads(pk)]
+            c["budget_fractions"] = fs
+            c["include_full"] = i == 0 and j == 0
+            c["output"] = f"{base}.shard{i}-{j}{ext}"
+            path = os.path.join(a.dir, f"shard{i}-{j}.json")
+            json.dump(c, open(path, "w"), indent=1)
+            print(path)
+
+
+def fmt(metric, v):
+    return f"{v:.2f}" if metric == "ppl" else f"{v:.2f}"
+
+
+def report(a):
+    import plot_sweep  # matplotlib is needed for the report only
+
+    cfg = json.load(open(a.config))
+    base, ext = os.path.splitext(cfg["output"])
+    files = sorted(set(glob.glob(base + "*" + ext)))
+    if not files:
+        sys.exit(f"make_results: no records matching {base}*{ext}; run the sweep first")
+    recs = plot_sweep.load(files)
+    out_dir = os.path.dirname(cfg["output"]) or "."
+    charts = plot_sweep.plot_metric(recs, out_dir)
+    lb = plot_sweep.plot_layer_budgets(recs, out_dir)
+    fr = sorted(cfg["budget_fractions"])
+    labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
+    groups = defaultdict(dict)
+    for r in recs:
+        groups[(r["task"], r["ctx"])][(r["policy"], r["budget_fraction"])] = r
+    expected = sum(len(t["ctx"]) for t in cfg["tasks"]) * (1 + len(labels) * len(fr))
+    lines = ["# Quality per byte: results", ""]
+    lines.append(f"Model `{cfg['model']}`; config `{a.config}`; {len(recs)} of {expected} runs recorded "
+                 f"(records: {', '.join('`' + os.path.relpath(f) + '`' for f in files)}).")
+    commits = sorted({r.get("git_commit", "?") for r in recs})
+    lines.append(f"Engine commit(s): {', '.join(commits)}. Machine: {a.machine}.")
+    lines.append("")
+    lines.append("Perplexity: prefill the first half of a 2,048-token window of *Emma*, then teacher-forced one-token "
+                 "steps with eviction active; every continuation token scored (lower is better). Retrieval: "
+                 "RULER-style needles at depths 0.1 / 0.5 / 0.9 of filler text, the question after the "
+                 "compressed context, greedy answer, exact match (higher is better). Budgets are tokens per layer "
+                 "as a share of the context; `full` keeps everything. Regenerate with `scripts/make_results.py`.")
+    lines.append("")
+    wins = defaultdict(int)
+    verdicts = []
+    for (task, ctx) in sorted(groups):
+        g = groups[(task, ctx)]
+        metric = next(iter(g.values()))["metric"]
+        better = min if metric == "ppl" else max
+        lines.append(f"## {task}, {ctx} tokens ({'perplexity' if metric == 'ppl' else 'accuracy'})")
+        lines.append("")
+        full = g.get(("full", 1.0))
+        lines.append("| policy | " + " | ".join(f"{100 * f:g}%" for f in fr) + " |")
+        lines.append("|---|" + "---|" * len(fr))
+        if full:
+            lines.append(f"| full (kept bytes {full['kept_bytes'] / 1e6:.1f} MB) | " +
+                         " | ".join(fmt(metric, full["value"]) for _ in fr) + " |")
+        for lab in labels:
+            row = [fmt(metric, g[(lab, f)]["value"]) if (lab, f) in g else "–" for f in fr]
+            lines.append(f"| {lab} | " + " | ".join(row) + " |")
+        lines.append("")
+        for f in fr:
+            cand = [(g[(lab, f)]["value"], lab) for lab in labels if (lab, f) in g]
+            if len(cand) < 2:
+                continue
+            best_v = better(v for v, _ in cand)
+            best = [lab for v, lab in cand if v == best_v]
+            rest = [v for v, lab in cand if v != best_v]
+            if len(best) == len(cand):
+                verdicts.append(f"- {task} {ctx} at {100 * f:g}%: all policies tie at {fmt(metric, best_v)}.")
+                continue
+            for lab in best:
+                wins[lab] += 1
+            runner = better(rest)
+            if metric == "ppl":
+                margin = f"{100 * (runner - best_v) / runner:.1f}% lower perplexity than the next ({fmt(metric, runner)})"
+            else:
+                margin = f"{best_v - runner:+.2f} accuracy over the next ({fmt(metric, runner)})"
+            h2o = g.get(("h2o", f))
+            vs = ""
+            if h2o and "h2o" not in best:
+                vs = f"; h2o {fmt(metric, h2o['value'])}"
+            verdicts.append(f"- {task} {ctx} at {100 * f:g}%: **{', '.join(best)}** {fmt(metric, best_v)}, {margin}{vs}.")
+    lines.append("## Who wins where")
+    lines.append("")
+    if wins:
+        lines.append("Wins (best or tied-best, ties where every policy scores the same excluded): " +
+                     ", ".join(f"{k} {v}" for k, v in sorted(wins.items(), key=lambda kv: -kv[1])) + ".")
+        lines.append("")
+    lines += verdicts
+    lines.append("")
+    lines.append("## Charts")
+    lines.append("")
+    for c in charts:
+        lines.append(f"![{c}](results/{c})")
+    if lb:
+        lines.append("")
+        lines.append(f"![per-layer budgets](results/{lb})")
+    lines.append("")
+    with open(a.out, "w") as f:
+        f.write("\n".join(lines))
+    print("wrote", a.out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("shard")
+    s.add_argument("--config", required=True)
+    s.add_argument("--shards", type=int, default=8)
+    s.add_argument("--dir", required=True)
+    r = sub.add_parser("report")
+    r.add_argument("--config", required=True)
+    r.add_argument("--machine", default="not stated")
+    r.add_argument("--out", default="docs/RESULTS.md")
+    a = ap.parse_args()
+    shard(a) if a.cmd == "shard" else report(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Turns sweep records (JSON lines from `squeezekv eval sweep`) into PNG charts:
+metric vs KV budget per task and length (one line per policy, the full cache as a horizontal
+reference), and the per-layer budgets squeeze chose.
+
+    python3 scripts/plot_sweep.py docs/results/sweep_smollm2.jsonl --out docs/results
+Needs matplotlib (pip install matplotlib).
+"""
+import argparse
+import json
+import os
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(paths):
+    recs = {}
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    recs[r["key"]] = r  # a later file wins for the same run
+    return list(recs.values())
+
+
+def label_of(task, ctx):
+    return f"{task} @ {ctx} tokens"
+
+
+def plot_metric(recs, out_dir):
+    groups = defaultdict(list)
+    for r in recs:
+        groups[(r["task"], r["ctx"])].append(r)
+    files = []
+    for (task, ctx), rs in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        full = [r for r in rs if r["policy"] == "full"]
+        by_policy = defaultdict(list)
+        for r in rs:
+            if r["policy"] != "full":
+                by_policy[r["policy"]].append(r)
+        for pol, prs in sorted(by_policy.items()):
+            prs.sort(key=lambda r: r["budget_fraction"])
+            style = "-o" if pol.startswith("squeeze") else "--s"
+            ax.plot([100 * r["budget_fraction"] for r in prs], [r["value"] for r in prs], style, label=pol, ms=4)
+        if full:
+            ax.axhline(full[0]["value"], color="black", lw=1.2, ls=":", label="full cache")
+        metric = rs[0]["metric"]
+        ax.set_xscale("log")
+        ticks = sorted({100 * r["budget_fraction"] for r in rs if r["policy"] != "full"})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{t:g}%" for t in ticks])
+        ax.set_xlabel("KV budget per layer (% of context)")
+        ax.set_ylabel("perplexity (lower is better)" if metric == "ppl" else "exact-match accuracy")
+        if metric == "ppl":
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(-0.05, 1.05)
+        ax.set_title(label_of(task, ctx))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = f"{task}_{ctx}.png"
+        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        plt.close(fig)
+        files.append(name)
+    return files
+
+
+def plot_layer_budgets(recs, out_dir, fraction=0.1):
+    sq = [r for r in recs if r["kv_policy"] == "squeeze" and abs(r["budget_fraction"] - fraction) < 1e-9 and r.get("layer_budgets")]
+    if not sq:
+        return None
+    # one representative run per metric: the perplexity run when there is one
+    pick = {}
+    for r in sorted(sq, key=lambda r: (r["task"] != "ppl", r["ctx"])):
+        pick.setdefault(r["policy"], r)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for pol, r in sorted(pick.items()):
+        b = r["layer_budgets"]
+        ax.plot(range(len(b)), b, "-o", ms=3, label=f"{pol} ({r['task']} @ {r['ctx']})")
+    any_r = next(iter(pick.values()))
+    ax.axhline(any_r["budget"], color="black", ls=":", lw=1.2, label=f"uniform ({any_r['budget']})")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("tokens kept (budget)")
+    ax.set_title(f"squeeze: per-layer budgets at {100 * fraction:g}% of context")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    name = "squeeze_layer_budgets.png"
+    fig.savefig(os.path.join(out_dir, name), dpi=110)
+    plt.close(fig)
+    return name
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("records", nargs="+")
+    ap.add_argument("--out", default="docs/results")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    recs = load(a.records)
+    files = plot_metric(recs, a.out)
+    lb = plot_layer_budgets(recs, a.out)
+    for f in files + ([lb] if lb else []):
+        print(os.path.join(a.out, f))
+
+
+if __name__ == "__main__":
+    main()
