@@ -19,6 +19,10 @@ struct RunCost {
   double seconds = 0.0;
   double tokens_per_second = 0.0;  // tokens run through the model per second
   std::vector<int> layer_budgets;  // per-layer budgets at the end of the last window/sample
+
+  // Adds one window's/sample's end-of-run cache state; finish(n) turns the sums into means.
+  void add(const std::vector<LayerStats>& layers);
+  void finish(int64_t n);
 };
 
 struct PplOptions {

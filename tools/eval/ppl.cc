@@ -32,6 +32,20 @@ double nll(std::span<const float> logits, int target) {
 }
 }  // namespace
 
+void RunCost::add(const std::vector<LayerStats>& layers) {
+  layer_budgets.clear();
+  for (const LayerStats& st : layers) {
+    kept_bytes += st.kept_bytes;
+    full_bytes += st.full_bytes;
+    layer_budgets.push_back(st.budget);
+  }
+}
+
+void RunCost::finish(int64_t n) {
+  kept_bytes /= n;
+  full_bytes /= n;
+}
+
 PplResult run_ppl(const Model& m, const SessionOptions& so_in, const PplOptions& o) {
   validate(o);
   std::ifstream in(o.text_file);
@@ -64,19 +78,10 @@ PplResult run_ppl(const Model& m, const SessionOptions& so_in, const PplOptions&
     r.window_ppl.push_back(std::exp(wn / scored));
     total_nll += wn;
     r.tokens += scored;
-    int64_t kept = 0, full = 0;
-    r.cost.layer_budgets.clear();
-    for (const LayerStats& st : s.kv_stats()) {
-      kept += st.kept_bytes;
-      full += st.full_bytes;
-      r.cost.layer_budgets.push_back(st.budget);
-    }
-    r.cost.kept_bytes += kept;
-    r.cost.full_bytes += full;
+    r.cost.add(s.kv_stats());
   }
   bar.finish();
-  r.cost.kept_bytes /= o.windows;
-  r.cost.full_bytes /= o.windows;
+  r.cost.finish(o.windows);
   r.ppl = std::exp(total_nll / static_cast<double>(r.tokens));
   r.cost.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.cost.tokens_per_second = static_cast<double>(o.windows) * (o.ctx - 1) / r.cost.seconds;

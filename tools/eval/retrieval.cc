@@ -235,23 +235,14 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       rs.needle_kept = kept;
       correct += rs.correct;
       r.samples.push_back(rs);
-      int64_t kb = 0, fb = 0;
-      r.cost.layer_budgets.clear();
-      for (const LayerStats& st : s.kv_stats()) {
-        kb += st.kept_bytes;
-        fb += st.full_bytes;
-        r.cost.layer_budgets.push_back(st.budget);
-      }
-      r.cost.kept_bytes += kb;
-      r.cost.full_bytes += fb;
+      r.cost.add(s.kv_stats());
       bar.update(++done);
     }
     r.by_depth.emplace_back(o.depths[di], static_cast<double>(correct) / o.samples);
   }
   bar.finish();
   const int64_t n = static_cast<int64_t>(r.samples.size());
-  r.cost.kept_bytes /= n;
-  r.cost.full_bytes /= n;
+  r.cost.finish(n);
   int64_t c = 0;
   for (const auto& smp : r.samples) c += smp.correct;
   r.accuracy = static_cast<double>(c) / static_cast<double>(n);
