@@ -93,6 +93,12 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& key) {
     }
     return v;
   }
+  if (type == kU64 || type == kI64) {  // read 64-bit integers exactly
+    v.kind = GgufValue::Kind::kInt;
+    v.i = type == kI64 ? c.read<int64_t>("value") : static_cast<int64_t>(c.read<uint64_t>("value"));
+    v.f = static_cast<double>(v.i);
+    return v;
+  }
   bool ok;
   const double x = read_number(c, type, &ok);
   if (!ok) c.fail("key '" + key + "' has unknown value type " + std::to_string(type));
@@ -104,10 +110,7 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& key) {
     v.i = x != 0;
   } else {
     v.kind = GgufValue::Kind::kInt;
-    v.i = static_cast<int64_t>(x);
-    if (type == kU64 || type == kI64) {  // keep 64-bit integers exact
-      v.i = static_cast<int64_t>(x);
-    }
+    v.i = static_cast<int64_t>(x);  // at most 32 bits: exact in a double
   }
   v.f = x;
   return v;

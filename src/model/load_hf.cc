@@ -145,7 +145,7 @@ std::string split_pattern(const json& node) {
   return "";
 }
 
-TokenizerSpec hf_tokenizer(const fs::path& dir, const ModelConfig& cfg, std::string* chat_template) {
+TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
   const fs::path tp = dir / "tokenizer.json";
   const json tj = read_json(tp);
   const std::string src = "load: " + tp.string() + ": ";
@@ -210,7 +210,6 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, const ModelConfig& cfg, std::str
       if (s.tokens[i] == t) return static_cast<int>(i);
     return -1;
   };
-  s.bos = cfg.vocab_size > 0 ? -1 : -1;
   const fs::path tcp = dir / "tokenizer_config.json";
   json tc = fs::exists(tcp) ? read_json(tcp) : json::object();
   const json config = read_json(dir / "config.json");
@@ -279,7 +278,7 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir_str) {
   validate_config(c, dir_str);
 
   std::string chat_template;
-  auto tok = std::make_unique<Tokenizer>(hf_tokenizer(dir, c, &chat_template));
+  auto tok = std::make_unique<Tokenizer>(hf_tokenizer(dir, &chat_template));
   if (tok->vocab_size() > c.vocab_size)
     throw FormatError(src + "tokenizer has " + std::to_string(tok->vocab_size()) + " tokens, more than vocab_size " +
                       std::to_string(c.vocab_size));
