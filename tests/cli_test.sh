@@ -22,6 +22,12 @@ out="$("$bin" generate -m "$m" --tokenizer "$tok" -p "Once upon a time" -n 20 --
 [ $rc -eq 0 ] && ok || bad "generation failed: $out"
 case "$out" in *"Once upon a time"*"tokens/s"*) ok ;; *) bad "no text or tokens/s line: $out" ;; esac
 
+# chat: one message per line on stdin; a model without a template falls back to plain text
+out="$(printf 'Once upon a time\n/reset\nThe dog\n' | "$bin" chat -m "$m" --tokenizer "$tok" -n 12 --temp 0 2>&1)"; rc=$?
+[ $rc -eq 0 ] && ok || bad "chat failed: $out"
+case "$out" in *"warning: chat: unknown or missing chat template"*) ok ;; *) bad "chat gave no template warning: $out" ;; esac
+[ "$(printf '%s\n' "$out" | grep -vc warning)" -ge 2 ] && ok || bad "chat did not answer both messages: $out"
+
 expect_error "does not exist" generate -m /nonexistent/model.gguf -p hi
 expect_error "--tokenizer" generate -m "$m" --tokenizer /nonexistent/tok.bin -p hi
 expect_error "neither a GGUF file" generate -m "$m" -p hi

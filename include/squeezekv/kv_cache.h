@@ -16,7 +16,7 @@ enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCos
 struct CacheConfig {
   KvPolicy policy = KvPolicy::kFull;
   KvDType dtype = KvDType::kF16;
-  int max_tokens = 0;   // most tokens one sequence may see (0: the model's context length)
+  int max_tokens = 0;   // most tokens one sequence may see (0: the model's context length, at most 16384)
   int budget = 0;       // average retained tokens per layer (0: unbounded; required by evicting policies)
   int sinks = 4;        // first tokens never evicted
   int recent = -1;      // recent window never evicted (-1: budget / 2)

@@ -61,6 +61,8 @@ double residual_cosine(const float* x, const float* y, int T, int E) {
 
 }  // namespace
 
+constexpr int kDefaultMaxTokens = 16384;
+
 struct Session::Impl {
   const Model& model;
   SessionOptions opt;
@@ -81,7 +83,8 @@ struct Session::Impl {
     if (opt.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt.prefill_chunk));
     validate(opt.cache);
     if (opt.threads > 0) cpu::set_threads(opt.threads);
-    max_tokens = opt.cache.max_tokens > 0 ? opt.cache.max_tokens : c.context_length;
+    // default: the model's context, capped so a 128k-context model does not reserve tens of GB
+    max_tokens = opt.cache.max_tokens > 0 ? opt.cache.max_tokens : std::min(c.context_length, kDefaultMaxTokens);
     opt.cache.max_tokens = max_tokens;
     const size_t T = static_cast<size_t>(std::min(opt.prefill_chunk, max_tokens));
     caches = CacheBuilder::for_model(c, opt.cache, static_cast<int>(T));

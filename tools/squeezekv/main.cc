@@ -78,7 +78,7 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("--tokenizer", a.tokenizer, "tokenizer file for a llama2.c checkpoint (tok512.bin)");
   app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   if (with_ctx)
-    app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length)")->check(CLI::Range(1, 1 << 24));
+    app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
   app->add_option("--kv-type", a.kv_type, "KV cache element type: f16 | f32");
   app->add_option("--kv-policy", a.kv_policy, "KV cache policy: full | window | h2o | snapkv | pyramidkv | squeeze");
