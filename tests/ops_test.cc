@@ -132,6 +132,24 @@ TEST(Matmul, FastPathMatchesScalarReferenceOverSizes) {
   }
 }
 
+// The decode path (one token, fused dequantize-and-dot) gives exactly dequantize_row + dot.
+TEST(Matmul, DecodePathIsBitIdenticalToDequantizeThenDot) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::F16}) {
+    const int64_t R = 33, C = 512;
+    auto data = random_rows(t, R, C, rng);
+    WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
+    std::vector<float> x(C), out(R), row(C);
+    for (auto& v : x) v = nd(rng);
+    cpu::matmul(out.data(), x.data(), w, 1);
+    for (int64_t r = 0; r < R; ++r) {
+      cpu::dequantize_row(t, w.row(r), row.data(), C);
+      ASSERT_EQ(out[r], cpu::dot(row.data(), x.data(), C)) << dtype_info(t).name << " row " << r;
+    }
+  }
+}
+
 // Adjacent-pair RoPE on Q/K rows permuted the way the GGUF converter permutes them equals
 // half-split RoPE on the original rows (the pairing pitfall of FACTS.md).
 TEST(Rope, AdjacentPairsOnPermutedRowsEqualHalves) {

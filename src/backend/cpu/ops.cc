@@ -147,6 +147,50 @@ inline void dot_4x3(float* out, int64_t R, const float* w, const float* x, int64
 }
 #endif
 
+#if SQUEEZEKV_AVX2
+// Fused dequantize-and-dot for one stored row (decode: T = 1). Each block's values are formed
+// exactly as dequantize_row forms them (d * q, then + m, no contraction) and accumulated in the
+// same four lanes-of-8 as dot(), so the result is bit-identical to dequantize_row + dot.
+inline __m256 q_to_ps(__m128i bytes8_as_epi32_src, bool is_signed) {
+  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes8_as_epi32_src) : _mm256_cvtepu8_epi32(bytes8_as_epi32_src));
+}
+
+float dot_stored(DType t, const uint8_t* row, const float* x, int64_t C) {
+  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const int64_t nb = C / 32;
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    __m256 w[4];
+    if (t == DType::Q8_0) {
+      const uint8_t* blk = row + b * 34;
+      const __m256 d = _mm256_set1_ps(f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8))));
+      for (int k = 0; k < 4; ++k)
+        w[k] = _mm256_mul_ps(d, q_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k)), true));
+    } else {  // Q4_0 / Q4_1: low nibbles are values 0..15, high nibbles 16..31
+      const bool q41 = t == DType::Q4_1;
+      const uint8_t* blk = row + b * (q41 ? 20 : 18);
+      const __m256 d = _mm256_set1_ps(f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8))));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q41 ? 4 : 2)));
+      const __m128i mask = _mm_set1_epi8(0x0F);
+      __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+      if (!q41) {  // q - 8
+        lo = _mm_sub_epi8(lo, _mm_set1_epi8(8));
+        hi = _mm_sub_epi8(hi, _mm_set1_epi8(8));
+      }
+      const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(d, q_to_ps(parts[k], !q41));
+      if (q41) {
+        const __m256 m = _mm256_set1_ps(f16_to_f32(static_cast<uint16_t>(blk[2] | (blk[3] << 8))));
+        for (auto& wk : w) wk = _mm256_add_ps(wk, m);
+      }
+    }
+    for (int k = 0; k < 4; ++k) s[k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + 8 * k), s[k]);
+  }
+  return hsum(_mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
+}
+
+bool has_fused_dot(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+#endif
+
 // out[t][r0 + i] for a block of nr rows already in f32 (rows at stride C).
 void block_dots(float* out, int64_t R, int64_t r0, const float* rows, int64_t nr, const float* x, int64_t T, int64_t C) {
   int64_t t = 0;
@@ -174,6 +218,11 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
     const int64_t nr = std::min(kRowBlock, R - r0);
     if (w.type == DType::F32) {
       block_dots(out, R, r0, reinterpret_cast<const float*>(w.row(r0)), nr, x, T, C);
+#if SQUEEZEKV_AVX2
+    } else if (T < 3 && has_fused_dot(w.type)) {  // decode: no dequantization buffer
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot_stored(w.type, w.row(r0 + i), x + t * C, C);
+#endif
     } else {
       float* buf = row_buffer(static_cast<size_t>(kRowBlock * C));
       for (int64_t i = 0; i < nr; ++i) dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
