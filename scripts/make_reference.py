@@ -139,6 +139,51 @@ def write_quant_ref(path):
     print("wrote", path)
 
 
+def write_tiny_models(out, shared):
+    """Two tiny random-weight models that cover what the shipped test models do not: qwen2 (q/k/v
+    bias) stored as BF16, and a Llama-3-style rope_scaling model stored as F16 in shards with an
+    index. TinyStories' tokenizer files are reused; logits come from transformers."""
+    import shutil
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    ts_dir = os.path.join(shared, "models/tinystories-656k")
+    tok = Tokenizer.from_file(os.path.join(ts_dir, "tokenizer.json"))
+    ids = [tok.encode(p).ids for p in PROMPTS[:2]]
+    common = dict(vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)
+    specs = [
+        ("tiny_qwen2", Qwen2ForCausalLM, Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=False),
+         torch.bfloat16, None),
+        ("tiny_llama3", LlamaForCausalLM,
+         LlamaConfig(**common, rope_theta=500000.0, tie_word_embeddings=True,
+                     rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+         torch.float16, "100KB"),
+    ]
+    for name, cls, cfg, dtype, shard in specs:
+        torch.manual_seed(11)
+        model = cls(cfg).eval()
+        with torch.no_grad():  # larger weights than the default init, so the logits carry signal
+            for p in model.parameters():
+                p.mul_(2.0)
+            if hasattr(model.model.layers[0].self_attn.q_proj, "bias") and model.model.layers[0].self_attn.q_proj.bias is not None:
+                for layer in model.model.layers:
+                    for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                        proj.bias.normal_(0.0, 0.2)
+        model = model.to(dtype)
+        d = os.path.join(out, name)
+        shutil.rmtree(d, ignore_errors=True)
+        kw = {"max_shard_size": shard} if shard else {}
+        model.save_pretrained(d, safe_serialization=True, **kw)
+        for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            shutil.copy(os.path.join(ts_dir, f), d)
+        # reload in f32: casting the live model back would keep its rope buffer rounded to dtype
+        ref = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+        write_logits_ref(os.path.join(out, "logits_" + name), ref, ids, 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default="../shared")
@@ -152,6 +197,7 @@ def main():
     torch.manual_seed(0)
     os.makedirs(a.out, exist_ok=True)
     write_quant_ref(os.path.join(a.out, "quant"))
+    write_tiny_models(a.out, a.shared)
     texts = corpus(a.shared)
     ts_dir = os.path.join(a.shared, "models/tinystories-656k")
     ts_tok = Tokenizer.from_file(os.path.join(ts_dir, "tokenizer.json"))

@@ -105,5 +105,22 @@ TEST(Model, SmolLM2LogitsMatchTransformers) {
   compare_logits(*m, "logits_smollm2", KvDType::kF16, 6e-2);
 }
 
+// Tiny random-weight models written by scripts/make_reference.py cover what the shipped models do
+// not: qwen2 with q/k/v bias from BF16 safetensors, and Llama-3 rope scaling from sharded F16
+// safetensors with an index. Same tolerances as TinyStories (both sides compute in f32 from the
+// same rounded weights).
+TEST(Model, TinyQwen2Bf16LogitsMatchTransformers) {
+  auto m = Model::load(test::ref_dir() + "/tiny_qwen2");
+  EXPECT_EQ(m->config().arch, Arch::kQwen2);
+  EXPECT_TRUE(m->config().qkv_bias);
+  compare_logits(*m, "logits_tiny_qwen2", KvDType::kF32, 1e-4);
+}
+
+TEST(Model, TinyLlama3ShardedF16WithRopeScalingMatchesTransformers) {
+  auto m = Model::load(test::ref_dir() + "/tiny_llama3");
+  EXPECT_FLOAT_EQ(m->config().rope_scaling.factor, 8.0f);
+  compare_logits(*m, "logits_tiny_llama3", KvDType::kF32, 1e-4);
+}
+
 }  // namespace
 }  // namespace squeezekv

@@ -263,14 +263,24 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir_str) {
     c.rope_theta = cj.value("rope_theta", 10000.0f);
     if (c.arch == Arch::kLlama) c.qkv_bias = cj.value("attention_bias", false);
     tied = cj.value("tie_word_embeddings", false);
-    if (cj.contains("rope_scaling") && cj["rope_scaling"].is_object()) {
-      const json& rs = cj["rope_scaling"];
-      const std::string type = rs.value("rope_type", rs.value("type", ""));
-      if (type != "llama3") throw FormatError(src + "unsupported rope_scaling type '" + type + "' (expected llama3 or none)");
-      c.rope_scaling.factor = rs.at("factor").get<float>();
-      c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
-      c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
-      c.rope_scaling.original_context = rs.value("original_max_position_embeddings", 8192);
+    // transformers 5 writes {"rope_parameters": {"rope_theta", "rope_type", ...}}; older files
+    // a top-level rope_theta and an optional rope_scaling object
+    const json* rs = nullptr;
+    if (cj.contains("rope_parameters") && cj["rope_parameters"].is_object()) {
+      rs = &cj["rope_parameters"];
+      c.rope_theta = rs->value("rope_theta", c.rope_theta);
+    } else if (cj.contains("rope_scaling") && cj["rope_scaling"].is_object()) {
+      rs = &cj["rope_scaling"];
+    }
+    const std::string rope_type = rs ? rs->value("rope_type", rs->value("type", std::string("default"))) : "default";
+    if (rope_type != "default" && rope_type != "llama3")
+      throw FormatError(src + "unsupported rope type '" + rope_type + "' (expected default or llama3)");
+    if (rope_type == "llama3") {
+      const json& r = *rs;
+      c.rope_scaling.factor = r.at("factor").get<float>();
+      c.rope_scaling.low_freq_factor = r.value("low_freq_factor", 1.0f);
+      c.rope_scaling.high_freq_factor = r.value("high_freq_factor", 4.0f);
+      c.rope_scaling.original_context = r.value("original_max_position_embeddings", 8192);
     }
   } catch (const json::exception& e) {
     throw FormatError(src + "malformed config: " + e.what());
