@@ -1,5 +1,6 @@
 #include "kv/kv_storage.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <string>
@@ -43,6 +44,7 @@ void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T
     }
   }
   count_ += T;
+  if (T > 0) newest_ = std::max(newest_, pos[T - 1]);
 }
 
 void KvStorage::compact(const int* keep, int n_keep) {
@@ -86,6 +88,7 @@ void KvStorage::set_capacity(int capacity) {
     std::memcpy(next.mass_.data() + to, mass_.data() + from, count_ * sizeof(float));
   }
   next.count_ = count_;
+  next.newest_ = newest_;
   *this = std::move(next);
 }
 

@@ -25,7 +25,10 @@ class KvStorage {
   // evicted row.
   void compact(const int* keep, int n_keep);
 
-  void clear() { count_ = 0; }
+  void clear() {
+    count_ = 0;
+    newest_ = -1;
+  }
   // Re-lays the arrays for a new capacity (>= count), keeping the held rows. A deep copy: called
   // once per schedule change, never per step.
   void set_capacity(int capacity);
@@ -35,6 +38,8 @@ class KvStorage {
   int n_kv_heads() const { return G_; }
   int head_dim() const { return D_; }
   cpu::KvType type() const { return type_; }
+  // Position of the newest row ever appended (-1 before the first).
+  int32_t newest_position() const { return newest_; }
   const int32_t* positions(int g) const { return pos_.data() + static_cast<size_t>(g) * capacity_; }
   const float* mass(int g) const { return mass_.data() + static_cast<size_t>(g) * capacity_; }
   // mass_g[j] += add[g * count + j] for every head g and slot j < count
@@ -47,6 +52,7 @@ class KvStorage {
   int G_, D_, capacity_;
   cpu::KvType type_;
   int count_ = 0;
+  int32_t newest_ = -1;
   std::vector<uint8_t> k_, v_;   // [G][capacity][D] elements of type_
   std::vector<int32_t> pos_;     // [G][capacity]
   std::vector<float> mass_;      // [G][capacity]
