@@ -77,12 +77,11 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt199
   for (size_t b = 0; b < nb; ++b) {
     const size_t o = b * info.block_bytes;
     switch (t) {
-      case DType::F32:
-        for (int i = 0; i < 1; ++i) {
-          const float v = val(rng);
-          std::memcpy(data.data() + o, &v, 4);
-        }
+      case DType::F32: {
+        const float v = val(rng);
+        std::memcpy(data.data() + o, &v, 4);
         break;
+      }
       case DType::F16: put(o, val(rng)); break;
       case DType::BF16: {
         const float v = val(rng);
