@@ -71,6 +71,27 @@ def smollm2_tokenizer(gguf_path):
     return tok
 
 
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def with_split_pretokenizer(tok, pattern, ignore_merges):
+    """The same vocabulary and merges behind Llama-3's / Qwen2's pre-tokenizer (a Split on the
+    published pattern, then byte-level without its own regex), as their tokenizer.json files do."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    spec = json.loads(tok.to_str())
+    model = spec["model"]
+    out = Tokenizer(models.BPE(vocab=model["vocab"], merges=[tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1))
+                                                               for m in model["merges"]], ignore_merges=ignore_merges))
+    out.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return out
+
+
 def write_tokenizer_ref(path, tok, texts):
     rows = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]
     with open(path, "w", encoding="utf-8") as f:
@@ -204,6 +225,10 @@ def main():
     sm_tok = smollm2_tokenizer(a.gguf)
     write_tokenizer_ref(os.path.join(a.out, "tokenizer_tinystories.json"), ts_tok, texts)
     write_tokenizer_ref(os.path.join(a.out, "tokenizer_smollm2.json"), sm_tok, texts)
+    write_tokenizer_ref(os.path.join(a.out, "tokenizer_llama3_pre.json"),
+                        with_split_pretokenizer(sm_tok, LLAMA3_PATTERN, True), texts)
+    write_tokenizer_ref(os.path.join(a.out, "tokenizer_qwen2_pre.json"),
+                        with_split_pretokenizer(sm_tok, QWEN2_PATTERN, False), texts)
 
     ts = AutoModelForCausalLM.from_pretrained(ts_dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
     ts_ids = [ts_tok.encode(p).ids for p in PROMPTS]  # with BOS, as the model was trained

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "model/gguf.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
 #include "test_paths.h"
@@ -53,6 +55,27 @@ TEST(Tokenizer, TinyStoriesSentencePieceMatchesHuggingFace) {
   EXPECT_EQ(m->tokenizer().kind(), TokenizerKind::kSentencePieceBpe);
   // TinyStories has no byte tokens: non-ASCII scripts and emoji become <unk> (id 0), as in HF
   check_parity(m->tokenizer(), "tokenizer_tinystories.json", 0, 90);  // 94 of 220 are spellable
+}
+
+// Llama-3's and Qwen2's pre-tokenizer regexes (lookaheads, case-insensitive contractions, digit
+// groups) over SmolLM2's vocabulary and merges, against tokenizers with the same Split patterns.
+TEST(Tokenizer, Llama3AndQwen2PreTokenizersMatchHuggingFace) {
+  const GgufFile f(test::default_model());
+  TokenizerSpec base;
+  base.kind = TokenizerKind::kByteLevelBpe;
+  base.tokens = f.find("tokenizer.ggml.tokens")->strings;
+  for (const std::string& m : f.find("tokenizer.ggml.merges")->strings) {
+    const size_t sp = m.find(' ', 1);
+    base.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+  }
+  for (const auto& [pre, ref, ignore] : {std::tuple{"llama3", "tokenizer_llama3_pre.json", true},
+                                         std::tuple{"qwen2", "tokenizer_qwen2_pre.json", false}}) {
+    TokenizerSpec spec = base;
+    spec.pre = pre;
+    spec.ignore_merges = ignore;
+    const Tokenizer tok(spec);
+    check_parity(tok, ref, -1, 220);
+  }
 }
 
 TEST(Tokenizer, SpecialTokensAndBos) {

@@ -1,5 +1,6 @@
 // Hugging Face directory -> Model: config.json, model.safetensors (or a sharded index) and
 // tokenizer.json (+ tokenizer_config.json for BOS and the chat template).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -263,6 +264,11 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir_str) {
     c.rope_theta = cj.value("rope_theta", 10000.0f);
     if (c.arch == Arch::kLlama) c.qkv_bias = cj.value("attention_bias", false);
     tied = cj.value("tie_word_embeddings", false);
+    // Mistral v0.1 attends over a sliding window; within the window that is full attention, so
+    // the context is limited to it rather than computed differently (qwen2 marks its window unused)
+    if (mt == "mistral" && cj.contains("sliding_window") && cj["sliding_window"].is_number() &&
+        cj.value("use_sliding_window", true))
+      c.context_length = std::min(c.context_length, cj["sliding_window"].get<int>());
     // transformers 5 writes {"rope_parameters": {"rope_theta", "rope_type", ...}}; older files
     // a top-level rope_theta and an optional rope_scaling object
     const json* rs = nullptr;
