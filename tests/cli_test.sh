@@ -65,6 +65,7 @@ expect_error "--prefix" eval ppl -m /nonexistent/model.gguf --text "$shared/data
 expect_error "--depths" eval retrieval -m /nonexistent/model.gguf --task passkey --depths 0.5,1.2
 expect_error "--task" eval retrieval -m /nonexistent/model.gguf --task soup
 expect_error "--config" eval sweep --config /nonexistent/sweep.json
+expect_error "cannot hold" eval retrieval -m "$m" --tokenizer "$tok" --task niah-multivalue --ctx 128 --depths 0.5
 out="$("$bin" eval ppl -m "$m" --tokenizer "$tok" --text "$shared/data/austen/emma.txt" --ctx 64 --prefix 32 --windows 2 \
        --kv-policy h2o --kv-budget 16 2>/dev/null)"; rc=$?
 [ $rc -eq 0 ] && ok || bad "eval ppl failed"

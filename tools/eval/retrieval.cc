@@ -183,6 +183,9 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       };
       render(std::string(kPreamble) + needles_text);
       const int overhead = static_cast<int>(tok.encode(prefix_text, tok.add_bos()).size() + tok.encode(suffix_text, false).size());
+      if (overhead >= o.ctx)
+        throw Error("--ctx: " + std::to_string(o.ctx) + " tokens cannot hold the task's instructions, needles and question (" +
+                    std::to_string(overhead) + " tokens with this tokenizer)");
       // haystack sentences up to the token target, from a seeded start
       std::vector<std::string> sent;
       size_t i = std::uniform_int_distribution<size_t>(0, hay.size() - 1)(rng);
