@@ -51,6 +51,59 @@ def fmt(metric, v):
     return f"{v:.2f}" if metric == "ppl" else f"{v:.2f}"
 
 
+def findings(recs, cfg, labels, fr):
+    """Plain statements computed from the records."""
+    out = ["## What the numbers say", ""]
+    ppl = [r for r in recs if r["task"] == "ppl"]
+    for ctx in sorted({r["ctx"] for r in ppl}):
+        full = next((r for r in ppl if r["ctx"] == ctx and r["policy"] == "full"), None)
+        if not full:
+            continue
+        for f in fr:
+            cells = [(r["value"], r["policy"], r["kept_bytes"]) for r in ppl if r["ctx"] == ctx and r["budget_fraction"] == f]
+            if not cells:
+                continue
+            best, worst = min(cells), max(cells)
+            ties = [p for v, p, _ in cells if v == best[0]]
+            win = next((v for v, p, _ in cells if p == "window"), None)
+            h2o = next((v for v, p, _ in cells if p == "h2o"), None)
+            extra = ""
+            if win is not None:
+                extra += f"; window (StreamingLLM) +{100 * (win / full['value'] - 1):.1f}%"
+            if h2o is not None:
+                extra += f"; h2o +{100 * (h2o / full['value'] - 1):.1f}%"
+            out.append(f"- Perplexity at {ctx} tokens, {100 * f:g}% budget ({best[2] / 1e6:.1f} MB kept of "
+                       f"{full['kept_bytes'] / 1e6:.1f} MB): best **{', '.join(ties)}** {best[0]:.2f}, "
+                       f"+{100 * (best[0] / full['value'] - 1):.1f}% over the full cache ({full['value']:.2f}){extra}; "
+                       f"worst {worst[1]} {worst[0]:.2f}.")
+    ret = [r for r in recs if r["metric"] == "accuracy"]
+    if ret:
+        by_pol = defaultdict(list)
+        for r in ret:
+            by_pol[r["policy"]].append(r["value"])
+        means = sorted(((sum(v) / len(v), p) for p, v in by_pol.items()), reverse=True)
+        out.append("- Retrieval, mean accuracy over every length, depth and budget: " +
+                   ", ".join(f"{p} {m:.2f}" for m, p in means) + ". The compression here does not know the question "
+                   "(it is asked after the context was compressed), so a needle survives only if it drew attention "
+                   "before the question or sits in the protected recent window; at 5-10% budgets every policy loses it.")
+    over = []
+    for r in recs:
+        if r.get("kv_policy") == "squeeze" and r.get("layer_budgets"):
+            m = max(r["layer_budgets"])
+            if m > r["ctx"]:
+                over.append((r["policy"], r["task"], r["ctx"], r["budget_fraction"], m, r["layer_budgets"].index(m)))
+    if over:
+        pols = sorted({o[0] for o in over})
+        o = max(over, key=lambda o: o[4])
+        out.append(f"- {', '.join(pols)}: some layers were given more tokens than the context holds (e.g. layer {o[5]} "
+                   f"got {o[4]} at {o[1]} {o[2]}, {100 * o[3]:g}%), so the budget they do not use is lost to the "
+                   "others. Residual-stream cosines sit near 1 for all but the first layers, and the seed's inverse "
+                   "allocation turns their small differences into extreme splits; the paper's kmeans3 allocation "
+                   "(row `squeeze-residual_cosine-kmeans3`) is the one made for this score.")
+    out.append("")
+    return out
+
+
 def report(a):
     import plot_sweep  # matplotlib is needed for the report only
 
@@ -71,16 +124,27 @@ def report(a):
     expected = sum(len(t["ctx"]) for t in cfg["tasks"]) * (1 + len(labels) * len(fr))
     lines = ["# Quality per byte: results", ""]
     lines.append(f"Model `{cfg['model']}`; config `{a.config}`; {len(recs)} of {expected} runs recorded "
-                 f"(records: {', '.join('`' + os.path.relpath(f) + '`' for f in files)}).")
+                 f"(records: `{os.path.relpath(base)}*{ext}`, {len(files)} files, one JSON line per run).")
     commits = sorted({r.get("git_commit", "?") for r in recs})
     lines.append(f"Engine commit(s): {', '.join(commits)}. Machine: {a.machine}.")
     lines.append("")
-    lines.append("Perplexity: prefill the first half of a 2,048-token window of *Emma*, then teacher-forced one-token "
-                 "steps with eviction active; every continuation token scored (lower is better). Retrieval: "
-                 "RULER-style needles at depths 0.1 / 0.5 / 0.9 of filler text, the question after the "
-                 "compressed context, greedy answer, exact match (higher is better). Budgets are tokens per layer "
-                 "as a share of the context; `full` keeps everything. Regenerate with `scripts/make_results.py`.")
+    for t in cfg["tasks"]:
+        if t["task"] == "ppl":
+            lines.append(f"- Perplexity (`{t['text']}`, {t.get('windows', 1)} window(s) of {', '.join(map(str, t['ctx']))} "
+                         f"tokens): prefill the first {100 * t.get('prefix_fraction', 0.5):g}% of the window, then "
+                         "teacher-forced one-token steps with eviction active at every step; every continuation token "
+                         "is scored (lower is better).")
+        else:
+            n = len(t.get("depths", [])) * t.get("samples", 1)
+            lines.append(f"- `{t['task']}` at {', '.join(map(str, t['ctx']))} tokens: RULER-style needles at depths "
+                         f"{', '.join(map(str, t.get('depths', [])))} of filler text, {n} samples per cell (seed "
+                         f"{t.get('seed', 1)}); the context is prefilled and compressed first, then the question; greedy "
+                         "answer, exact match (higher is better). One sample is "
+                         f"{1 / n:.2f} of a cell's accuracy.")
+    lines.append("- Budgets are tokens per layer as a share of the context (`squeeze` keeps that average across "
+                 "layers); `full` keeps everything. Regenerate with `scripts/make_results.py` (see its header).")
     lines.append("")
+    lines += findings(recs, cfg, labels, fr)
     wins = defaultdict(int)
     verdicts = []
     for (task, ctx) in sorted(groups):
