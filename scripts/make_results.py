@@ -97,9 +97,9 @@ def findings(recs, cfg, labels, fr):
         o = max(over, key=lambda o: o[4])
         out.append(f"- {', '.join(pols)}: some layers were given more tokens than the context holds (e.g. layer {o[5]} "
                    f"got {o[4]} at {o[1]} {o[2]}, {100 * o[3]:g}%), so the budget they do not use is lost to the "
-                   "others. Residual-stream cosines sit near 1 for all but the first layers, and the seed's inverse "
-                   "allocation turns their small differences into extreme splits; the paper's kmeans3 allocation "
-                   "(row `squeeze-residual_cosine-kmeans3`) is the one made for this score.")
+                   "others. Residual-stream cosines sit near 1 for all but the first layers, so both allocations "
+                   "put most of the total on those few layers; a cap at the tokens a layer can see, with the excess "
+                   "handed on, is the missing piece (the coordinator's contract fixes the total, not the cap).")
     out.append("")
     return out
 
