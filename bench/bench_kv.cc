@@ -1,9 +1,12 @@
 // Cost of eviction bookkeeping in a decode step: per-step time with an evicting policy holding R
-// tokens per layer vs the full cache holding the same R tokens (median over blocks of steps).
-// Usage: squeezekv_bench_kv MODEL [threads=2] [retained=512] [steps=32] [blocks=5]
+// tokens per layer vs the full cache holding the same R tokens. All sessions run interleaved,
+// block by block, so machine drift hits every policy alike; the overhead is the median over
+// blocks of (policy time / full time - 1).
+// Usage: squeezekv_bench_kv MODEL [threads=2] [retained=512] [steps=32] [blocks=15]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,57 +28,68 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median milliseconds per decode step. Evicting policies are prefilled with 3R tokens (so the
-// cache sits at its budget R); the full cache with R - steps/2 (so it holds R on average).
-double step_ms(const Model& m, CacheConfig cc, int threads, int R, int steps, int blocks) {
-  const bool full = cc.policy == KvPolicy::kFull;
-  const int n_prompt = full ? R - steps / 2 : 3 * R;
-  SessionOptions so;
-  so.threads = threads;
-  so.cache = cc;
-  so.cache.max_tokens = n_prompt + steps * (blocks + 1) + 8;
-  Session s(m, so);
-  const auto prompt = tokens(n_prompt, m.config().vocab_size, 1);
-  const auto cont = tokens(steps * (blocks + 1), m.config().vocab_size, 2);
-  std::vector<double> ms;
-  s.forward(prompt);
-  size_t next = 0;
-  for (int b = 0; b <= blocks; ++b) {
-    if (full && b > 0) {  // keep the full cache at the same retained count
-      s.reset();
-      s.forward(prompt);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) s.forward(std::span<const int>(&cont[next++], 1));
-    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (b > 0) ms.push_back(dt / steps);  // block 0 warms up
-  }
-  return median(ms);
-}
+struct Runner {
+  std::string name;
+  bool full;
+  std::unique_ptr<Session> session;
+  std::vector<int> prompt;
+  std::vector<double> ms;  // per block, ms per step
+};
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL [threads=2] [retained=512] [steps=32] [blocks=5]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL [threads=2] [retained=512] [steps=32] [blocks=15]\n", argv[0]);
     return 2;
   }
   try {
     const int threads = argc > 2 ? std::stoi(argv[2]) : 2;
     const int R = argc > 3 ? std::stoi(argv[3]) : 512;
     const int steps = argc > 4 ? std::stoi(argv[4]) : 32;
-    const int blocks = argc > 5 ? std::stoi(argv[5]) : 5;
+    const int blocks = argc > 5 ? std::stoi(argv[5]) : 15;
     auto m = Model::load(argv[1]);
+    const int V = m->config().vocab_size;
     std::printf("model=%s threads=%d retained=%d steps=%d blocks=%d\n", argv[1], threads, R, steps, blocks);
-    CacheConfig full;
-    const double base = step_ms(*m, full, threads, R, steps, blocks);
-    std::printf("%-10s %8.3f ms/step\n", "full", base);
-    for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kSqueeze}) {
-      CacheConfig cc;
-      cc.policy = p;
-      cc.budget = R;
-      cc.squeeze_strength = 0.0;  // every layer holds exactly R: same retained count as full
-      const double t = step_ms(*m, cc, threads, R, steps, blocks);
-      std::printf("%-10s %8.3f ms/step  overhead %+.1f%%\n", kv_policy_name(p), t, 100.0 * (t - base) / base);
+    std::vector<Runner> runners;
+    // evicting policies are prefilled with 3R tokens (the cache sits at its budget R); the full
+    // cache with R - steps/2 before every block (it holds R on average over the block)
+    for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kSqueeze}) {
+      Runner r;
+      r.name = kv_policy_name(p);
+      r.full = p == KvPolicy::kFull;
+      SessionOptions so;
+      so.threads = threads;
+      so.cache.policy = p;
+      so.cache.budget = r.full ? 0 : R;
+      so.cache.squeeze_strength = 0.0;  // every layer holds exactly R: the same retained count as full
+      r.prompt = tokens(r.full ? R - steps / 2 : 3 * R, V, 1);
+      so.cache.max_tokens = static_cast<int>(r.prompt.size()) + steps * (blocks + 1) + 8;
+      r.session = std::make_unique<Session>(*m, so);
+      r.session->forward(r.prompt);
+      runners.push_back(std::move(r));
+    }
+    const auto cont = tokens(steps * (blocks + 1), V, 2);
+    for (int b = 0; b <= blocks; ++b) {
+      for (Runner& r : runners) {
+        if (r.full && b > 0) {
+          r.session->reset();
+          r.session->forward(r.prompt);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < steps; ++i) r.session->forward(std::span<const int>(&cont[b * steps + i], 1));
+        const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (b > 0) r.ms.push_back(dt / steps);  // block 0 warms up
+      }
+    }
+    const Runner& full = runners[0];
+    std::printf("%-8s %8.3f ms/step\n", "full", median(full.ms));
+    for (size_t i = 1; i < runners.size(); ++i) {
+      std::vector<double> ratio;
+      for (size_t b = 0; b < full.ms.size(); ++b) ratio.push_back(runners[i].ms[b] / full.ms[b] - 1.0);
+      std::sort(ratio.begin(), ratio.end());
+      std::printf("%-8s %8.3f ms/step  overhead median %+.1f%% (quartiles %+.1f%% .. %+.1f%%)\n", runners[i].name.c_str(),
+                  median(runners[i].ms), 100.0 * median(ratio), 100.0 * ratio[ratio.size() / 4],
+                  100.0 * ratio[ratio.size() * 3 / 4]);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

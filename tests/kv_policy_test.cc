@@ -201,48 +201,49 @@ TEST(KvPolicy, ChunkedPrefillPeakIsBudgetPlusChunk) {
   }
 }
 
-// Compaction moves each surviving row together with its position and mass.
-TEST(KvStorage, CompactKeepsRowsWithTheirPositions) {
+// Eviction drops exactly the named rows and moves each survivor with its position and values.
+TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
   std::mt19937 rng(4);
   for (auto type : {cpu::KvType::kF32, cpu::KvType::kF16}) {
-    const int G = 3, D = 8, n = 50;
-    KvStorage st(G, D, 64, type);
-    std::vector<float> k(static_cast<size_t>(n) * G * D), v(k.size());
-    std::vector<int32_t> pos(n);
-    for (int t = 0; t < n; ++t) {
-      pos[t] = 10 + t;
-      for (int i = 0; i < G * D; ++i) {
-        k[t * G * D + i] = static_cast<float>(i);
-        v[t * G * D + i] = static_cast<float>(t) + 0.5f;
+    for (int n_evict : {1, 2, 17, 30, 50}) {
+      const int G = 3, D = 8, n = 50;
+      KvStorage st(G, D, 64, type);
+      std::vector<float> k(static_cast<size_t>(n) * G * D), v(k.size());
+      std::vector<int32_t> pos(n);
+      for (int t = 0; t < n; ++t) {
+        pos[t] = 10 + t;
+        for (int i = 0; i < G * D; ++i) {
+          k[t * G * D + i] = static_cast<float>(i);
+          v[t * G * D + i] = static_cast<float>(t) + 0.5f;  // exact in f16
+        }
       }
-    }
-    st.append(k.data(), v.data(), pos.data(), n);
-    std::vector<int> keep;
-    const int n_keep = 20;
-    for (int g = 0; g < G; ++g) {
-      std::vector<int> all(n);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng);
-      all.resize(n_keep);
-      std::sort(all.begin(), all.end());
-      keep.insert(keep.end(), all.begin(), all.end());
-    }
-    st.compact(keep.data(), n_keep);
-    ASSERT_EQ(st.count(), n_keep);
-    const cpu::KvView view = st.view();
-    for (int g = 0; g < G; ++g) {
-      std::set<int32_t> want, got;
-      for (int i = 0; i < n_keep; ++i) want.insert(10 + keep[g * n_keep + i]);
-      for (int j = 0; j < n_keep; ++j) {
-        const int32_t p = st.positions(g)[j];
-        got.insert(p);
-        const int t = p - 10;
-        const size_t at = (static_cast<size_t>(g) * view.capacity + j) * D;
-        const float vv = type == cpu::KvType::kF32 ? static_cast<const float*>(view.v)[at]
-                                                   : f16_to_f32(static_cast<const uint16_t*>(view.v)[at]);
-        EXPECT_EQ(vv, static_cast<float>(t) + 0.5f) << "row moved without its position";
+      st.append(k.data(), v.data(), pos.data(), n);
+      std::vector<int> evict;
+      for (int g = 0; g < G; ++g) {
+        std::vector<int> all(n);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        all.resize(n_evict);
+        std::sort(all.begin(), all.end());
+        evict.insert(evict.end(), all.begin(), all.end());
       }
-      EXPECT_EQ(got, want);
+      st.evict(evict.data(), n_evict);
+      ASSERT_EQ(st.count(), n - n_evict);
+      const cpu::KvView view = st.view();
+      for (int g = 0; g < G; ++g) {
+        std::set<int32_t> want, got;
+        for (int t = 0; t < n; ++t) want.insert(10 + t);
+        for (int i = 0; i < n_evict; ++i) want.erase(10 + evict[g * n_evict + i]);
+        for (int j = 0; j < st.count(); ++j) {
+          const int32_t p = st.positions(g)[j];
+          got.insert(p);
+          const size_t at = (static_cast<size_t>(g) * view.capacity + j) * D;
+          const float vv = type == cpu::KvType::kF32 ? static_cast<const float*>(view.v)[at]
+                                                     : f16_to_f32(static_cast<const uint16_t*>(view.v)[at]);
+          EXPECT_EQ(vv, static_cast<float>(p - 10) + 0.5f) << "row moved without its position";
+        }
+        EXPECT_EQ(got, want) << "n_evict " << n_evict;
+      }
     }
   }
 }

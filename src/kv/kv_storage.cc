@@ -47,26 +47,23 @@ void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T
   if (T > 0) newest_ = std::max(newest_, pos[T - 1]);
 }
 
-void KvStorage::compact(const int* keep, int n_keep) {
-  assert(n_keep <= count_);
+void KvStorage::evict(const int* evict, int n_evict) {
+  assert(n_evict <= count_);
   const size_t row = static_cast<size_t>(D_) * elem_bytes(type_);
+  const int new_count = count_ - n_evict;
   for (int g = 0; g < G_; ++g) {
     const size_t base = static_cast<size_t>(g) * capacity_;
-    const int* kg = keep + static_cast<size_t>(g) * n_keep;
-    // Survivors at slots >= n_keep fill the holes left below n_keep: at most one row moves per
-    // evicted row, instead of shifting everything behind the first hole. kg is ascending, so the
-    // survivors below n_keep are a prefix of it.
-    int below = 0;
-    while (below < n_keep && kg[below] < n_keep) ++below;
-    int src = below, hole = 0;
-    for (int i = 0; i < below; ++i) {  // walk holes in [0, n_keep) in ascending order
-      for (; hole < kg[i]; ++hole) move_row(base, kg[src++], hole, row);
-      hole = kg[i] + 1;
+    const int* e = evict + static_cast<size_t>(g) * n_evict;
+    // holes below new_count take the surviving rows from the top of [new_count, count): one
+    // move per hole, so a decode step that evicts one row moves at most one row
+    int src = count_ - 1, top = n_evict - 1;
+    for (int i = 0; i < n_evict && e[i] < new_count; ++i) {
+      for (; top >= 0 && e[top] == src; --top) --src;  // skip rows that are evicted themselves
+      assert(src >= new_count);
+      move_row(base, src--, e[i], row);
     }
-    for (; hole < n_keep; ++hole) move_row(base, kg[src++], hole, row);
-    assert(src == n_keep);
   }
-  count_ = n_keep;
+  count_ = new_count;
 }
 
 void KvStorage::move_row(size_t base, int from, int to, size_t row_bytes) {
@@ -90,14 +87,6 @@ void KvStorage::set_capacity(int capacity) {
   next.count_ = count_;
   next.newest_ = newest_;
   *this = std::move(next);
-}
-
-void KvStorage::add_mass(const float* add) {
-  for (int g = 0; g < G_; ++g) {
-    float* m = mass_.data() + static_cast<size_t>(g) * capacity_;
-    const float* a = add + static_cast<size_t>(g) * count_;
-    for (int j = 0; j < count_; ++j) m[j] += a[j];
-  }
 }
 
 cpu::KvView KvStorage::view() const {

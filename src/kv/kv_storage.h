@@ -1,7 +1,7 @@
 // Storage of one layer's retained keys and values (DESIGN.md "Cache architecture"):
 // K and V as [G][slot][D] (f16 default, f32 option), and per head per slot its absolute position
 // (int32) and accumulated attention mass (f32). All heads hold the same count; each head keeps its
-// own set of positions. Slots are in no particular order once rows were evicted (compaction fills
+// own set of positions. Slots are in no particular order once rows were evicted (eviction fills
 // holes from the tail); the position of a slot identifies its token. New rows always go to the end.
 // Allocated once per capacity; no allocation per step.
 // Thread safety: none; owned by one sequence.
@@ -21,9 +21,9 @@ class KvStorage {
   // Throws Error when the rows do not fit the capacity.
   void append(const float* k, const float* v, const int32_t* pos, int T);
 
-  // Keeps, for every head g, the slots keep[g * n_keep + i] (ascending), moving at most one row per
-  // evicted row.
-  void compact(const int* keep, int n_keep);
+  // Drops, for every head g, the slots evict[g * n_evict + i] (ascending), moving at most one row
+  // per evicted row (holes are filled from the top).
+  void evict(const int* evict, int n_evict);
 
   void clear() {
     count_ = 0;
@@ -42,8 +42,8 @@ class KvStorage {
   int32_t newest_position() const { return newest_; }
   const int32_t* positions(int g) const { return pos_.data() + static_cast<size_t>(g) * capacity_; }
   const float* mass(int g) const { return mass_.data() + static_cast<size_t>(g) * capacity_; }
-  // mass_g[j] += add[g * count + j] for every head g and slot j < count
-  void add_mass(const float* add);
+  // Accumulated attention mass, [G][capacity]; attention adds to it directly.
+  float* mass_accumulator() { return mass_.data(); }
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
 

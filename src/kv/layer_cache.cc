@@ -16,7 +16,7 @@ LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, cpu::KvType type
       max_step_rows_(max_step_rows),
       max_tokens_(max_tokens),
       storage_(n_kv_heads, head_dim, capacity_for(policy_->budget()), type) {
-  keep_.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
+  evict_.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
 }
 
 int LayerCache::capacity_for(int budget) const {
@@ -31,8 +31,8 @@ void LayerCache::append(const float* k, const float* v, const int32_t* pos, int 
 }
 
 void LayerCache::end_step() {
-  const int n = policy_->select(storage_, last_step_rows_, keep_);
-  if (n < storage_.count()) storage_.compact(keep_.data(), n);
+  const int n = policy_->select(storage_, last_step_rows_, evict_);
+  if (n > 0) storage_.evict(evict_.data(), n);
   const int cap = capacity_for(policy_->budget());
   if (cap != storage_.capacity() && cap >= storage_.count()) storage_.set_capacity(cap);
 }

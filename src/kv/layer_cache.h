@@ -1,6 +1,6 @@
 // One layer's KV cache: storage + eviction policy. The forward pass appends the step's rows, runs
 // attention over view(), reports the mass when wants_mass() (and the squeeze metric while one is
-// pending), and calls end_step() once every layer has run; end_step prepares the survivor set and
+// pending), and calls end_step() once every layer has run; end_step prepares the eviction set and
 // applies it in one pass.
 // Thread safety: none; owned by one sequence.
 #pragma once
@@ -25,11 +25,12 @@ class LayerCache {
   cpu::KvView view() const { return storage_.view(); }
   bool wants_mass() const { return policy_->needs_mass(); }
   int mass_rows() const { return policy_->mass_rows(); }
-  void observe(const float* mass) { storage_.add_mass(mass); }  // mass [G][count]
+  // Where attention adds the mass each retained key receives: [G][capacity].
+  float* mass_accumulator() { return storage_.mass_accumulator(); }
   std::optional<SqueezeMetric> pending_metric() const { return policy_->pending_metric(); }
   void report_concentration(double v) { policy_->report_concentration(v); }
-  // Compacts to the policy's survivors; then sizes the storage for the next step (changes only
-  // when the policy's budget changes, i.e. once when a squeeze schedule is fixed).
+  // Evicts what the policy names; then sizes the storage for the next step (changes only when the
+  // policy's budget changes, i.e. once when a squeeze schedule is fixed).
   void end_step();
   void reset();
   LayerStats stats() const;
@@ -42,7 +43,7 @@ class LayerCache {
   std::unique_ptr<EvictionPolicy> policy_;
   int max_step_rows_, max_tokens_;
   KvStorage storage_;
-  std::vector<int> keep_;  // [G][n_keep], reused every step
+  std::vector<int> evict_;  // [G][n_evict], reused every step
   int64_t tokens_seen_ = 0;
   int last_step_rows_ = 0;
 };

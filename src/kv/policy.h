@@ -20,10 +20,10 @@ class EvictionPolicy {
   virtual int mass_rows() const { return 0; }
   // Most rows the layer may hold after a step (may change once, when a schedule is fixed).
   virtual int budget() const = 0;
-  // Writes the survivors to keep as [G][n_keep] (ascending slots per head) and returns n_keep;
-  // returns s.count() and leaves keep alone when nothing is evicted. step_rows: rows appended
-  // this step (> 1 for a prefill chunk).
-  virtual int select(const KvStorage& s, int step_rows, std::vector<int>& keep) = 0;
+  // Writes the rows to evict as [G][n_evict] (ascending slots per head) and returns n_evict;
+  // returns 0 and leaves evict alone when nothing is evicted. step_rows: rows appended this step
+  // (> 1 for a prefill chunk).
+  virtual int select(const KvStorage& s, int step_rows, std::vector<int>& evict) = 0;
   // squeeze: the metric the layer must still report in this step (nullopt when none).
   virtual std::optional<SqueezeMetric> pending_metric() const { return std::nullopt; }
   virtual void report_concentration(double /*value*/) {}
@@ -36,7 +36,7 @@ class FullPolicy final : public EvictionPolicy {
  public:
   explicit FullPolicy(int capacity) : capacity_(capacity) {}
   int budget() const override { return capacity_; }
-  int select(const KvStorage& s, int, std::vector<int>&) override { return s.count(); }
+  int select(const KvStorage&, int, std::vector<int>&) override { return 0; }
 
  private:
   int capacity_;

@@ -11,44 +11,41 @@ int recent_window(int budget, int sinks, int recent) {
 }
 
 int select_sinks_recent_top(const KvStorage& s, int budget, int sinks, int recent, const float* scores, size_t stride,
-                            std::vector<int>& keep) {
+                            std::vector<int>& evict) {
   const int n = s.count();
-  if (n <= budget) return n;
+  const int n_evict = n - budget;
+  if (n_evict <= 0) return 0;
   const int G = s.n_kv_heads();
   const int n_sink = std::min(sinks, budget);
   const int n_recent = std::min(recent, budget - n_sink);
-  const int n_evict = n - budget;
-  keep.resize(static_cast<size_t>(G) * budget);
-  thread_local std::vector<int> middle;
-  thread_local std::vector<uint8_t> kept;
-  kept.resize(static_cast<size_t>(n));
+  evict.resize(static_cast<size_t>(G) * n_evict);
   // the newest n_recent positions are all present (never evicted), so they sit at or above
   // newest - n_recent + 1; sinks are positions below n_sink
   const int32_t recent_from = s.newest_position() - n_recent + 1;
+  thread_local std::vector<int> middle;
   for (int g = 0; g < G; ++g) {
     const float* sc = scores + g * stride;
     const int32_t* pos = s.positions(g);
-    middle.clear();
-    for (int j = 0; j < n; ++j) {
-      kept[j] = 1;
-      if (pos[j] >= n_sink && pos[j] < recent_from) middle.push_back(j);
-    }
-    // evict the n_evict lowest scores among the middle; between equal scores the newer goes, so
-    // ties keep the older position
+    int* out = evict.data() + static_cast<size_t>(g) * n_evict;
+    // the lowest scores go; between equal scores the newer goes, so ties keep the older position
     auto worse = [sc, pos](int a, int b) { return sc[a] < sc[b] || (sc[a] == sc[b] && pos[a] > pos[b]); };
-    if (n_evict == 1) {  // the decode step: one linear scan
-      kept[*std::min_element(middle.begin(), middle.end(), worse)] = 0;
-    } else {
-      std::nth_element(middle.begin(), middle.begin() + (n_evict - 1), middle.end(), worse);
-      for (int i = 0; i < n_evict; ++i) kept[middle[i]] = 0;
+    if (n_evict == 1) {  // a decode step: one scan
+      int worst = -1;
+      for (int j = 0; j < n; ++j) {
+        if (pos[j] < n_sink || pos[j] >= recent_from) continue;
+        if (worst < 0 || worse(j, worst)) worst = j;
+      }
+      out[0] = worst;
+      continue;
     }
-    // emit ascending without sorting
-    int* out = keep.data() + static_cast<size_t>(g) * budget;
-    int k = 0;
+    middle.clear();
     for (int j = 0; j < n; ++j)
-      if (kept[j]) out[k++] = j;
+      if (pos[j] >= n_sink && pos[j] < recent_from) middle.push_back(j);
+    std::nth_element(middle.begin(), middle.begin() + (n_evict - 1), middle.end(), worse);
+    std::copy(middle.begin(), middle.begin() + n_evict, out);
+    std::sort(out, out + n_evict);
   }
-  return budget;
+  return n_evict;
 }
 
 }  // namespace squeezekv

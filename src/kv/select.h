@@ -1,6 +1,7 @@
-// The survivor rule shared by the score-based policies (h2o, squeeze, snapkv, pyramidkv):
-// the first `sinks` slots, the last `recent` slots, and the `budget - sinks - recent` highest
-// scores among the rest (ties to the older position), written ascending per head.
+// The survivor rule shared by the score-based policies (h2o, squeeze, snapkv, pyramidkv) and
+// window: keep the first `sinks` positions of the sequence, the newest `recent` positions, and the
+// `budget - sinks - recent` highest scores among the rest (ties to the older position); evict the
+// others. Positions, not slots, identify tokens: slots are unordered after eviction.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -10,9 +11,10 @@
 namespace squeezekv {
 
 // scores: per head g, scores + g * stride gives one score per slot [count].
-// Returns the number kept per head (count when count <= budget: nothing written).
+// Writes the slots to evict as [G][count - budget] (ascending per head) and returns how many
+// (0 when count <= budget: nothing written).
 int select_sinks_recent_top(const KvStorage& s, int budget, int sinks, int recent, const float* scores,
-                            size_t stride, std::vector<int>& keep);
+                            size_t stride, std::vector<int>& evict);
 
 // The recent window a score-based policy keeps at a budget: `recent` when set (>= 0), else
 // budget / 2, and never more than leaves room for the sinks.

@@ -74,7 +74,6 @@ struct Session::Impl {
   std::vector<float> x_in;                                // [T][E] layer input (residual_cosine only)
   std::vector<int32_t> rows_pos;                          // [T]
   std::vector<float> att_scratch;                         // attention_scratch_floats
-  std::vector<float> mass;                                // [G][N]
   std::vector<float> logits;                              // [V] or [n][V]
   std::vector<float> last;                                // [E]
 
@@ -106,7 +105,7 @@ struct Session::Impl {
     last.resize(E);
   }
 
-  // Attention scratch and the mass buffer follow the largest layer capacity; they grow only when
+  // Attention scratch follows the largest layer capacity; it grows only when
   // a capacity grows (once, when a squeeze schedule is fixed), never per step.
   void size_scratch() {
     const ModelConfig& c = model.config();
@@ -114,7 +113,6 @@ struct Session::Impl {
     for (const LayerCache& l : caches.layers) cap = std::max(cap, l.storage().capacity());
     const size_t need = static_cast<size_t>(cpu::attention_scratch_floats(static_cast<int64_t>(rows_pos.size()), c.n_heads, cap));
     if (att_scratch.size() < need) att_scratch.resize(need);
-    if (mass.size() < static_cast<size_t>(c.n_kv_heads) * cap) mass.resize(static_cast<size_t>(c.n_kv_heads) * cap);
   }
 
   // One step over T rows; writes the final hidden state (after the output norm) of the rows.
@@ -144,14 +142,13 @@ struct Session::Impl {
       cache.append(k.data(), v.data(), rows_pos.data(), T);
       const cpu::KvView kv = cache.view();
       cpu::AttentionProbe probe;
-      if (cache.wants_mass()) {
-        probe.mass = mass.data();
-        std::fill(probe.mass, probe.mass + static_cast<size_t>(G) * kv.count, 0.0f);
+      if (cache.wants_mass()) {  // attention adds straight into the cache's accumulated mass
+        probe.mass = cache.mass_accumulator();
+        probe.mass_stride = kv.capacity;
         if (cache.mass_rows() > 0) probe.mass_row_begin = std::max(0, T - cache.mass_rows());
       }
       probe.entropy = metric == SqueezeMetric::kAttentionEntropy;
       cpu::attention(att.data(), q.data(), rows_pos.data(), T, H, kv, &probe, att_scratch.data());
-      if (probe.mass != nullptr) cache.observe(probe.mass);
       cpu::matmul(tmp.data(), att.data(), L.wo, T);
       for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
       if (metric == SqueezeMetric::kAttentionEntropy)

@@ -370,7 +370,7 @@ void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int 
   if (mass != nullptr) {
     const float inv_group = 1.0f / static_cast<float>(group);
     for (int g = 0; g < G; ++g) {
-      float* mg = mass + static_cast<int64_t>(g) * N;
+      float* mg = mass + static_cast<int64_t>(g) * (probe->mass_stride > 0 ? probe->mass_stride : N);
       for (int j = 0; j < N; ++j) {
         float s = 0.0f;
         for (int k = 0; k < group; ++k) s += head_mass[static_cast<int64_t>(g * group + k) * N + j];

@@ -53,8 +53,9 @@ struct KvView {
 
 // What attention can report besides its output; every field is optional and costs nothing unset.
 struct AttentionProbe {
-  float* mass = nullptr;       // [G][N] += per kv head, the mean over its H/G query heads of the sum
-                               // over query rows t >= mass_row_begin of the softmax probabilities
+  float* mass = nullptr;       // [G][mass_stride] += per kv head, the mean over its H/G query heads
+                               // of the sum over rows t >= mass_row_begin of the softmax probabilities
+  int64_t mass_stride = 0;     // 0: N
   int64_t mass_row_begin = 0;
   bool entropy = false;        // accumulate 1 - H(p)/log(n) ... as sums below (rows with n >= 2)
   double entropy_sum = 0.0;    // out: sum over heads and rows of H(p) / log(n)

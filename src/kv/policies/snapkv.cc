@@ -21,13 +21,13 @@ class SnapKVPolicy : public EvictionPolicy {
   int mass_rows() const override { return cfg_.window; }
   int budget() const override { return budget_; }
 
-  int select(const KvStorage& s, int step_rows, std::vector<int>& keep) override {
+  int select(const KvStorage& s, int step_rows, std::vector<int>& evict) override {
     decide_budget(s);
     const int n = s.count();
-    if (n <= budget_) return n;
+    if (n <= budget_) return 0;
     const int w = std::min(cfg_.window, budget_ - std::min(cfg_.sinks, budget_));
     if (step_rows <= 1) {  // decode: h2o bookkeeping on the accumulated window scores
-      return select_sinks_recent_top(s, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), keep);
+      return select_sinks_recent_top(s, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), evict);
     }
     // prompt: pool the prefix scores along positions (zero padding counted, as avg_pool1d does
     // by default); the window's own rows keep no score, they are kept as the recent part
@@ -48,7 +48,7 @@ class SnapKVPolicy : public EvictionPolicy {
         p[order_[r]] = acc / static_cast<float>(k);
       }
     }
-    return select_sinks_recent_top(s, budget_, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(n), keep);
+    return select_sinks_recent_top(s, budget_, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(n), evict);
   }
 
  protected:

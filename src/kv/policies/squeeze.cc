@@ -19,10 +19,10 @@ class SqueezePolicy final : public EvictionPolicy {
       if (auto b = coord_->resolved_budget(layer_)) return *b;
     return cfg_.budget;
   }
-  int select(const KvStorage& s, int, std::vector<int>& keep) override {
+  int select(const KvStorage& s, int, std::vector<int>& evict) override {
     const int b = budget();
     return select_sinks_recent_top(s, b, cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent), s.mass(0),
-                                   static_cast<size_t>(s.capacity()), keep);
+                                   static_cast<size_t>(s.capacity()), evict);
   }
   std::optional<SqueezeMetric> pending_metric() const override {
     if (reported_ || coord_ == nullptr) return std::nullopt;
