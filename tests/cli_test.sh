@@ -65,6 +65,13 @@ expect_error "--prefix" eval ppl -m /nonexistent/model.gguf --text "$shared/data
 expect_error "--depths" eval retrieval -m /nonexistent/model.gguf --task passkey --depths 0.5,1.2
 expect_error "--task" eval retrieval -m /nonexistent/model.gguf --task soup
 expect_error "--config" eval sweep --config /nonexistent/sweep.json
+expect_error "--windows" eval ppl -m /nonexistent/model.gguf --text "$shared/data/austen/emma.txt" --ctx 64 --prefix 32 --windows 0
+expect_error "--samples" eval retrieval -m /nonexistent/model.gguf --task passkey --samples 0
+expect_error "--haystack" eval retrieval -m /nonexistent/model.gguf --task passkey --haystack /nonexistent/hay.txt
+expect_error "--answer-tokens" eval retrieval -m /nonexistent/model.gguf --task passkey --answer-tokens 0
+expect_error "--pyramid-beta" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy pyramidkv --kv-budget 64 --pyramid-beta 0.5
+expect_error "--top-k" generate -m "$m" --tokenizer "$tok" -p hi --top-k -1
+expect_error "--prefill-chunk" generate -m "$m" --tokenizer "$tok" -p hi --prefill-chunk 0
 expect_error "cannot hold" eval retrieval -m "$m" --tokenizer "$tok" --task niah-multivalue --ctx 128 --depths 0.5
 out="$("$bin" eval ppl -m "$m" --tokenizer "$tok" --text "$shared/data/austen/emma.txt" --ctx 64 --prefix 32 --windows 2 \
        --kv-policy h2o --kv-budget 16 2>/dev/null)"; rc=$?
