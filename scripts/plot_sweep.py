@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 
 def load(paths):
@@ -44,10 +45,12 @@ def plot_metric(recs, out_dir):
         for r in rs:
             if r["policy"] != "full":
                 by_policy[r["policy"]].append(r)
-        for pol, prs in sorted(by_policy.items()):
+        markers = "osD^v<>pXh*"
+        for i, (pol, prs) in enumerate(sorted(by_policy.items())):
             prs.sort(key=lambda r: r["budget_fraction"])
-            style = "-o" if pol.startswith("squeeze") else "--s"
-            ax.plot([100 * r["budget_fraction"] for r in prs], [r["value"] for r in prs], style, label=pol, ms=4)
+            ls = "-" if pol.startswith("squeeze") else "--"
+            ax.plot([100 * r["budget_fraction"] for r in prs], [r["value"] for r in prs], ls=ls,
+                    marker=markers[i % len(markers)], label=pol, ms=5, alpha=0.85)
         if full:
             ax.axhline(full[0]["value"], color="black", lw=1.2, ls=":", label="full cache")
         metric = rs[0]["metric"]
@@ -55,10 +58,13 @@ def plot_metric(recs, out_dir):
         ticks = sorted({100 * r["budget_fraction"] for r in rs if r["policy"] != "full"})
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{t:g}%" for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("KV budget per layer (% of context)")
         ax.set_ylabel("perplexity (lower is better)" if metric == "ppl" else "exact-match accuracy")
         if metric == "ppl":
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+            ax.yaxis.set_minor_formatter(ScalarFormatter())
         else:
             ax.set_ylim(-0.05, 1.05)
         ax.set_title(label_of(task, ctx))
