@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "eval/eval.h"
 #include "squeezekv/error.h"
@@ -262,20 +263,16 @@ struct EvalArgs {
   eval::SweepOptions sweep;
 };
 
-void write_json_record(const std::string& path, const std::string& record) {
+// A result record for --json, with the same cost fields the sweep records carry.
+void write_json_record(const std::string& path, nlohmann::json record, const eval::RunCost& c) {
+  record["kept_bytes"] = c.kept_bytes;
+  record["full_bytes"] = c.full_bytes;
+  record["seconds"] = c.seconds;
+  record["tokens_per_s"] = c.tokens_per_second;
+  record["layer_budgets"] = c.layer_budgets;
   std::ofstream out(path);
-  out << record << "\n";
+  out << record.dump() << "\n";
   if (!out) throw Error("--json: cannot write '" + path + "'");
-}
-
-std::string cost_json(const eval::RunCost& c) {
-  std::string b = "[";
-  for (size_t i = 0; i < c.layer_budgets.size(); ++i) b += (i ? "," : "") + std::to_string(c.layer_budgets[i]);
-  b += "]";
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "\"kept_bytes\":%lld,\"full_bytes\":%lld,\"seconds\":%.3f,\"tokens_per_s\":%.2f,",
-                static_cast<long long>(c.kept_bytes), static_cast<long long>(c.full_bytes), c.seconds, c.tokens_per_second);
-  return buf + std::string("\"layer_budgets\":") + b;
 }
 
 int run_eval_ppl(const CommonArgs& a, EvalArgs& e) {
@@ -292,16 +289,12 @@ int run_eval_ppl(const CommonArgs& a, EvalArgs& e) {
   std::printf("ppl=%.4f windows=%d tokens=%lld kept_bytes=%lld full_bytes=%lld\n", r.ppl, e.ppl.windows,
               static_cast<long long>(r.tokens), static_cast<long long>(r.cost.kept_bytes),
               static_cast<long long>(r.cost.full_bytes));
-  if (!e.json_out.empty()) {
-    std::string w = "[";
-    for (size_t i = 0; i < r.window_ppl.size(); ++i) w += (i ? "," : "") + std::to_string(r.window_ppl[i]);
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "{\"task\":\"ppl\",\"policy\":\"%s\",\"budget\":%d,\"ctx\":%d,\"prefix\":%d,\"ppl\":%.6f,",
-                  a.kv_policy.c_str(), a.kv_budget, e.ppl.ctx, e.ppl.prefix, r.ppl);
-    write_json_record(e.json_out, buf + std::string("\"windows\":") + std::to_string(e.ppl.windows) +
-                                      ",\"window_ppl\":" + w + "],\"tokens\":" + std::to_string(r.tokens) + "," +
-                                      cost_json(r.cost) + "}");
-  }
+  if (!e.json_out.empty())
+    write_json_record(e.json_out,
+                      {{"task", "ppl"}, {"policy", a.kv_policy}, {"budget", a.kv_budget}, {"ctx", e.ppl.ctx},
+                       {"prefix", e.ppl.prefix}, {"ppl", r.ppl}, {"windows", e.ppl.windows},
+                       {"window_ppl", r.window_ppl}, {"tokens", r.tokens}},
+                      r.cost);
   return 0;
 }
 
@@ -324,16 +317,12 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
               e.ret.ctx, r.accuracy, depths.c_str(), static_cast<long long>(r.cost.kept_bytes),
               static_cast<long long>(r.cost.full_bytes));
   if (!e.json_out.empty()) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "{\"task\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"ctx\":%d,\"accuracy\":%.6f,",
-                  eval::task_name(e.ret.task), a.kv_policy.c_str(), a.kv_budget, e.ret.ctx, r.accuracy);
-    std::string bd = "[";
-    for (size_t i = 0; i < r.by_depth.size(); ++i) {
-      char b2[96];
-      std::snprintf(b2, sizeof b2, "%s{\"depth\":%g,\"accuracy\":%.6f}", i ? "," : "", r.by_depth[i].first, r.by_depth[i].second);
-      bd += b2;
-    }
-    write_json_record(e.json_out, buf + std::string("\"by_depth\":") + bd + "]," + cost_json(r.cost) + "}");
+    nlohmann::json by_depth = nlohmann::json::array();
+    for (const auto& [d, acc] : r.by_depth) by_depth.push_back({{"depth", d}, {"accuracy", acc}});
+    write_json_record(e.json_out,
+                      {{"task", eval::task_name(e.ret.task)}, {"policy", a.kv_policy}, {"budget", a.kv_budget},
+                       {"ctx", e.ret.ctx}, {"accuracy", r.accuracy}, {"by_depth", by_depth}},
+                      r.cost);
   }
   return 0;
 }
