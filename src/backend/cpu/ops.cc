@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <vector>
 
@@ -76,45 +75,6 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 namespace {
-
-// a . f16 row
-inline float dot_f16(const float* a, const uint16_t* b, int64_t n) {
-#if SQUEEZEKV_AVX2
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 b0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
-    const __m256 b1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8)));
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), b0, s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), b1, s1);
-  }
-  float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += a[i] * f16_to_f32(b[i]);
-  return s;
-#else
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * f16_to_f32(b[i]);
-  return s;
-#endif
-}
-
-// acc[n] += p * row[n]
-inline void axpy(float* acc, float p, const float* row, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += p * row[i];
-}
-inline void axpy_f16(float* acc, float p, const uint16_t* row, int64_t n) {
-#if SQUEEZEKV_AVX2
-  const __m256 pv = _mm256_set1_ps(p);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 r = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i)));
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pv, r, _mm256_loadu_ps(acc + i)));
-  }
-  for (; i < n; ++i) acc[i] += p * f16_to_f32(row[i]);
-#else
-  for (int64_t i = 0; i < n; ++i) acc[i] += p * f16_to_f32(row[i]);
-#endif
-}
 
 constexpr int64_t kRowBlock = 16;  // weight rows dequantized together, reused across all T
 
@@ -287,97 +247,6 @@ void f32_to_f16_row(uint16_t* dst, const float* src, int64_t n) {
   }
 #endif
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
-}
-
-int64_t attention_scratch_floats(int64_t T, int H, int N) {
-  (void)T;
-  // per head: a score row [N]; plus per-head mass rows [H][N]
-  return static_cast<int64_t>(H) * N * 2;
-}
-
-void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
-               AttentionProbe* probe, float* scratch) {
-  const int G = kv.n_kv_heads, D = kv.head_dim, N = kv.count;
-  const int group = H / G;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  float* const mass = probe != nullptr ? probe->mass : nullptr;
-  const int64_t mass_from = probe != nullptr ? probe->mass_row_begin : 0;
-  const bool entropy = probe != nullptr && probe->entropy;
-  float* head_mass = scratch + static_cast<int64_t>(H) * N;  // [H][N]
-  // per-head entropy sums, added in head order afterwards so the result does not depend on threads
-  std::array<double, 1024> ent_sum{};
-  std::array<int64_t, 1024> ent_rows{};
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int h = 0; h < H; ++h) {
-    const int g = h / group;
-    const int32_t* pos = kv.pos + static_cast<int64_t>(g) * kv.capacity;
-    const size_t base = static_cast<size_t>(g) * kv.capacity * D;
-    float* p = scratch + static_cast<int64_t>(h) * N;
-    float* hm = head_mass + static_cast<int64_t>(h) * N;
-    if (mass != nullptr) std::fill(hm, hm + N, 0.0f);
-    for (int64_t t = 0; t < T; ++t) {
-      const float* qt = q + (t * H + h) * D;
-      float* ot = out + (t * H + h) * D;
-      // slots are in no particular order: the causal mask is by position, and masked keys cost
-      // a compare, not a dot product
-      const int32_t qp = q_pos[t];
-      const int n = N;
-      int visible = 0;
-      float mx = -INFINITY;
-      for (int j = 0; j < n; ++j) {
-        if (pos[j] > qp) {
-          p[j] = -INFINITY;
-          continue;
-        }
-        ++visible;
-        const float s = kv.type == KvType::kF16
-                            ? dot_f16(qt, static_cast<const uint16_t*>(kv.k) + base + static_cast<size_t>(j) * D, D)
-                            : dot(qt, static_cast<const float*>(kv.k) + base + static_cast<size_t>(j) * D, D);
-        p[j] = s * scale;
-        mx = std::max(mx, p[j]);
-      }
-      float sum = 0.0f;
-      for (int j = 0; j < n; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
-      const float inv = 1.0f / sum;
-      std::fill(ot, ot + D, 0.0f);
-      for (int j = 0; j < n; ++j) {
-        p[j] *= inv;
-        if (kv.type == KvType::kF16)
-          axpy_f16(ot, p[j], static_cast<const uint16_t*>(kv.v) + base + static_cast<size_t>(j) * D, D);
-        else
-          axpy(ot, p[j], static_cast<const float*>(kv.v) + base + static_cast<size_t>(j) * D, D);
-      }
-      if (mass != nullptr && t >= mass_from)
-        for (int j = 0; j < n; ++j) hm[j] += p[j];
-      if (entropy && visible >= 2) {
-        double e = 0.0;
-        for (int j = 0; j < n; ++j)
-          if (p[j] > 0.0f) e -= static_cast<double>(p[j]) * std::log(static_cast<double>(p[j]));
-        ent_sum[h] += e / std::log(static_cast<double>(visible));
-        ++ent_rows[h];
-      }
-    }
-  }
-  if (entropy) {
-    for (int h = 0; h < H; ++h) {
-      probe->entropy_sum += ent_sum[h];
-      probe->entropy_rows += ent_rows[h];
-    }
-  }
-  if (mass != nullptr) {
-    const float inv_group = 1.0f / static_cast<float>(group);
-    for (int g = 0; g < G; ++g) {
-      float* mg = mass + static_cast<int64_t>(g) * (probe->mass_stride > 0 ? probe->mass_stride : N);
-      for (int j = 0; j < N; ++j) {
-        float s = 0.0f;
-        for (int k = 0; k < group; ++k) s += head_mass[static_cast<int64_t>(g * group + k) * N + j];
-        mg[j] += s * inv_group;
-      }
-    }
-  }
 }
 
 }  // namespace squeezekv::cpu

@@ -73,6 +73,9 @@ int64_t attention_scratch_floats(int64_t T, int H, int N);
 namespace ref {
 float dot(const float* a, const float* b, int64_t n);
 void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias);
+// One query row and one key at a time; the entropy by -sum p log p per key.
+void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+               AttentionProbe* probe, float* scratch);
 }  // namespace ref
 
 }  // namespace squeezekv::cpu

@@ -1,0 +1,449 @@
+// Causal multi-head attention over a layer's retained keys, with the probes eviction needs (the
+// softmax mass each key receives, the attention entropy). Letters as in ops.h: T query rows,
+// H query heads, G kv heads, D head dim, N retained keys per kv head (slots in no order).
+//
+// Fast path (AVX2, D a multiple of 16): query rows are taken kRowTile at a time; their scores
+// against all N keys are formed by 2x4 register tiles (each key quad loaded once for all rows of
+// the tile), the softmax runs over whole rows with a vector exp, and P.V is formed by 4-row x
+// 16-dim register tiles. Key quads that no row of a tile may see (all positions later than the
+// tile's queries: the causal triangle of a prefill chunk) are skipped in both products.
+// The row path below is the plain reference shape and the fallback for other builds and sizes.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "core/half.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define SQUEEZEKV_AVX2 1
+#endif
+
+namespace squeezekv::cpu {
+namespace {
+
+constexpr int kRowTile = 16;  // query rows whose score rows [kRowTile][N] are held at once
+
+// Everything one head's computation reads and writes.
+struct HeadJob {
+  const float* q = nullptr;      // row t of this head at q + t * q_stride, D floats
+  int64_t q_stride = 0;          // H * D
+  float* out = nullptr;          // same layout as q
+  const int32_t* q_pos = nullptr;  // [T]
+  int64_t T = 0;
+  const void* k = nullptr;       // this kv head's [N][D] (f16 or f32)
+  const void* v = nullptr;
+  const int32_t* pos = nullptr;  // [N]
+  int N = 0, D = 0;
+  bool f16 = true;
+  float scale = 1.0f;
+  float* scores = nullptr;       // scratch [min(T, kRowTile)][N]
+  float* mass = nullptr;         // [N] += probabilities of rows t >= mass_from; null: not wanted
+  int64_t mass_from = 0;
+  bool entropy = false;
+  double entropy_sum = 0.0;      // out: sum over rows of H(p) / log(visible keys), rows with >= 2 keys
+  int64_t entropy_rows = 0;
+};
+
+inline float key_at(const HeadJob& j, int64_t key, int d) {
+  return j.f16 ? f16_to_f32(static_cast<const uint16_t*>(j.k)[key * j.D + d]) : static_cast<const float*>(j.k)[key * j.D + d];
+}
+inline float value_at(const HeadJob& j, int64_t key, int d) {
+  return j.f16 ? f16_to_f32(static_cast<const uint16_t*>(j.v)[key * j.D + d]) : static_cast<const float*>(j.v)[key * j.D + d];
+}
+
+// Bookkeeping of one row of probabilities p[N] (already normalised): its mass, and its entropy
+// H(p) = -sum p log p normalised by log(visible keys) (rows seeing one key carry no information).
+void row_probes(HeadJob& j, const float* p, int64_t t, int visible, double entropy) {
+  if (j.mass != nullptr && t >= j.mass_from)
+    for (int n = 0; n < j.N; ++n) j.mass[n] += p[n];
+  if (j.entropy && visible >= 2) {
+    j.entropy_sum += entropy / std::log(static_cast<double>(visible));
+    ++j.entropy_rows;
+  }
+}
+
+// The reference shape: one query row at a time, one key at a time.
+void head_rows(HeadJob& j) {
+  const int N = j.N, D = j.D;
+  float* p = j.scores;
+  for (int64_t t = 0; t < j.T; ++t) {
+    const float* qt = j.q + t * j.q_stride;
+    float* ot = j.out + t * j.q_stride;
+    const int32_t qp = j.q_pos[t];
+    int visible = 0;
+    float mx = -INFINITY;
+    for (int n = 0; n < N; ++n) {
+      if (j.pos[n] > qp) {  // causal mask by position: masked keys cost a compare, not a dot
+        p[n] = -INFINITY;
+        continue;
+      }
+      ++visible;
+      float s = 0.0f;
+      for (int d = 0; d < D; ++d) s += qt[d] * key_at(j, n, d);
+      p[n] = s * j.scale;
+      mx = std::max(mx, p[n]);
+    }
+    float sum = 0.0f;
+    for (int n = 0; n < N; ++n) {
+      p[n] = std::exp(p[n] - mx);
+      sum += p[n];
+    }
+    const float inv = 1.0f / sum;
+    std::fill(ot, ot + D, 0.0f);
+    for (int n = 0; n < N; ++n) {
+      p[n] *= inv;
+      for (int d = 0; d < D; ++d) ot[d] += p[n] * value_at(j, n, d);
+    }
+    double e = 0.0;
+    if (j.entropy)
+      for (int n = 0; n < N; ++n)
+        if (p[n] > 0.0f) e -= static_cast<double>(p[n]) * std::log(static_cast<double>(p[n]));
+    row_probes(j, p, t, visible, e);
+  }
+}
+
+#if SQUEEZEKV_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline float load_scalar(const float* p) { return *p; }
+inline float load_scalar(const uint16_t* p) { return f16_to_f32(*p); }
+
+// exp(x) for x <= 0, ~1 ulp (Cody-Waite range reduction, degree-6 polynomial on [-ln2/2, ln2/2]);
+// x below -87 (and -inf, a masked key) gives exactly 0.
+inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 zero_below = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(zero_below, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// scores[r][0..4) = scale * q_r . k_c for R query rows and 4 keys (k: 4 rows at stride D).
+template <int R, typename KT>
+inline void score_tile(float* s, int64_t s_stride, const float* const* q, const KT* k, int D, float scale) {
+  __m256 a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) a[r][c] = _mm256_setzero_ps();
+  for (int d = 0; d < D; d += 8) {
+    const __m256 k0 = load8(k + d), k1 = load8(k + D + d), k2 = load8(k + 2 * D + d), k3 = load8(k + 3 * D + d);
+    for (int r = 0; r < R; ++r) {
+      const __m256 qr = _mm256_loadu_ps(q[r] + d);
+      a[r][0] = _mm256_fmadd_ps(qr, k0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(qr, k1, a[r][1]);
+      a[r][2] = _mm256_fmadd_ps(qr, k2, a[r][2]);
+      a[r][3] = _mm256_fmadd_ps(qr, k3, a[r][3]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {  // four horizontal sums at once
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[r][0], a[r][1]), _mm256_hadd_ps(a[r][2], a[r][3]));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(s + r * s_stride, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+  }
+}
+
+// out[r][d0..d0+16) = sum_n p[r][n] v[n][d0..d0+16) for R rows, over the key quads not skipped.
+template <int R, typename KT>
+inline void value_tile(float* const* out, const float* p, int64_t p_stride, const KT* v, int D, int d0, int N,
+                       const uint8_t* skip_quad) {
+  __m256 a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+  auto key = [&](int n) {
+    const __m256 v0 = load8(v + static_cast<int64_t>(n) * D + d0), v1 = load8(v + static_cast<int64_t>(n) * D + d0 + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(p + r * p_stride + n);
+      a[r][0] = _mm256_fmadd_ps(b, v0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(b, v1, a[r][1]);
+    }
+  };
+  const int quads = N / 4;
+  for (int c = 0; c < quads; ++c) {
+    if (skip_quad[c]) continue;
+    for (int n = 4 * c; n < 4 * c + 4; ++n) key(n);
+  }
+  for (int n = 4 * quads; n < N; ++n) key(n);
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out[r] + d0, a[r][0]);
+    _mm256_storeu_ps(out[r] + d0 + 8, a[r][1]);
+  }
+}
+
+// One tile of up to kRowTile rows of one kv head. Rows are (token, query head of the group) pairs,
+// token-major, so the H/G query heads that share a kv head read its keys and values once (GQA).
+struct TileJob {
+  int g = 0;            // kv head
+  int64_t row0 = 0;     // first row in [0, T * group)
+  int rows = 0;
+  float* mass = nullptr;  // [N] this tile's share, summed over rows t >= mass_from (not yet / group)
+  double entropy_sum = 0.0;
+  int64_t entropy_rows = 0;
+};
+
+struct TiledArgs {
+  const float* q;  // [T][H*D]
+  float* out;      // [T][H*D]
+  const int32_t* q_pos;
+  int H, group, D, N, capacity;
+  const void* k;
+  const void* v;
+  const int32_t* pos;  // [G][capacity]
+  float scale;
+  int64_t mass_from;
+  bool want_mass, entropy;
+};
+
+template <typename KT>
+void run_tile(const TiledArgs& a, TileJob& job) {
+  const int N = a.N, D = a.D, quads = N / 4;
+  const int64_t Ns = N;
+  const KT* k = static_cast<const KT*>(a.k) + static_cast<int64_t>(job.g) * a.capacity * D;
+  const KT* v = static_cast<const KT*>(a.v) + static_cast<int64_t>(job.g) * a.capacity * D;
+  const int32_t* pos = a.pos + static_cast<int64_t>(job.g) * a.capacity;
+  thread_local std::vector<float> score_buf;  // [kRowTile][N], grown once per thread
+  thread_local std::vector<uint8_t> skip;
+  if (score_buf.size() < static_cast<size_t>(kRowTile) * N) score_buf.resize(static_cast<size_t>(kRowTile) * N);
+  skip.resize(static_cast<size_t>(quads));
+  float* s = score_buf.data();
+  const float* qr[kRowTile];
+  float* orow[kRowTile];
+  int32_t qp[kRowTile];
+  int64_t tok[kRowTile];
+  int32_t tile_max = std::numeric_limits<int32_t>::min();
+  for (int r = 0; r < job.rows; ++r) {
+    const int64_t row = job.row0 + r, t = row / a.group;
+    const int h = job.g * a.group + static_cast<int>(row % a.group);
+    qr[r] = a.q + (t * a.H + h) * D;
+    orow[r] = a.out + (t * a.H + h) * D;
+    qp[r] = a.q_pos[t];
+    tok[r] = t;
+    tile_max = std::max(tile_max, qp[r]);
+  }
+  // key quads later than every query of the tile (the causal triangle of a prefill chunk)
+  for (int c = 0; c < quads; ++c)
+    skip[c] = std::min(std::min(pos[4 * c], pos[4 * c + 1]), std::min(pos[4 * c + 2], pos[4 * c + 3])) > tile_max;
+  // scores, key quad outer so each quad is loaded once for the whole tile
+  for (int c = 0; c < quads; ++c) {
+    if (skip[c]) {
+      for (int r = 0; r < job.rows; ++r) std::fill_n(s + r * Ns + 4 * c, 4, -INFINITY);
+      continue;
+    }
+    const KT* kc = k + static_cast<int64_t>(4 * c) * D;
+    int r = 0;
+    for (; r + 2 <= job.rows; r += 2) score_tile<2>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
+    if (r < job.rows) score_tile<1>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
+  }
+  for (int r = 0; r < job.rows; ++r)
+    for (int n = 4 * quads; n < N; ++n) {
+      float acc = 0.0f;
+      for (int d = 0; d < D; ++d) acc += qr[r][d] * load_scalar(k + static_cast<int64_t>(n) * D + d);
+      s[r * Ns + n] = acc * a.scale;
+    }
+  // causal mask by position, softmax, probes
+  for (int r = 0; r < job.rows; ++r) {
+    float* sr = s + r * Ns;
+    int visible = 0;
+    for (int n = 0; n < N; ++n) {
+      if (pos[n] > qp[r]) sr[n] = -INFINITY;
+      else ++visible;
+    }
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    int n = 0;
+    for (; n + 8 <= N; n += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sr + n));
+    float mx = hmax(m8);
+    for (; n < N; ++n) mx = std::max(mx, sr[n]);
+    // e = exp(x), x = s - max; with sum = sum e, H(p) = log(sum) - (sum e x) / sum, which needs
+    // no logarithm per key (x is floored where e is 0, so masked keys add 0, not 0 * -inf)
+    const __m256 mxv = _mm256_set1_ps(mx), floor = _mm256_set1_ps(-87.0f);
+    __m256 sum8 = _mm256_setzero_ps(), ex8 = _mm256_setzero_ps();
+    for (n = 0; n + 8 <= N; n += 8) {
+      const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(sr + n), mxv);
+      const __m256 e = exp_nonpositive(x);
+      _mm256_storeu_ps(sr + n, e);
+      sum8 = _mm256_add_ps(sum8, e);
+      ex8 = _mm256_fmadd_ps(e, _mm256_max_ps(x, floor), ex8);
+    }
+    float sum = hsum(sum8), ex = hsum(ex8);
+    for (; n < N; ++n) {
+      const float x = sr[n] - mx;
+      sr[n] = std::exp(x);
+      sum += sr[n];
+      ex += sr[n] * std::max(x, -87.0f);
+    }
+    const float inv_sum = 1.0f / sum;
+    const __m256 inv = _mm256_set1_ps(inv_sum);
+    for (n = 0; n + 8 <= N; n += 8) _mm256_storeu_ps(sr + n, _mm256_mul_ps(_mm256_loadu_ps(sr + n), inv));
+    for (; n < N; ++n) sr[n] *= inv_sum;
+    if (a.want_mass && tok[r] >= a.mass_from)
+      for (n = 0; n < N; ++n) job.mass[n] += sr[n];
+    if (a.entropy && visible >= 2) {
+      const double h = std::log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
+      job.entropy_sum += h / std::log(static_cast<double>(visible));
+      ++job.entropy_rows;
+    }
+  }
+  // out = P V
+  int r = 0;
+  for (; r + 4 <= job.rows; r += 4)
+    for (int d0 = 0; d0 < D; d0 += 16) value_tile<4>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
+  const int left = job.rows - r;  // 1..3 rows (decode: the query heads of one kv head)
+  for (int d0 = 0; d0 < D && left > 0; d0 += 16) {
+    if (left == 3) value_tile<3>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
+    else if (left == 2) value_tile<2>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
+    else value_tile<1>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
+  }
+}
+
+// Tiles of every kv head, in parallel; per-tile mass and entropy combined in tile order afterwards,
+// so nothing depends on the thread count.
+void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+                     AttentionProbe* probe, float* scratch) {
+  const int G = kv.n_kv_heads, group = H / G, N = kv.count;
+  TiledArgs a{q, out, q_pos, H, group, kv.head_dim, N, kv.capacity, kv.k, kv.v, kv.pos,
+              1.0f / std::sqrt(static_cast<float>(kv.head_dim)), probe != nullptr ? probe->mass_row_begin : 0,
+              probe != nullptr && probe->mass != nullptr, probe != nullptr && probe->entropy};
+  const int64_t rows_per_head = T * group;
+  const int64_t tiles_per_head = (rows_per_head + kRowTile - 1) / kRowTile;
+  const int64_t n_jobs = tiles_per_head * G;
+  thread_local std::vector<TileJob> jobs_of_caller;  // grown once; worker threads use it by pointer
+  jobs_of_caller.assign(static_cast<size_t>(n_jobs), TileJob{});
+  TileJob* const jobs = jobs_of_caller.data();
+  const bool f16 = kv.type == KvType::kF16;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n_jobs; ++i) {
+    TileJob& job = jobs[i];
+    job.g = static_cast<int>(i / tiles_per_head);
+    job.row0 = (i % tiles_per_head) * kRowTile;
+    job.rows = static_cast<int>(std::min<int64_t>(kRowTile, rows_per_head - job.row0));
+    if (a.want_mass) {
+      job.mass = scratch + i * N;
+      std::fill(job.mass, job.mass + N, 0.0f);
+    }
+    if (f16) run_tile<uint16_t>(a, job);
+    else run_tile<float>(a, job);
+  }
+  if (a.entropy) {
+    for (int64_t i = 0; i < n_jobs; ++i) {
+      probe->entropy_sum += jobs[i].entropy_sum;
+      probe->entropy_rows += jobs[i].entropy_rows;
+    }
+  }
+  if (a.want_mass) {
+    const float inv_group = 1.0f / static_cast<float>(group);
+    const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : N;
+    for (int g = 0; g < G; ++g) {
+      float* mg = probe->mass + g * stride;
+      for (int64_t tile = 0; tile < tiles_per_head; ++tile) {
+        const float* m = scratch + (g * tiles_per_head + tile) * N;
+        for (int n = 0; n < N; ++n) mg[n] += m[n] * inv_group;
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+int64_t attention_scratch_floats(int64_t T, int H, int N) {
+  // rows path: per head a score row and a mass row; tiled path: a mass row per tile, and a kv
+  // head has at most ceil(T * group / kRowTile) tiles
+  const int64_t tiles = (std::max<int64_t>(T, 1) * H + kRowTile - 1) / kRowTile + H;
+  return std::max<int64_t>(2 * static_cast<int64_t>(H), tiles) * N;
+}
+
+namespace {
+// One head at a time, one row at a time (the reference, and the path for other builds and sizes).
+void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+                    AttentionProbe* probe, float* scratch) {
+  const int G = kv.n_kv_heads, D = kv.head_dim, N = kv.count;
+  const int group = H / G;
+  float* const mass = probe != nullptr ? probe->mass : nullptr;
+  float* head_mass = scratch + static_cast<int64_t>(H) * N;  // [H][N]
+  const size_t elem = kv.type == KvType::kF16 ? sizeof(uint16_t) : sizeof(float);
+  thread_local std::vector<HeadJob> jobs_of_caller;  // grown once; worker threads use it by pointer
+  jobs_of_caller.assign(static_cast<size_t>(H), HeadJob{});
+  HeadJob* const jobs = jobs_of_caller.data();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int h = 0; h < H; ++h) {
+    const int g = h / group;
+    HeadJob& j = jobs[h];
+    j.q = q + static_cast<int64_t>(h) * D;
+    j.out = out + static_cast<int64_t>(h) * D;
+    j.q_stride = static_cast<int64_t>(H) * D;
+    j.q_pos = q_pos;
+    j.T = T;
+    j.k = static_cast<const char*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D * elem;
+    j.v = static_cast<const char*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D * elem;
+    j.pos = kv.pos + static_cast<int64_t>(g) * kv.capacity;
+    j.N = N;
+    j.D = D;
+    j.f16 = kv.type == KvType::kF16;
+    j.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    j.scores = scratch + static_cast<int64_t>(h) * N;
+    j.mass = mass != nullptr ? head_mass + static_cast<int64_t>(h) * N : nullptr;
+    j.mass_from = probe != nullptr ? probe->mass_row_begin : 0;
+    j.entropy = probe != nullptr && probe->entropy;
+    if (j.mass != nullptr) std::fill(j.mass, j.mass + N, 0.0f);
+    head_rows(j);
+  }
+  // per-head results are combined in head order, so nothing depends on the thread count
+  if (probe != nullptr && probe->entropy) {
+    for (int h = 0; h < H; ++h) {
+      probe->entropy_sum += jobs[h].entropy_sum;
+      probe->entropy_rows += jobs[h].entropy_rows;
+    }
+  }
+  if (mass != nullptr) {
+    const float inv_group = 1.0f / static_cast<float>(group);
+    for (int g = 0; g < G; ++g) {
+      float* mg = mass + static_cast<int64_t>(g) * (probe->mass_stride > 0 ? probe->mass_stride : N);
+      for (int n = 0; n < N; ++n) {
+        float s = 0.0f;
+        for (int k = 0; k < group; ++k) s += head_mass[static_cast<int64_t>(g * group + k) * N + n];
+        mg[n] += s * inv_group;
+      }
+    }
+  }
+}
+}  // namespace
+
+void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+               AttentionProbe* probe, float* scratch) {
+#if SQUEEZEKV_AVX2
+  if (kv.head_dim % 16 == 0) return attention_tiled(out, q, q_pos, T, H, kv, probe, scratch);
+#endif
+  attention_rows(out, q, q_pos, T, H, kv, probe, scratch);
+}
+
+void ref::attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+                    AttentionProbe* probe, float* scratch) {
+  attention_rows(out, q, q_pos, T, H, kv, probe, scratch);
+}
+
+}  // namespace squeezekv::cpu
