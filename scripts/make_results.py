@@ -4,7 +4,8 @@
     # 1. run the sweep (resumable; one JSON line per run)
     ./build/squeezekv eval sweep --config bench/sweep_smollm2.json -t 2
     #    or split it over N processes: shard configs, run each, records land in docs/results/
-    python3 scripts/make_results.py shard --config bench/sweep_smollm2.json --shards 8 --dir /tmp/shards
+    python3 scripts/make_results.py shard --config bench/sweep_smollm2.json --shards 8 --dir /tmp/shards --name r2
+    #    (a shard skips runs that any records file of the sweep already holds)
     # 2. charts + tables + who wins where
     python3 scripts/make_results.py report --config bench/sweep_smollm2.json --machine "..."
 
@@ -25,6 +26,8 @@ def shard(a):
     cfg = json.load(open(a.config))
     os.makedirs(a.dir, exist_ok=True)
     base, ext = os.path.splitext(cfg["output"])
+    # every records file of this sweep so far: a shard skips the runs any of them holds
+    done = sorted(glob.glob(f"{base}*{ext}"))
     pols = cfg["policies"]
     fr = cfg["budget_fractions"]
     units = [(p, f) for p in pols for f in fr]
@@ -41,7 +44,8 @@ def shard(a):
             c["policies"] = [json.loads(pk)]
             c["budget_fractions"] = fs
             c["include_full"] = i == 0 and j == 0
-            c["output"] = f"{base}.shard{i}-{j}{ext}"
+            c["output"] = f"{base}.{a.name}{i}-{j}{ext}"
+            c["done_records"] = [d for d in done if d != c["output"]]
             path = os.path.join(a.dir, f"shard{i}-{j}.json")
             json.dump(c, open(path, "w"), indent=1)
             print(path)
@@ -213,6 +217,7 @@ def main():
     s.add_argument("--config", required=True)
     s.add_argument("--shards", type=int, default=8)
     s.add_argument("--dir", required=True)
+    s.add_argument("--name", default="shard", help="shard records go to <output base>.<name><i>-<j>.jsonl")
     r = sub.add_parser("report")
     r.add_argument("--config", required=True)
     r.add_argument("--machine", default="not stated")

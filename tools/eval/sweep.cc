@@ -141,22 +141,35 @@ void run_sweep(const SweepOptions& o, int threads) {
         validate(ro);
       }
     }
+  // runs already recorded: in the output itself, or in the records files the config names as
+  // done (the other shards of a split sweep)
+  std::vector<std::string> records{output};
+  try {
+    for (const auto& f : cfg.value("done_records", json::array())) records.push_back(f.get<std::string>());
+  } catch (const json::exception& e) {
+    throw Error("--config: '" + o.config_file + "': done_records must be a list of file names: " + e.what());
+  }
   std::set<std::string> done;
-  if (std::ifstream prev{output}) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    std::ifstream prev{records[i]};
+    if (!prev) {
+      if (i == 0) continue;  // no output yet: a fresh sweep
+      throw Error("--config: done_records file '" + records[i] + "' cannot be read");
+    }
     std::string line;
     while (std::getline(prev, line)) {
       if (line.empty()) continue;
       try {
         done.insert(json::parse(line).at("key").get<std::string>());
       } catch (const json::exception&) {
-        throw Error("sweep: '" + output + "' has a malformed line; fix or remove it to resume");
+        throw Error("sweep: '" + records[i] + "' has a malformed line; fix or remove it to resume");
       }
     }
   }
   int64_t todo = 0;
   for (const Run& r : runs) todo += !done.count(r.key);
-  std::fprintf(stderr, "sweep: %zu runs, %zu already in %s, %lld to run\n", runs.size(), runs.size() - todo, output.c_str(),
-               static_cast<long long>(todo));
+  std::fprintf(stderr, "sweep: %zu runs, %zu already recorded, %lld to run (output %s)\n", runs.size(),
+               runs.size() - todo, static_cast<long long>(todo), output.c_str());
   if (todo == 0) return;
   auto model = Model::load(model_path);
   const std::string commit = git_commit();
