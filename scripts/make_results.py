@@ -35,14 +35,18 @@ def shard(a):
         mine = units[i::a.shards]
         if not mine:
             continue
-        # a shard takes whole (policy, fraction) pairs; shard 0 also runs the full cache
+        # a shard takes whole (policy, fraction) pairs; policies with the same fractions share one
+        # config, so the shard walks task by task over all of them; shard 0 also runs the full cache
         by_pol = defaultdict(list)
         for p, f in mine:
             by_pol[json.dumps(p, sort_keys=True)].append(f)
-        for j, (pk, fs) in enumerate(sorted(by_pol.items())):
+        by_fracs = defaultdict(list)
+        for pk, fs in by_pol.items():
+            by_fracs[tuple(fs)].append(json.loads(pk))
+        for j, (fs, ps) in enumerate(sorted(by_fracs.items())):
             c = dict(cfg)
-            c["policies"] = [json.loads(pk)]
-            c["budget_fractions"] = fs
+            c["policies"] = [p for p in pols if p in ps]
+            c["budget_fractions"] = list(fs)
             c["include_full"] = i == 0 and j == 0
             c["output"] = f"{base}.{a.name}{i}-{j}{ext}"
             c["done_records"] = [d for d in done if d != c["output"]]
