@@ -1,5 +1,5 @@
 // Generation throughput: prompt tokens/s and decode tokens/s, median of several runs.
-// Usage: squeezekv_bench MODEL [threads] [prompt_tokens] [gen_tokens] [runs] [--tokenizer TOK]
+// Usage: squeezekv_bench MODEL [threads] [prompt_tokens] [gen_tokens] [runs] [decode_activations: int8|f32]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,7 +14,7 @@
 int main(int argc, char** argv) {
   using namespace squeezekv;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL [threads=2] [prompt_tokens=64] [gen_tokens=64] [runs=5]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL [threads=2] [prompt_tokens=64] [gen_tokens=64] [runs=5] [int8|f32]\n", argv[0]);
     return 2;
   }
   try {
@@ -23,9 +23,11 @@ int main(int argc, char** argv) {
     const int n_prompt = argc > 3 ? std::stoi(argv[3]) : 64;
     const int n_gen = argc > 4 ? std::stoi(argv[4]) : 64;
     const int runs = argc > 5 ? std::stoi(argv[5]) : 5;
+    const std::string act = argc > 6 ? argv[6] : "int8";
     auto model = Model::load(path);
     SessionOptions so;
     so.threads = threads;
+    so.decode_activations = parse_decode_activations(act);
     so.cache.max_tokens = n_prompt + n_gen + 1;
     Session session(*model, so);
     std::vector<int> prompt;
@@ -52,7 +54,8 @@ int main(int argc, char** argv) {
     }
     std::sort(pp.begin(), pp.end());
     std::sort(tg.begin(), tg.end());
-    std::printf("model=%s threads=%d prompt_tokens=%d gen_tokens=%d runs=%d\n", path.c_str(), threads, n_prompt, n_gen, runs);
+    std::printf("model=%s threads=%d prompt_tokens=%d gen_tokens=%d runs=%d decode_activations=%s\n", path.c_str(), threads,
+                n_prompt, n_gen, runs, act.c_str());
     std::printf("prompt_tok_s_median=%.1f (min %.1f max %.1f)\n", pp[pp.size() / 2], pp.front(), pp.back());
     std::printf("gen_tok_s_median=%.1f (min %.1f max %.1f)\n", tg[tg.size() / 2], tg.front(), tg.back());
   } catch (const std::exception& e) {

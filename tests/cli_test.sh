@@ -35,6 +35,7 @@ expect_error "--temp" generate -m "$m" --tokenizer "$tok" -p hi --temp -1
 expect_error "--top-p" generate -m "$m" --tokenizer "$tok" -p hi --top-p 0
 expect_error "--min-p" generate -m "$m" --tokenizer "$tok" -p hi --min-p 2
 expect_error "--kv-type" generate -m "$m" --tokenizer "$tok" -p hi --kv-type f8
+expect_error "--decode-activations" generate -m "$m" --tokenizer "$tok" -p hi --decode-activations int4
 expect_error "--kv-policy" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy lru
 expect_error "--threads" generate -m "$m" --tokenizer "$tok" -p hi -t 0
 expect_error "-n" generate -m "$m" --tokenizer "$tok" -p hi -n -5

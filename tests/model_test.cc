@@ -51,18 +51,25 @@ LogitsRef read_ref(const std::string& stem) {
   return r;
 }
 
-// Max abs difference of our logits to the reference over every stored row, and whether the
-// argmax agrees on each row.
-void compare_logits(const Model& m, const std::string& stem, KvDType kv, double tol) {
+// Max abs difference of our logits to the reference over every stored row, the largest
+// KL(reference || ours) of the softmax distributions, and whether the argmax agrees on each row.
+struct LogitsDiff {
+  double max_err = 0.0, max_kl = 0.0;
+};
+LogitsDiff compare_logits(const Model& m, const std::string& stem, KvDType kv, double tol,
+                          DecodeActivations act = DecodeActivations::kF32, int chunk = 5) {
   const LogitsRef ref = read_ref(stem);
-  ASSERT_EQ(ref.vocab, m.config().vocab_size);
+  LogitsDiff all;
+  EXPECT_EQ(ref.vocab, m.config().vocab_size);
+  if (ref.vocab != m.config().vocab_size) return all;
   for (const auto& c : ref.cases) {
     const std::vector<int> ids = c["ids"];
     const int first = c["first_row"], rows = c["rows"];
     const size_t off = c["offset"];
     SessionOptions so;
     so.cache.dtype = kv;
-    so.prefill_chunk = 5;
+    so.decode_activations = act;
+    so.prefill_chunk = chunk;
     so.cache.max_tokens = 64;  // exercise chunked prefill over the stored history
     Session s(m, so);
     auto logits = s.forward(ids, /*all_logits=*/true);
@@ -71,17 +78,36 @@ void compare_logits(const Model& m, const std::string& stem, KvDType kv, double 
       const float* ours = logits.data() + static_cast<size_t>(first + r) * ref.vocab;
       const float* want = ref.data.data() + off + static_cast<size_t>(r) * ref.vocab;
       int am_ours = 0, am_want = 0;
+      double mx_o = -1e30, mx_w = -1e30;
       for (int v = 0; v < ref.vocab; ++v) {
         max_err = std::max(max_err, static_cast<double>(std::fabs(ours[v] - want[v])));
         if (ours[v] > ours[am_ours]) am_ours = v;
         if (want[v] > want[am_want]) am_want = v;
+        mx_o = std::max(mx_o, double(ours[v]));
+        mx_w = std::max(mx_w, double(want[v]));
       }
       EXPECT_EQ(am_ours, am_want) << stem << " row " << first + r;
+      double z_o = 0.0, z_w = 0.0;
+      for (int v = 0; v < ref.vocab; ++v) {
+        z_o += std::exp(ours[v] - mx_o);
+        z_w += std::exp(want[v] - mx_w);
+      }
+      double kl = 0.0;
+      for (int v = 0; v < ref.vocab; ++v) {
+        const double lw = want[v] - mx_w - std::log(z_w), lo = ours[v] - mx_o - std::log(z_o);
+        kl += std::exp(lw) * (lw - lo);
+      }
+      all.max_kl = std::max(all.max_kl, kl);
     }
-    EXPECT_LE(max_err, tol) << stem << " case with " << ids.size() << " tokens";
-    std::printf("%s kv=%s tokens=%zu max_abs_err=%.3g\n", stem.c_str(), kv == KvDType::kF32 ? "f32" : "f16",
-                ids.size(), max_err);
+    if (tol > 0) {
+      EXPECT_LE(max_err, tol) << stem << " case with " << ids.size() << " tokens";
+    }
+    all.max_err = std::max(all.max_err, max_err);
+    std::printf("%s kv=%s act=%s chunk=%d tokens=%zu max_abs_err=%.3g max_kl=%.3g\n", stem.c_str(),
+                kv == KvDType::kF32 ? "f32" : "f16", act == DecodeActivations::kF32 ? "f32" : "int8", chunk, ids.size(),
+                max_err, all.max_kl);
   }
+  return all;
 }
 
 // Tolerances. With an f32 cache only the order of f32 summation separates us from PyTorch
@@ -103,6 +129,18 @@ TEST(Model, SmolLM2LogitsMatchTransformers) {
   auto m = Model::load(test::default_model());
   compare_logits(*m, "logits_smollm2", KvDType::kF32, 1e-3);
   compare_logits(*m, "logits_smollm2", KvDType::kF16, 6e-2);
+}
+
+// Decode with 8-bit activations (every token a one-row step, so every product takes the integer
+// path). Rounding each block of 32 activations to 8 bits moves single logits a lot where one
+// activation dwarfs its block (seen: up to 2.7 on SmolLM2's tail logits), but hardly the
+// distribution: KL(transformers || ours) per row stays small (seen: at most 2.3e-2) and every
+// row's argmax agrees. Perplexity on Austen moves by +0.2% (docs/PERFORMANCE.md).
+TEST(Model, SmolLM2Int8DecodeStaysCloseToTransformers) {
+  auto m = Model::load(test::default_model());
+  const LogitsDiff d = compare_logits(*m, "logits_smollm2", KvDType::kF16, -1, DecodeActivations::kInt8, 1);
+  EXPECT_LE(d.max_kl, 5e-2);
+  EXPECT_GT(d.max_err, 1e-3);  // the integer path did run: f32 decode stays within 2.2e-2
 }
 
 // Tiny random-weight models written by scripts/make_reference.py cover what the shipped models do

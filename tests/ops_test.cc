@@ -105,8 +105,8 @@ TEST(Matmul, FastPathMatchesScalarReferenceOverSizes) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K}) {
     const int bv = dtype_info(t).block_values;
     for (int64_t C : {int64_t{bv}, int64_t{2 * bv}, t == DType::F32 ? int64_t{37} : int64_t{3 * bv}}) {
-      for (int64_t R : {1, 17, 40}) {
-        for (int64_t T : {1, 3, 7, 9}) {  // 3 and 9: the 4x3 kernel; 7: kernel plus a tail
+      for (int64_t R : {1, 17, 40, 48}) {
+        for (int64_t T : {1, 3, 7, 9, 12, 17}) {  // 3, 9: the 4x3 kernel; 7: a tail; 12, 17: 6x16 tiles (+5)
           auto data = random_rows(t, R, C, rng);
           WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
           std::vector<float> x(T * C), bias(R), fast(T * R), ref(T * R);
@@ -145,6 +145,55 @@ TEST(Matmul, DecodePathIsBitIdenticalToDequantizeThenDot) {
     for (int64_t r = 0; r < R; ++r) {
       cpu::dequantize_row(t, w.row(r), row.data(), C);
       ASSERT_EQ(out[r], cpu::dot(row.data(), x.data(), C)) << dtype_info(t).name << " row " << r;
+    }
+  }
+}
+
+// 8-bit activations: each product may differ from the exact one only by the rounding of the
+// activations, |w . (x - x8)| <= sum over blocks of sum|w| * (max|x| of the block / 254), and the
+// weight types without an integer path give the exact result.
+TEST(Matmul, Int8ActivationsWithinTheirRoundingBound) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::F16}) {
+    for (int64_t T : {1, 2}) {
+      const int64_t R = 37, C = 576;
+      auto data = random_rows(t, R, C, rng);
+      WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
+      std::vector<float> x(T * C), bias(R), fast(T * R), exact(T * R), row(C);
+      for (auto& v : x) v = nd(rng) * (1.0f + 5.0f * (rng() % 7 == 0));  // some outliers
+      for (auto& v : bias) v = nd(rng);
+      cpu::matmul(fast.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8);
+      cpu::matmul(exact.data(), x.data(), w, T, bias.data(), cpu::Activations::kF32);
+      const bool integer_path = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
+      double worst_share = 0.0;
+      for (int64_t r = 0; r < R; ++r) {
+        cpu::dequantize_row(t, w.row(r), row.data(), C);
+        for (int64_t tt = 0; tt < T; ++tt) {
+          const float* xt = x.data() + tt * C;
+          double bound = 0.0, mag = std::fabs(bias[r]);
+          for (int64_t b = 0; b < C / 32; ++b) {
+            double amax = 0.0, wsum = 0.0;
+            for (int i = 0; i < 32; ++i) {
+              amax = std::max(amax, double(std::fabs(xt[b * 32 + i])));
+              wsum += std::fabs(row[b * 32 + i]);
+              mag += std::fabs(double(row[b * 32 + i]) * xt[b * 32 + i]);
+            }
+            bound += wsum * amax / 254.0;
+          }
+          const double err = std::fabs(double(fast[tt * R + r]) - exact[tt * R + r]);
+          if (!integer_path) {
+            ASSERT_EQ(fast[tt * R + r], exact[tt * R + r]) << dtype_info(t).name;
+            continue;
+          }
+          ASSERT_LE(err, bound + 1e-5 * (1.0 + mag)) << dtype_info(t).name << " row " << r << " T=" << T;
+          worst_share = std::max(worst_share, err / bound);
+        }
+      }
+      // the bound is not vacuous: rounding does move the products
+      if (integer_path) {
+        EXPECT_GT(worst_share, 0.01) << dtype_info(t).name;
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "squeezekv/kv_cache.h"
@@ -14,9 +15,19 @@
 
 namespace squeezekv {
 
+// Arithmetic of decode steps (one or two tokens), where matrix-vector products dominate.
+enum class DecodeActivations : uint8_t {
+  kF32,   // f32 activations: the reference arithmetic (evaluations use it)
+  kInt8,  // activations rounded to 8 bits per block of 32 for Q8_0/Q4_0/Q4_1 weights, integer
+          // dot products (as llama.cpp does): faster decode, logits within ~1e-2 of kF32
+};
+// "f32" | "int8"; throws Error naming the flag and the accepted values otherwise.
+DecodeActivations parse_decode_activations(const std::string& s);
+
 struct SessionOptions {
   int threads = 0;            // 0: all cores
   int prefill_chunk = 512;    // rows per prefill step
+  DecodeActivations decode_activations = DecodeActivations::kF32;
   CacheConfig cache;
 };
 

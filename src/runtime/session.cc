@@ -63,6 +63,12 @@ double residual_cosine(const float* x, const float* y, int T, int E) {
 
 constexpr int kDefaultMaxTokens = 16384;
 
+DecodeActivations parse_decode_activations(const std::string& s) {
+  if (s == "f32") return DecodeActivations::kF32;
+  if (s == "int8") return DecodeActivations::kInt8;
+  throw Error("--decode-activations: unknown value '" + s + "' (expected f32 or int8)");
+}
+
 struct Session::Impl {
   const Model& model;
   SessionOptions opt;
@@ -76,12 +82,14 @@ struct Session::Impl {
   std::vector<float> att_scratch;                         // attention_scratch_floats
   std::vector<float> logits;                              // [V] or [n][V]
   std::vector<float> last;                                // [E]
+  cpu::Activations act = cpu::Activations::kF32;          // decode arithmetic
 
   Impl(const Model& m, const SessionOptions& o) : model(m), opt(o) {
     const ModelConfig& c = m.config();
     if (opt.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt.prefill_chunk));
     validate(opt.cache);
     if (opt.threads > 0) cpu::set_threads(opt.threads);
+    act = opt.decode_activations == DecodeActivations::kInt8 ? cpu::Activations::kInt8 : cpu::Activations::kF32;
     // default: the model's context, capped so a 128k-context model does not reserve tens of GB
     max_tokens = opt.cache.max_tokens > 0 ? opt.cache.max_tokens : std::min(c.context_length, kDefaultMaxTokens);
     opt.cache.max_tokens = max_tokens;
@@ -119,6 +127,7 @@ struct Session::Impl {
   void step(const int* tokens, int T, float* hidden_out /*[T][E]*/) {
     const ModelConfig& c = model.config();
     const ModelWeights& w = model.weights();
+    const cpu::Activations act = this->act;
     const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim;
     const auto pairing = c.rope_adjacent_pairs ? cpu::RopePairing::kAdjacent : cpu::RopePairing::kHalves;
     for (int t = 0; t < T; ++t) {
@@ -130,9 +139,9 @@ struct Session::Impl {
       LayerCache& cache = caches.layers[l];
       // attention block
       cpu::rmsnorm(xn.data(), x.data(), L.attn_norm.data(), T, E, c.norm_eps);
-      cpu::matmul(q.data(), xn.data(), L.wq, T, L.bq.empty() ? nullptr : L.bq.data());
-      cpu::matmul(k.data(), xn.data(), L.wk, T, L.bk.empty() ? nullptr : L.bk.data());
-      cpu::matmul(v.data(), xn.data(), L.wv, T, L.bv.empty() ? nullptr : L.bv.data());
+      cpu::matmul(q.data(), xn.data(), L.wq, T, L.bq.empty() ? nullptr : L.bq.data(), act);
+      cpu::matmul(k.data(), xn.data(), L.wk, T, L.bk.empty() ? nullptr : L.bk.data(), act);
+      cpu::matmul(v.data(), xn.data(), L.wv, T, L.bv.empty() ? nullptr : L.bv.data(), act);
       cpu::rope(q.data(), rows_pos.data(), T, H, D, w.inv_freq.data(), pairing);
       cpu::rope(k.data(), rows_pos.data(), T, G, D, w.inv_freq.data(), pairing);
       const std::optional<SqueezeMetric> metric = cache.pending_metric();
@@ -149,7 +158,7 @@ struct Session::Impl {
       }
       probe.entropy = metric == SqueezeMetric::kAttentionEntropy;
       cpu::attention(att.data(), q.data(), rows_pos.data(), T, H, kv, &probe, att_scratch.data());
-      cpu::matmul(tmp.data(), att.data(), L.wo, T);
+      cpu::matmul(tmp.data(), att.data(), L.wo, T, nullptr, act);
       for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
       if (metric == SqueezeMetric::kAttentionEntropy)
         concentration = probe.entropy_rows > 0 ? 1.0 - probe.entropy_sum / static_cast<double>(probe.entropy_rows) : 0.0;
@@ -157,10 +166,10 @@ struct Session::Impl {
       if (metric) cache.report_concentration(concentration);
       // feed-forward block (SwiGLU)
       cpu::rmsnorm(xn.data(), x.data(), L.ffn_norm.data(), T, E, c.norm_eps);
-      cpu::matmul(gate.data(), xn.data(), L.w_gate, T);
-      cpu::matmul(up.data(), xn.data(), L.w_up, T);
+      cpu::matmul(gate.data(), xn.data(), L.w_gate, T, nullptr, act);
+      cpu::matmul(up.data(), xn.data(), L.w_up, T, nullptr, act);
       cpu::silu_mul(gate.data(), up.data(), static_cast<int64_t>(T) * F);
-      cpu::matmul(tmp.data(), gate.data(), L.w_down, T);
+      cpu::matmul(tmp.data(), gate.data(), L.w_down, T, nullptr, act);
       for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
     }
     for (LayerCache& cache : caches.layers) cache.end_step();
@@ -194,14 +203,14 @@ std::span<const float> Session::forward(std::span<const int> tokens, bool all_lo
     float* h = all_logits ? hidden.data() : m.xn.data();
     m.step(tokens.data() + s, T, h);
     if (all_logits) {
-      cpu::matmul(m.logits.data() + static_cast<size_t>(s) * V, h, m.model.weights().output, T);
+      cpu::matmul(m.logits.data() + static_cast<size_t>(s) * V, h, m.model.weights().output, T, nullptr, m.act);
     } else if (s + T == n) {
       std::copy(h + static_cast<size_t>(T - 1) * E, h + static_cast<size_t>(T) * E, m.last.begin());
     }
   }
   if (all_logits) return {m.logits.data(), static_cast<size_t>(n) * V};
   m.logits.resize(static_cast<size_t>(V));
-  cpu::matmul(m.logits.data(), m.last.data(), m.model.weights().output, 1);
+  cpu::matmul(m.logits.data(), m.last.data(), m.model.weights().output, 1, nullptr, m.act);
   return {m.logits.data(), static_cast<size_t>(V)};
 }
 

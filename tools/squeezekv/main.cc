@@ -33,6 +33,7 @@ struct CommonArgs {
   int threads = 0;
   int ctx = 0;
   int prefill_chunk = 512;
+  std::string decode_activations = "int8";
   std::string kv_type = "f16";
   std::string kv_policy = "full";
   int kv_budget = 0;
@@ -81,6 +82,8 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   if (with_ctx)
     app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
+  app->add_option("--decode-activations", a.decode_activations,
+                  "decode arithmetic: int8 (8-bit activations, integer dots; default for generate/chat) | f32 (exact; default for eval)");
   app->add_option("--kv-type", a.kv_type, "KV cache element type: f16 | f32");
   app->add_option("--kv-policy", a.kv_policy, "KV cache policy: full | window | h2o | snapkv | pyramidkv | squeeze");
   app->add_option("--kv-budget", a.kv_budget, "average retained tokens per layer (evicting policies)");
@@ -129,6 +132,7 @@ SessionOptions session_options(const CommonArgs& a) {
   SessionOptions so;
   so.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   so.prefill_chunk = a.prefill_chunk;
+  so.decode_activations = parse_decode_activations(a.decode_activations);
   so.cache.max_tokens = a.ctx;
   so.cache.dtype = parse_kv_dtype(a.kv_type);
   so.cache.policy = parse_kv_policy(a.kv_policy);
@@ -371,6 +375,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // evaluations measure eviction on the exact arithmetic unless asked otherwise
+  for (CLI::App* sub : {ep, er})
+    if (sub->parsed() && sub->count("--decode-activations") == 0) common.decode_activations = "f32";
   try {
     if (g->parsed()) return run_generate(common, gen);
     if (ep->parsed()) return run_eval_ppl(common, ev);
