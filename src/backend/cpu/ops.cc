@@ -8,6 +8,9 @@
 
 #include "backend/cpu/quant.h"
 #include "core/half.h"
+#if SQUEEZEKV_AVX512_KERNEL
+#include "backend/cpu/gemm_avx512.h"
+#endif
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -334,6 +337,39 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
   }
 #else
   (void)act;
+#endif
+#if SQUEEZEKV_AVX512_KERNEL
+  static const bool avx512 = avx512::available();
+  if (avx512 && T >= 6) {  // prefill: blocks of 32 rows, packed once, 12 tokens x 32 outputs per tile
+    constexpr int64_t kBlock = 32;
+    const int64_t nb = (R + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t r0 = b * kBlock, nr = std::min(kBlock, R - r0);
+      const float* rows = nullptr;
+      if (w.type == DType::F32) {
+        rows = reinterpret_cast<const float*>(w.row(r0));
+      } else {
+        float* buf = row_buffer(static_cast<size_t>(kBlock * C));
+        for (int64_t i = 0; i < nr; ++i) dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
+        rows = buf;
+      }
+      if (nr == kBlock) {
+        thread_local std::vector<float> panel_buf;  // [C][32], grown once per thread
+        if (panel_buf.size() < static_cast<size_t>(kBlock * C)) panel_buf.resize(static_cast<size_t>(kBlock * C));
+        float* panel = panel_buf.data();
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t i = 0; i < kBlock; ++i) panel[c * kBlock + i] = rows[i * C + c];
+        avx512::gemm_panel32(out + r0, R, x, T, C, panel);
+      } else {
+        block_dots(out, R, r0, rows, nr, x, T, C);
+      }
+      if (bias != nullptr)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] += bias[r0 + i];
+    }
+    return;
+  }
 #endif
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n_blocks; ++b) {
