@@ -198,6 +198,27 @@ TEST(Matmul, Int8ActivationsWithinTheirRoundingBound) {
   }
 }
 
+// silu(g) * u against the formula in double, over odd lengths (vector body plus scalar tail) and
+// magnitudes from tiny to past exp's range.
+TEST(SiluMul, MatchesFormulaIncludingExtremes) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  for (int n : {1, 7, 8, 29, 1536}) {
+    std::vector<float> g(n), u(n);
+    for (int i = 0; i < n; ++i) {
+      g[i] = nd(rng) * std::pow(10.0f, float(i % 5) - 2.0f);  // 0.01 .. 100
+      u[i] = nd(rng);
+    }
+    if (n > 4) g[0] = -200.0f, g[1] = 200.0f, g[2] = 0.0f, g[3] = -88.5f;
+    std::vector<float> out = g;
+    cpu::silu_mul(out.data(), u.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+      ASSERT_NEAR(out[i], want, 3e-7 * std::fabs(want) + 1e-30) << "g=" << g[i];
+    }
+  }
+}
+
 // Adjacent-pair RoPE on Q/K rows permuted the way the GGUF converter permutes them equals
 // half-split RoPE on the original rows (the pairing pitfall of FACTS.md).
 TEST(Rope, AdjacentPairsOnPermutedRowsEqualHalves) {

@@ -12,10 +12,7 @@
 #include "backend/cpu/gemm_avx512.h"
 #endif
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define SQUEEZEKV_AVX2 1
-#endif
+#include "backend/cpu/simd.h"
 
 namespace squeezekv::cpu {
 
@@ -45,16 +42,7 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
 }  // namespace ref
 
 #if SQUEEZEKV_AVX2
-namespace {
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
-}  // namespace
+using simd::hsum;
 #endif
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -431,7 +419,20 @@ void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const flo
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#if SQUEEZEKV_AVX2
+  // silu(g) = g * sigmoid(g); with e = exp(-|g|) (never overflows), sigmoid is 1 / (1 + e) for
+  // g >= 0 and e / (1 + e) below
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = simd::exp_nonpositive(_mm256_or_ps(g, sign));
+    const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
+    const __m256 sig = _mm256_blendv_ps(r, _mm256_mul_ps(e, r), g);  // g's sign bit picks e / (1 + e)
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
