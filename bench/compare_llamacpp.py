@@ -14,8 +14,8 @@ import subprocess
 import time
 
 
-def ours(bench, model, threads, n_prompt, n_gen, runs):
-    out = subprocess.run([bench, model, str(threads), str(n_prompt), str(n_gen), str(runs)], check=True,
+def ours(bench, model, threads, n_prompt, n_gen, runs, act):
+    out = subprocess.run([bench, model, str(threads), str(n_prompt), str(n_gen), str(runs), act], check=True,
                          capture_output=True, text=True).stdout
     pp = float(re.search(r"prompt_tok_s_median=([\d.]+)", out).group(1))
     tg = float(re.search(r"gen_tok_s_median=([\d.]+)", out).group(1))
@@ -53,16 +53,20 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--decode-activations", default="int8,f32",
+                    help="squeezekv decode arithmetic(s) to run, comma-separated (int8 is what llama.cpp does)")
     a = ap.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; threads={a.threads}; "
           f"prompt={a.prompt} gen={a.gen} runs={a.runs} (median)")
-    for name, fn in (("squeezekv", lambda: ours(a.bench, a.model, a.threads, a.prompt, a.gen, a.runs)),
-                     ("llama.cpp", lambda: llamacpp(a.model, a.threads, a.prompt, a.gen, a.runs))):
+    runs = [(f"squeezekv ({act} decode)", lambda act=act: ours(a.bench, a.model, a.threads, a.prompt, a.gen, a.runs, act))
+            for act in a.decode_activations.split(",")]
+    runs.append(("llama.cpp", lambda: llamacpp(a.model, a.threads, a.prompt, a.gen, a.runs)))
+    for name, fn in runs:
         try:
             pp, tg = fn()
-            print(f"{name:10s} prompt {pp:8.1f} tok/s   generation {tg:7.1f} tok/s")
+            print(f"{name:26s} prompt {pp:8.1f} tok/s   generation {tg:7.1f} tok/s")
         except ImportError:
-            print(f"{name:10s} not installed (pip install llama-cpp-python)")
+            print(f"{name:26s} not installed (pip install llama-cpp-python)")
 
 
 if __name__ == "__main__":

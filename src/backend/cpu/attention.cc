@@ -137,9 +137,10 @@ inline void score_tile(float* s, int64_t s_stride, const float* const* q, const 
   }
 }
 
-// out[r][d0..d0+16) = sum_n p[r][n] v[n][d0..d0+16) for R rows, over the key quads not skipped.
+// out[r][d0..d0+16) = sum_n p[r][n] v[n][d0..d0+16) for R rows and keys n in [n0, n1) (n0 a
+// multiple of 4), over the key quads not skipped.
 template <int R, typename KT>
-inline void value_tile(float* const* out, const float* p, int64_t p_stride, const KT* v, int D, int d0, int N,
+inline void value_tile(float* const* out, const float* p, int64_t p_stride, const KT* v, int D, int d0, int n0, int n1,
                        const uint8_t* skip_quad) {
   __m256 a[R][2];
   for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
@@ -151,12 +152,12 @@ inline void value_tile(float* const* out, const float* p, int64_t p_stride, cons
       a[r][1] = _mm256_fmadd_ps(b, v1, a[r][1]);
     }
   };
-  const int quads = N / 4;
-  for (int c = 0; c < quads; ++c) {
+  const int q1 = n1 / 4;
+  for (int c = n0 / 4; c < q1; ++c) {
     if (skip_quad[c]) continue;
     for (int n = 4 * c; n < 4 * c + 4; ++n) key(n);
   }
-  for (int n = 4 * quads; n < N; ++n) key(n);
+  for (int n = std::max(n0, 4 * q1); n < n1; ++n) key(n);
   for (int r = 0; r < R; ++r) {
     _mm256_storeu_ps(out[r] + d0, a[r][0]);
     _mm256_storeu_ps(out[r] + d0 + 8, a[r][1]);
@@ -174,6 +175,16 @@ struct TileJob {
   int64_t entropy_rows = 0;
 };
 
+// A key segment's softmax over its own keys, to be merged with the tile's other segments
+// (flash-decoding): per row the segment max m, sum l = sum e and sum e x of e = exp(s - m),
+// x = s - m, the visible keys, and the unnormalised output sum e v. The e stay in the tile's
+// score rows, columns [n0, n1).
+struct SegmentPart {
+  float m[kRowTile], l[kRowTile], ex[kRowTile];
+  int visible[kRowTile];
+  float out[kRowTile][256];  // head dims up to 256 split this way; larger ones use one segment
+};
+
 struct TiledArgs {
   const float* q;  // [T][H*D]
   float* out;      // [T][H*D]
@@ -187,18 +198,19 @@ struct TiledArgs {
   bool want_mass, entropy;
 };
 
+// Keys [n0, n1) of one tile. part == null: the segment is all keys; the rows are normalised and
+// the output, mass and entropy written here. Otherwise the segment's partial results go to part,
+// the exponentials to s (the tile's score rows [rows][N]), and merge_segments finishes the tile.
 template <typename KT>
-void run_tile(const TiledArgs& a, TileJob& job) {
-  const int N = a.N, D = a.D, quads = N / 4;
-  const int64_t Ns = N;
+void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part) {
+  const int D = a.D;
+  const int64_t Ns = a.N;
   const KT* k = static_cast<const KT*>(a.k) + static_cast<int64_t>(job.g) * a.capacity * D;
   const KT* v = static_cast<const KT*>(a.v) + static_cast<int64_t>(job.g) * a.capacity * D;
   const int32_t* pos = a.pos + static_cast<int64_t>(job.g) * a.capacity;
-  thread_local std::vector<float> score_buf;  // [kRowTile][N], grown once per thread
-  thread_local std::vector<uint8_t> skip;
-  if (score_buf.size() < static_cast<size_t>(kRowTile) * N) score_buf.resize(static_cast<size_t>(kRowTile) * N);
-  skip.resize(static_cast<size_t>(quads));
-  float* s = score_buf.data();
+  thread_local std::vector<uint8_t> skip;  // per key quad of the whole row, grown once per thread
+  skip.resize(static_cast<size_t>(a.N / 4 + 1));
+  const int c0 = n0 / 4, c1 = n1 / 4;  // whole quads [c0, c1); keys [4 c1, n1) are a tail
   const float* qr[kRowTile];
   float* orow[kRowTile];
   int32_t qp[kRowTile];
@@ -208,16 +220,16 @@ void run_tile(const TiledArgs& a, TileJob& job) {
     const int64_t row = job.row0 + r, t = row / a.group;
     const int h = job.g * a.group + static_cast<int>(row % a.group);
     qr[r] = a.q + (t * a.H + h) * D;
-    orow[r] = a.out + (t * a.H + h) * D;
+    orow[r] = part != nullptr ? part->out[r] : a.out + (t * a.H + h) * D;
     qp[r] = a.q_pos[t];
     tok[r] = t;
     tile_max = std::max(tile_max, qp[r]);
   }
   // key quads later than every query of the tile (the causal triangle of a prefill chunk)
-  for (int c = 0; c < quads; ++c)
+  for (int c = c0; c < c1; ++c)
     skip[c] = std::min(std::min(pos[4 * c], pos[4 * c + 1]), std::min(pos[4 * c + 2], pos[4 * c + 3])) > tile_max;
   // scores, key quad outer so each quad is loaded once for the whole tile
-  for (int c = 0; c < quads; ++c) {
+  for (int c = c0; c < c1; ++c) {
     if (skip[c]) {
       for (int r = 0; r < job.rows; ++r) std::fill_n(s + r * Ns + 4 * c, 4, -INFINITY);
       continue;
@@ -228,29 +240,30 @@ void run_tile(const TiledArgs& a, TileJob& job) {
     if (r < job.rows) score_tile<1>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
   }
   for (int r = 0; r < job.rows; ++r)
-    for (int n = 4 * quads; n < N; ++n) {
+    for (int n = std::max(n0, 4 * c1); n < n1; ++n) {
       float acc = 0.0f;
       for (int d = 0; d < D; ++d) acc += qr[r][d] * load_scalar(k + static_cast<int64_t>(n) * D + d);
       s[r * Ns + n] = acc * a.scale;
     }
-  // causal mask by position, softmax, probes
+  // causal mask by position, softmax over the segment, probes
   for (int r = 0; r < job.rows; ++r) {
     float* sr = s + r * Ns;
     int visible = 0;
-    for (int n = 0; n < N; ++n) {
+    for (int n = n0; n < n1; ++n) {
       if (pos[n] > qp[r]) sr[n] = -INFINITY;
       else ++visible;
     }
     __m256 m8 = _mm256_set1_ps(-INFINITY);
-    int n = 0;
-    for (; n + 8 <= N; n += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sr + n));
+    int n = n0;
+    for (; n + 8 <= n1; n += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sr + n));
     float mx = hmax(m8);
-    for (; n < N; ++n) mx = std::max(mx, sr[n]);
+    for (; n < n1; ++n) mx = std::max(mx, sr[n]);
+    if (visible == 0) mx = 0.0f;  // a segment no query of this row may see: every e is 0
     // e = exp(x), x = s - max; with sum = sum e, H(p) = log(sum) - (sum e x) / sum, which needs
     // no logarithm per key (x is floored where e is 0, so masked keys add 0, not 0 * -inf)
     const __m256 mxv = _mm256_set1_ps(mx), floor = _mm256_set1_ps(-87.0f);
     __m256 sum8 = _mm256_setzero_ps(), ex8 = _mm256_setzero_ps();
-    for (n = 0; n + 8 <= N; n += 8) {
+    for (n = n0; n + 8 <= n1; n += 8) {
       const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(sr + n), mxv);
       const __m256 e = exp_nonpositive(x);
       _mm256_storeu_ps(sr + n, e);
@@ -258,38 +271,94 @@ void run_tile(const TiledArgs& a, TileJob& job) {
       ex8 = _mm256_fmadd_ps(e, _mm256_max_ps(x, floor), ex8);
     }
     float sum = hsum(sum8), ex = hsum(ex8);
-    for (; n < N; ++n) {
+    for (; n < n1; ++n) {
       const float x = sr[n] - mx;
       sr[n] = std::exp(x);
       sum += sr[n];
       ex += sr[n] * std::max(x, -87.0f);
     }
+    if (part != nullptr) {
+      part->m[r] = mx;
+      part->l[r] = sum;
+      part->ex[r] = ex;
+      part->visible[r] = visible;
+      continue;
+    }
     const float inv_sum = 1.0f / sum;
     const __m256 inv = _mm256_set1_ps(inv_sum);
-    for (n = 0; n + 8 <= N; n += 8) _mm256_storeu_ps(sr + n, _mm256_mul_ps(_mm256_loadu_ps(sr + n), inv));
-    for (; n < N; ++n) sr[n] *= inv_sum;
+    for (n = n0; n + 8 <= n1; n += 8) _mm256_storeu_ps(sr + n, _mm256_mul_ps(_mm256_loadu_ps(sr + n), inv));
+    for (; n < n1; ++n) sr[n] *= inv_sum;
     if (a.want_mass && tok[r] >= a.mass_from)
-      for (n = 0; n < N; ++n) job.mass[n] += sr[n];
+      for (n = n0; n < n1; ++n) job.mass[n] += sr[n];
     if (a.entropy && visible >= 2) {
       const double h = std::log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
       job.entropy_sum += h / std::log(static_cast<double>(visible));
       ++job.entropy_rows;
     }
   }
-  // out = P V
+  // out = P V (unnormalised for a part)
   int r = 0;
   for (; r + 4 <= job.rows; r += 4)
-    for (int d0 = 0; d0 < D; d0 += 16) value_tile<4>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
+    for (int d0 = 0; d0 < D; d0 += 16) value_tile<4>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
   const int left = job.rows - r;  // 1..3 rows (decode: the query heads of one kv head)
   for (int d0 = 0; d0 < D && left > 0; d0 += 16) {
-    if (left == 3) value_tile<3>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
-    else if (left == 2) value_tile<2>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
-    else value_tile<1>(orow + r, s + r * Ns, Ns, v, D, d0, N, skip.data());
+    if (left == 3) value_tile<3>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
+    else if (left == 2) value_tile<2>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
+    else value_tile<1>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
   }
 }
 
-// Tiles of every kv head, in parallel; per-tile mass and entropy combined in tile order afterwards,
-// so nothing depends on the thread count.
+// Finishes a tile split into S segments (segment j holds keys [bounds[j], bounds[j+1])): with
+// M = max m_j and w_j = exp(m_j - M), L = sum w_j l_j; out = sum w_j o_j / L; p = e w_j / L for
+// the mass; H = log L - sum w_j (ex_j + (m_j - M) l_j) / L.
+void merge_segments(const TiledArgs& a, TileJob& job, const SegmentPart* parts, const int* bounds, int S, float* s) {
+  const int D = a.D;
+  const int64_t Ns = a.N;
+  for (int r = 0; r < job.rows; ++r) {
+    const int64_t row = job.row0 + r, t = row / a.group;
+    const int h = job.g * a.group + static_cast<int>(row % a.group);
+    float M = -INFINITY;
+    int visible = 0;
+    for (int j = 0; j < S; ++j)
+      if (parts[j].visible[r] > 0) {
+        M = std::max(M, parts[j].m[r]);
+        visible += parts[j].visible[r];
+      }
+    float w[64];
+    double L = 0.0, wex = 0.0;
+    for (int j = 0; j < S; ++j) {
+      w[j] = parts[j].visible[r] > 0 ? std::exp(parts[j].m[r] - M) : 0.0f;
+      L += static_cast<double>(w[j]) * parts[j].l[r];
+      wex += static_cast<double>(w[j]) * (parts[j].ex[r] + (parts[j].m[r] - M) * parts[j].l[r]);
+    }
+    const float inv_l = static_cast<float>(1.0 / L);
+    float* o = a.out + (t * a.H + h) * D;
+    for (int d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int j = 0; j < S; ++j) acc += w[j] * parts[j].out[r][d];
+      o[d] = acc * inv_l;
+    }
+    float* sr = s + r * Ns;
+    for (int j = 0; j < S; ++j) {
+      const float f = w[j] * inv_l;
+      for (int n = bounds[j]; n < bounds[j + 1]; ++n) sr[n] *= f;
+    }
+    if (a.want_mass && t >= a.mass_from)
+      for (int n = 0; n < a.N; ++n) job.mass[n] += sr[n];
+    if (a.entropy && visible >= 2) {
+      const double H = std::log(L) - wex / L;
+      job.entropy_sum += H / std::log(static_cast<double>(visible));
+      ++job.entropy_rows;
+    }
+  }
+}
+
+// Tiles of every kv head, in parallel; per-tile mass and entropy combined in tile order afterwards.
+// When there are few tiles (decode: one per kv head), each tile's keys are also split into
+// segments of kSegmentKeys, so long contexts use every thread. The split depends on the sizes
+// only, never on the thread count, so results do not either.
+constexpr int kFewTiles = 8, kSegmentKeys = 1024, kMaxSegments = 64;
+
 void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                      AttentionProbe* probe, float* scratch) {
   const int G = kv.n_kv_heads, group = H / G, N = kv.count;
@@ -298,26 +367,58 @@ void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
               probe != nullptr && probe->mass != nullptr, probe != nullptr && probe->entropy};
   const int64_t rows_per_head = T * group;
   const int64_t tiles_per_head = (rows_per_head + kRowTile - 1) / kRowTile;
-  const int64_t n_jobs = tiles_per_head * G;
-  thread_local std::vector<TileJob> jobs_of_caller;  // grown once; worker threads use it by pointer
-  jobs_of_caller.assign(static_cast<size_t>(n_jobs), TileJob{});
+  const int64_t n_tiles = tiles_per_head * G;
+  int S = 1;
+  if (n_tiles <= kFewTiles && kv.head_dim <= 256)
+    S = static_cast<int>(std::clamp<int64_t>(N / kSegmentKeys, 1, kMaxSegments));
+  thread_local std::vector<TileJob> jobs_of_caller;  // grown once; worker threads use them by pointer
+  thread_local std::vector<SegmentPart> parts_of_caller;
+  thread_local std::vector<float> scores_of_caller;
+  jobs_of_caller.assign(static_cast<size_t>(n_tiles), TileJob{});
   TileJob* const jobs = jobs_of_caller.data();
-  const bool f16 = kv.type == KvType::kF16;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n_jobs; ++i) {
-    TileJob& job = jobs[i];
-    job.g = static_cast<int>(i / tiles_per_head);
-    job.row0 = (i % tiles_per_head) * kRowTile;
-    job.rows = static_cast<int>(std::min<int64_t>(kRowTile, rows_per_head - job.row0));
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    jobs[i].g = static_cast<int>(i / tiles_per_head);
+    jobs[i].row0 = (i % tiles_per_head) * kRowTile;
+    jobs[i].rows = static_cast<int>(std::min<int64_t>(kRowTile, rows_per_head - jobs[i].row0));
     if (a.want_mass) {
-      job.mass = scratch + i * N;
-      std::fill(job.mass, job.mass + N, 0.0f);
+      jobs[i].mass = scratch + i * N;
+      std::fill(jobs[i].mass, jobs[i].mass + N, 0.0f);
     }
-    if (f16) run_tile<uint16_t>(a, job);
-    else run_tile<float>(a, job);
+  }
+  const bool f16 = kv.type == KvType::kF16;
+  if (S == 1) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      thread_local std::vector<float> score_buf;  // [kRowTile][N], grown once per thread
+      if (score_buf.size() < static_cast<size_t>(kRowTile) * N) score_buf.resize(static_cast<size_t>(kRowTile) * N);
+      if (f16) run_tile<uint16_t>(a, jobs[i], 0, N, score_buf.data(), nullptr);
+      else run_tile<float>(a, jobs[i], 0, N, score_buf.data(), nullptr);
+    }
+  } else {
+    // segment bounds: multiples of 4, the last one takes the rest
+    int bounds[kMaxSegments + 1];
+    const int per = (N / S) / 4 * 4;
+    for (int j = 0; j < S; ++j) bounds[j] = j * per;
+    bounds[S] = N;
+    if (parts_of_caller.size() < static_cast<size_t>(n_tiles * S)) parts_of_caller.resize(static_cast<size_t>(n_tiles * S));
+    if (scores_of_caller.size() < static_cast<size_t>(n_tiles * kRowTile * N))
+      scores_of_caller.resize(static_cast<size_t>(n_tiles * kRowTile * N));
+    SegmentPart* const parts = parts_of_caller.data();
+    float* const scores = scores_of_caller.data();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_tiles * S; ++i) {
+      const int64_t tile = i / S;
+      const int j = static_cast<int>(i % S);
+      float* s = scores + tile * kRowTile * N;
+      if (f16) run_tile<uint16_t>(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i);
+      else run_tile<float>(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i);
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t tile = 0; tile < n_tiles; ++tile)
+      merge_segments(a, jobs[tile], parts + tile * S, bounds, S, scores + tile * kRowTile * N);
   }
   if (a.entropy) {
-    for (int64_t i = 0; i < n_jobs; ++i) {
+    for (int64_t i = 0; i < n_tiles; ++i) {
       probe->entropy_sum += jobs[i].entropy_sum;
       probe->entropy_rows += jobs[i].entropy_rows;
     }
