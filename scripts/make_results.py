@@ -85,15 +85,32 @@ def findings(recs, cfg, labels, fr):
                        f"+{100 * (best[0] / full['value'] - 1):.1f}% over the full cache ({full['value']:.2f}){extra}; "
                        f"worst {worst[1]} {worst[0]:.2f}.")
     ret = [r for r in recs if r["metric"] == "accuracy"]
-    if ret:
+    for qa in (False, True):
+        sub = [r for r in ret if bool(r.get("question_aware")) == qa]
+        if not sub:
+            continue
         by_pol = defaultdict(list)
-        for r in ret:
+        for r in sub:
             by_pol[r["policy"]].append(r["value"])
         means = sorted(((sum(v) / len(v), p) for p, v in by_pol.items()), reverse=True)
-        out.append("- Retrieval, mean accuracy over every length, depth and budget: " +
-                   ", ".join(f"{p} {m:.2f}" for m, p in means) + ". The compression here does not know the question "
-                   "(it is asked after the context was compressed), so a needle survives only if it drew attention "
-                   "before the question or sits in the protected recent window; at 5-10% budgets every policy loses it.")
+        lengths = ", ".join(str(c) for c in sorted({r["ctx"] for r in sub}))
+        if not qa:
+            out.append(f"- Retrieval with the context compressed before the question ({lengths} tokens), mean "
+                       "accuracy over every length, depth and budget: " + ", ".join(f"{p} {m:.2f}" for m, p in means) +
+                       ". A needle survives only if it drew attention before the question or sits in the protected "
+                       "recent window.")
+        else:
+            out.append(f"- Retrieval with the question in the prompt ({lengths} tokens), mean accuracy over every "
+                       "depth and budget: " + ", ".join(f"{p} {m:.2f}" for m, p in means) + ".")
+        by_len = defaultdict(list)
+        for r in sub:
+            if r["policy"] != "full":
+                by_len[r["ctx"]].append(r["value"])
+        full_len = {r["ctx"]: r["value"] for r in sub if r["policy"] == "full"}
+        if len(by_len) > 1:
+            out.append("  By length, full cache vs the mean of every evicting policy and budget: " +
+                       "; ".join(f"{c}: {full_len.get(c, float('nan')):.2f} vs {sum(v) / len(v):.2f}"
+                                 for c, v in sorted(by_len.items())) + ".")
     over = []
     for r in recs:
         if r.get("kv_policy") == "squeeze" and r.get("layer_budgets"):
@@ -144,11 +161,15 @@ def report(a):
                          "is scored (lower is better).")
         else:
             n = len(t.get("depths", [])) * t.get("samples", 1)
-            lines.append(f"- `{t['task']}` at {', '.join(map(str, t['ctx']))} tokens: RULER-style needles at depths "
-                         f"{', '.join(map(str, t.get('depths', [])))} of filler text, {n} samples per cell (seed "
-                         f"{t.get('seed', 1)}); the context is prefilled and compressed first, then the question; greedy "
-                         "answer, exact match (higher is better). One sample is "
-                         f"{1 / n:.2f} of a cell's accuracy.")
+            if t.get("question_aware"):
+                how = (f"the question ends the prompt, which is prefilled in one step (prefill chunk "
+                       f"{t.get('prefill_chunk', 512)}), so compression sees the question (SnapKV's setting)")
+            else:
+                how = "the context is prefilled and compressed first, then the question (a cache reused across questions)"
+            lines.append(f"- `{t.get('label', t['task'])}` at {', '.join(map(str, t['ctx']))} tokens: RULER-style "
+                         f"`{t['task']}` needles at depths {', '.join(map(str, t.get('depths', [])))} of filler text, "
+                         f"{n} samples per cell (seed {t.get('seed', 1)}); {how}; greedy answer, exact match (higher "
+                         f"is better). One sample is {1 / n:.2f} of a cell's accuracy.")
     lines.append("- Budgets are tokens per layer as a share of the context (`squeeze` keeps that average across "
                  "layers); `full` keeps everything. Regenerate with `scripts/make_results.py` (see its header).")
     lines.append("")

@@ -111,6 +111,13 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
   // same seed, same numbers
   const eval::RetrievalResult again = eval::run_retrieval(*m, full, o);
   for (size_t i = 0; i < r.samples.size(); ++i) EXPECT_EQ(again.samples[i].answer, r.samples[i].answer);
+  // the question inside the prompt: the same tokens run, so the full cache answers the same
+  o.question_aware = true;
+  const eval::RetrievalResult qa = eval::run_retrieval(*m, full, o);
+  for (size_t i = 0; i < r.samples.size(); ++i) {
+    EXPECT_TRUE(qa.samples[i].needle_kept);
+    EXPECT_EQ(qa.samples[i].answer, r.samples[i].answer);
+  }
 }
 
 TEST(EvalInputs, BadInputsFailWithClearMessages) {
@@ -186,9 +193,41 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   recs = lines();
   ASSERT_EQ(recs.size(), 5u);
   EXPECT_EQ(static_cast<double>(recs.back()["value"]), last);
-  // a broken config is refused before any run
-  std::ofstream(cfg_path) << R"({"model": "x", "output": "y", "policies": [{"kv_policy": "lru"}], "budget_fractions": [0.1], "tasks": []})";
-  EXPECT_THROW(eval::run_sweep(so, 2), Error);
+  // another shard's config naming this output as done runs nothing and writes nothing
+  const std::string out2 = (dir / "out2.jsonl").string();
+  nlohmann::json cfg2 = cfg;
+  cfg2["output"] = out2;
+  cfg2["done_records"] = {out};
+  std::ofstream(cfg_path) << cfg2.dump();
+  eval::run_sweep(so, 2);
+  EXPECT_FALSE(fs::exists(out2));
+  // broken configs are refused before any run, naming what is wrong
+  auto refused = [&](const nlohmann::json& c, const std::string& needle) {
+    std::ofstream(cfg_path) << c.dump();
+    try {
+      eval::run_sweep(so, 2);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted a config that should fail with '" << needle << "'";
+  };
+  nlohmann::json bad = cfg2;
+  bad["done_records"] = {(dir / "missing.jsonl").string()};
+  refused(bad, "done_records");
+  bad = cfg;
+  bad["policies"] = {{{"kv_policy", "lru"}}};
+  refused(bad, "lru");
+  bad = cfg;
+  bad["tasks"].push_back(cfg["tasks"][0]);
+  refused(bad, "label");
+  bad = cfg;
+  bad["tasks"][0]["prefill_chunk"] = 0;
+  refused(bad, "prefill_chunk");
+  bad = cfg;
+  bad["tasks"] = {{{"task", "passkey"}, {"ctx", {256}}, {"question_aware", "yes"}}};
+  refused(bad, "question_aware");
+  EXPECT_FALSE(fs::exists(out2));
   fs::remove_all(dir);
 }
 

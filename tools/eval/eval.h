@@ -58,6 +58,10 @@ struct RetrievalOptions {
   uint64_t seed = 1;
   std::string haystack_file;         // empty: filler sentences
   int max_answer_tokens = 24;
+  // false: the context is prefilled (and compressed) before the question is seen, as a cache
+  // reused across questions is; true: the question ends the prompt, so a policy that scores keys
+  // by the prompt's last queries (snapkv, pyramidkv) can look for what it asks
+  bool question_aware = false;
   bool progress = true;
 };
 

@@ -211,7 +211,15 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       const std::vector<int> prefix = tok.encode(prefix_text, tok.add_bos());
       const std::vector<int> suffix = tok.encode(suffix_text, false);
       s.reset();
-      s.forward(prefix);
+      std::vector<int> rest = suffix;  // what generation starts from
+      if (o.question_aware) {  // one prompt: the context, the question and all but its last token
+        std::vector<int> prompt = prefix;
+        prompt.insert(prompt.end(), suffix.begin(), suffix.end() - 1);
+        s.forward(prompt);
+        rest.assign(suffix.end() - 1, suffix.end());
+      } else {
+        s.forward(prefix);
+      }
       // needle kept: the tokens strictly inside each needle's span survive in every layer and head
       bool kept = true;
       for (const auto& [a, e] : spans) {
@@ -227,7 +235,7 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       go.max_tokens = o.max_answer_tokens;
       go.sampler.temperature = 0.0f;
       if (fmt == ChatFormat::kPlain) go.stop = {"\n"};
-      const GenerateResult gr = generate(s, suffix, go);
+      const GenerateResult gr = generate(s, rest, go);
       tokens_run += static_cast<int64_t>(prefix.size() + suffix.size() + gr.tokens.size());
       RetrievalSample rs;
       rs.depth = o.depths[di];

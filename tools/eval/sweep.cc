@@ -26,7 +26,8 @@ struct PolicySpec {
 };
 
 struct TaskSpec {
-  std::string task;  // ppl | passkey | niah-multikey | niah-multivalue
+  std::string task;   // ppl | passkey | niah-multikey | niah-multivalue
+  std::string label;  // the task's name in keys and records (default: task)
   std::vector<int> ctx;
   json raw;
 };
@@ -100,6 +101,7 @@ void run_sweep(const SweepOptions& o, int threads) {
     for (const auto& t : cfg.at("tasks")) {
       TaskSpec ts;
       ts.task = t.at("task").get<std::string>();
+      ts.label = t.value("label", ts.task);
       ts.ctx = t.at("ctx").get<std::vector<int>>();
       ts.raw = t;
       if (ts.task != "ppl") parse_task(ts.task);
@@ -110,19 +112,27 @@ void run_sweep(const SweepOptions& o, int threads) {
   }
   for (double f : fractions)
     if (!(f > 0.0 && f <= 1.0)) throw Error("--config: budget fraction " + std::to_string(f) + " outside (0, 1]");
+  std::set<std::string> labels;
+  for (const TaskSpec& t : tasks) {
+    if (!labels.insert(t.label).second)
+      throw Error("--config: two tasks are labelled '" + t.label + "'; give each a distinct \"label\"");
+    const json& chunk = t.raw.contains("prefill_chunk") ? t.raw.at("prefill_chunk") : json(1);
+    if (!chunk.is_number_integer() || chunk.get<int64_t>() < 1)
+      throw Error("--config: task '" + t.label + "': prefill_chunk must be a positive integer");
+  }
   // the grid, every option checked before any model work
   std::vector<Run> runs;
   PolicySpec full{"full", CacheConfig{}};
   const bool include_full = cfg.value("include_full", true);
   for (const TaskSpec& t : tasks)
     for (int ctx : t.ctx) {
-      if (include_full) runs.push_back({t.task + "|" + std::to_string(ctx) + "|full|1", &t, ctx, &full, 1.0});
+      if (include_full) runs.push_back({t.label + "|" + std::to_string(ctx) + "|full|1", &t, ctx, &full, 1.0});
       for (const PolicySpec& p : policies)
         for (double f : fractions) {
           CacheConfig c = p.cache;
           c.budget = static_cast<int>(std::lround(f * ctx));
           validate(c);
-          runs.push_back({t.task + "|" + std::to_string(ctx) + "|" + p.label + "|" + fraction_str(f), &t, ctx, &p, f});
+          runs.push_back({t.label + "|" + std::to_string(ctx) + "|" + p.label + "|" + fraction_str(f), &t, ctx, &p, f});
         }
       if (t.task == "ppl") {
         PplOptions po;
@@ -134,6 +144,8 @@ void run_sweep(const SweepOptions& o, int threads) {
       } else {
         RetrievalOptions ro;
         ro.task = parse_task(t.task);
+        if (t.raw.contains("question_aware") && !t.raw.at("question_aware").is_boolean())
+          throw Error("--config: task '" + t.label + "': question_aware must be true or false");
         ro.ctx = ctx;
         ro.depths = t.raw.value("depths", ro.depths);
         ro.samples = t.raw.value("samples", ro.samples);
@@ -182,10 +194,11 @@ void run_sweep(const SweepOptions& o, int threads) {
     so.threads = threads;
     so.cache = r.policy->cache;
     so.cache.budget = r.policy->cache.policy == KvPolicy::kFull ? 0 : static_cast<int>(std::lround(r.fraction * r.ctx));
+    so.prefill_chunk = r.task->raw.value("prefill_chunk", so.prefill_chunk);
     json rec;
     rec["key"] = r.key;
     rec["model"] = model_path;
-    rec["task"] = r.task->task;
+    rec["task"] = r.task->label;
     rec["policy"] = r.policy->label;
     rec["kv_policy"] = kv_policy_name(so.cache.policy);
     rec["budget"] = so.cache.budget;
@@ -193,6 +206,7 @@ void run_sweep(const SweepOptions& o, int threads) {
     rec["ctx"] = r.ctx;
     rec["git_commit"] = commit;
     rec["threads"] = threads;
+    rec["prefill_chunk"] = so.prefill_chunk;
     RunCost cost;
     if (r.task->task == "ppl") {
       PplOptions po;
@@ -215,7 +229,9 @@ void run_sweep(const SweepOptions& o, int threads) {
       ro.samples = r.task->raw.value("samples", ro.samples);
       ro.seed = r.task->raw.value("seed", ro.seed);
       ro.haystack_file = r.task->raw.value("haystack", std::string());
+      ro.question_aware = r.task->raw.value("question_aware", false);
       ro.progress = false;
+      rec["question_aware"] = ro.question_aware;
       const RetrievalResult rr = run_retrieval(*model, so, ro);
       rec["metric"] = "accuracy";
       rec["value"] = rr.accuracy;

@@ -325,7 +325,8 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
     for (const auto& [d, acc] : r.by_depth) by_depth.push_back({{"depth", d}, {"accuracy", acc}});
     write_json_record(e.json_out,
                       {{"task", eval::task_name(e.ret.task)}, {"policy", a.kv_policy}, {"budget", a.kv_budget},
-                       {"ctx", e.ret.ctx}, {"accuracy", r.accuracy}, {"by_depth", by_depth}},
+                       {"ctx", e.ret.ctx}, {"question_aware", e.ret.question_aware}, {"accuracy", r.accuracy},
+                       {"by_depth", by_depth}},
                       r.cost);
   }
   return 0;
@@ -366,6 +367,8 @@ int main(int argc, char** argv) {
   er->add_option("--seed", ev.ret.seed, "seed for keys and haystack")->capture_default_str();
   er->add_option("--haystack", ev.ret.haystack_file, "real text for the haystack (default: filler sentences)");
   er->add_option("--answer-tokens", ev.ret.max_answer_tokens, "most tokens of an answer")->capture_default_str();
+  er->add_flag("--question-aware", ev.ret.question_aware,
+               "prefill the question with the context (compression sees it); default: the context is compressed first");
   er->add_option("--json", ev.json_out, "write the result as a JSON record");
   CLI::App* es = e->add_subcommand("sweep", "run a grid from a JSON config; JSON lines out; resumes");
   es->add_option("--config", ev.sweep.config_file, "sweep config (JSON)")->required();
