@@ -139,7 +139,7 @@ def report(a):
         sys.exit(f"make_results: no records matching {base}*{ext}; run the sweep first")
     recs = plot_sweep.load(files)
     out_dir = os.path.dirname(cfg["output"]) or "."
-    charts = plot_sweep.plot_metric(recs, out_dir)
+    charts = plot_sweep.plot_metric(recs, out_dir) + plot_sweep.plot_accuracy(recs, out_dir)
     lb = plot_sweep.plot_layer_budgets(recs, out_dir)
     fr = sorted(cfg["budget_fractions"])
     labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]

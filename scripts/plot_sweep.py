@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Turns sweep records (JSON lines from `squeezekv eval sweep`) into PNG charts:
-metric vs KV budget per task and length (one line per policy, the full cache as a horizontal
-reference), and the per-layer budgets squeeze chose.
+"""Turns sweep records (JSON lines from `squeezekv eval sweep`) into PNG charts: perplexity vs KV
+budget per length (one line per policy, the full cache as a horizontal reference); for accuracy
+tasks one heat map per task (a panel per length, policies x budgets, each cell annotated, since
+accuracies of a few samples take few values and lines would hide each other); and the per-layer
+budgets squeeze chose.
 
     python3 scripts/plot_sweep.py docs/results/sweep_smollm2.jsonl --out docs/results
 Needs matplotlib (pip install matplotlib).
@@ -33,10 +35,53 @@ def label_of(task, ctx):
     return f"{task} @ {ctx} tokens"
 
 
+def plot_accuracy(recs, out_dir):
+    by_task = defaultdict(list)
+    for r in recs:
+        if r["metric"] != "ppl":
+            by_task[r["task"]].append(r)
+    files = []
+    for task, rs in sorted(by_task.items()):
+        ctxs = sorted({r["ctx"] for r in rs})
+        fracs = sorted({r["budget_fraction"] for r in rs if r["policy"] != "full"})
+        pols = ["full"] + sorted({r["policy"] for r in rs if r["policy"] != "full"})
+        cell = {(r["ctx"], r["policy"], r["budget_fraction"]): r["value"] for r in rs}
+        fig, axes = plt.subplots(1, len(ctxs), figsize=(1.2 + 2.1 * len(ctxs), 0.9 + 0.32 * len(pols)),
+                                 sharey=True, squeeze=False)
+        for ax, ctx in zip(axes[0], ctxs):
+            grid = []
+            for p in pols:
+                row = []
+                for f in fracs:
+                    v = cell.get((ctx, p, 1.0 if p == "full" else f))
+                    row.append(float("nan") if v is None else v)
+                grid.append(row)
+            ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+            for i, row in enumerate(grid):
+                for j, v in enumerate(row):
+                    txt = "–" if v != v else f"{v:.2f}"
+                    ax.text(j, i, txt, ha="center", va="center", fontsize=7,
+                            color="gray" if v != v else ("white" if v < 0.5 else "black"))
+            ax.set_xticks(range(len(fracs)))
+            ax.set_xticklabels([f"{100 * f:g}%" for f in fracs], fontsize=7)
+            ax.set_title(f"{ctx} tokens", fontsize=9)
+            ax.set_xlabel("budget", fontsize=8)
+        axes[0][0].set_yticks(range(len(pols)))
+        axes[0][0].set_yticklabels(pols, fontsize=7)
+        fig.suptitle(f"{task}: exact-match accuracy (full cache: its whole context)", fontsize=10)
+        fig.tight_layout()
+        name = f"{task}_accuracy.png"
+        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        plt.close(fig)
+        files.append(name)
+    return files
+
+
 def plot_metric(recs, out_dir):
     groups = defaultdict(list)
     for r in recs:
-        groups[(r["task"], r["ctx"])].append(r)
+        if r["metric"] == "ppl":
+            groups[(r["task"], r["ctx"])].append(r)
     files = []
     for (task, ctx), rs in sorted(groups.items()):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -111,7 +156,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     recs = load(a.records)
-    files = plot_metric(recs, a.out)
+    files = plot_metric(recs, a.out) + plot_accuracy(recs, a.out)
     lb = plot_layer_budgets(recs, a.out)
     for f in files + ([lb] if lb else []):
         print(os.path.join(a.out, f))
