@@ -2,12 +2,14 @@
 // softmax mass each key receives, the attention entropy). Letters as in ops.h: T query rows,
 // H query heads, G kv heads, D head dim, N retained keys per kv head (slots in no order).
 //
-// Fast path (AVX2, D a multiple of 16): query rows are taken kRowTile at a time; their scores
-// against all N keys are formed by 2x4 register tiles (each key quad loaded once for all rows of
-// the tile), the softmax runs over whole rows with a vector exp, and P.V is formed by 4-row x
-// 16-dim register tiles. Key quads that no row of a tile may see (all positions later than the
-// tile's queries: the causal triangle of a prefill chunk) are skipped in both products.
-// The row path below is the plain reference shape and the fallback for other builds and sizes.
+// Fast path (AVX2, D a multiple of 16): the rows of a tile are (token, query head) pairs of one kv
+// head, kRowTile at a time, so the query heads sharing a kv head (GQA) read its keys and values
+// once. Scores against the keys are formed by 2x4 register tiles (each key quad loaded once for
+// all rows of the tile), the softmax runs over whole rows with a vector exp, and P.V is formed by
+// 4-row x 16-dim register tiles. Key quads that no row of a tile may see (all positions later than
+// the tile's queries: the causal triangle of a prefill chunk) are skipped in both products. With
+// few tiles (decode) the keys are also split into segments merged afterwards (flash-decoding).
+// The row path is the plain reference shape and the fallback for other builds and sizes.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,7 +20,6 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 #include "core/half.h"
-
 
 namespace squeezekv::cpu {
 namespace {
