@@ -106,9 +106,23 @@ def findings(recs, cfg, labels, fr):
         for r in sub:
             if r["policy"] != "full":
                 by_len[r["ctx"]].append(r["value"])
-        full_len = {r["ctx"]: r["value"] for r in sub if r["policy"] == "full"}
+        hits = defaultdict(float)
+        for r in sub:
+            if r["policy"] != "full":
+                for d in r.get("by_depth", []):
+                    hits[d["depth"]] += d["accuracy"]
+        if sum(hits.values()) > 0:
+            out.append("  Where the evicting policies' hits were, by needle depth (samples answered, all policies, "
+                       "budgets and lengths): " + ", ".join(f"{d:g}: {h:g}" for d, h in sorted(hits.items())) +
+                       ". A needle deep in the context is one the recent window protects.")
+        full_by = defaultdict(list)
+        for r in sub:
+            if r["policy"] == "full":
+                full_by[r["ctx"]].append(r["value"])
+        full_len = {c: sum(v) / len(v) for c, v in full_by.items()}
         if len(by_len) > 1:
-            out.append("  By length, full cache vs the mean of every evicting policy and budget: " +
+            out.append("  By length (mean over tasks, depths, and for the evicting policies every policy and budget), "
+                       "full cache vs evicting: " +
                        "; ".join(f"{c}: {full_len.get(c, float('nan')):.2f} vs {sum(v) / len(v):.2f}"
                                  for c, v in sorted(by_len.items())) + ".")
     over = []
