@@ -225,41 +225,20 @@ float dot_stored_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) {
 //   out[m * ldo + 0..16) = sum_c x[m * ldx + c] * panel[c][0..16)
 template <int M>
 inline void gemm_mx16(float* out, int64_t ldo, const float* x, int64_t ldx, const float* panel, int64_t C) {
-  // named accumulators: GCC keeps an array of them in memory inside this loop
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00,
-         a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+  __m256 acc[M][2];
+  // full unrolling over m keeps the accumulators in registers (GCC otherwise keeps them in memory)
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
   for (int64_t c = 0; c < C; ++c) {
     const __m256 w0 = _mm256_loadu_ps(panel + c * 16), w1 = _mm256_loadu_ps(panel + c * 16 + 8);
-    __m256 b = _mm256_broadcast_ss(x + c);
-    a00 = _mm256_fmadd_ps(b, w0, a00);
-    a01 = _mm256_fmadd_ps(b, w1, a01);
-    if constexpr (M > 1) {
-      b = _mm256_broadcast_ss(x + ldx + c);
-      a10 = _mm256_fmadd_ps(b, w0, a10);
-      a11 = _mm256_fmadd_ps(b, w1, a11);
-    }
-    if constexpr (M > 2) {
-      b = _mm256_broadcast_ss(x + 2 * ldx + c);
-      a20 = _mm256_fmadd_ps(b, w0, a20);
-      a21 = _mm256_fmadd_ps(b, w1, a21);
-    }
-    if constexpr (M > 3) {
-      b = _mm256_broadcast_ss(x + 3 * ldx + c);
-      a30 = _mm256_fmadd_ps(b, w0, a30);
-      a31 = _mm256_fmadd_ps(b, w1, a31);
-    }
-    if constexpr (M > 4) {
-      b = _mm256_broadcast_ss(x + 4 * ldx + c);
-      a40 = _mm256_fmadd_ps(b, w0, a40);
-      a41 = _mm256_fmadd_ps(b, w1, a41);
-    }
-    if constexpr (M > 5) {
-      b = _mm256_broadcast_ss(x + 5 * ldx + c);
-      a50 = _mm256_fmadd_ps(b, w0, a50);
-      a51 = _mm256_fmadd_ps(b, w1, a51);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m256 b = _mm256_broadcast_ss(x + m * ldx + c);
+      acc[m][0] = _mm256_fmadd_ps(b, w0, acc[m][0]);
+      acc[m][1] = _mm256_fmadd_ps(b, w1, acc[m][1]);
     }
   }
-  const __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+#pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
     _mm256_storeu_ps(out + m * ldo, acc[m][0]);
     _mm256_storeu_ps(out + m * ldo + 8, acc[m][1]);
