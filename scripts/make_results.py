@@ -166,6 +166,10 @@ def report(a):
                  f"(records: `{os.path.relpath(base)}*{ext}`, {len(files)} files, one JSON line per run).")
     commits = sorted({r.get("git_commit", "?") for r in recs})
     lines.append(f"Engine commit(s): {', '.join(commits)}. Machine: {a.machine}.")
+    if len(commits) > 1:
+        lines.append("The sweep resumed across engine commits whose kernels differ in speed and in the order of "
+                     "floating-point operations, not in what they compute; every run used f32 decode arithmetic, and "
+                     "a run's commit is in its record.")
     lines.append("")
     for t in cfg["tasks"]:
         if t["task"] == "ppl":
