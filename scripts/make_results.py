@@ -4,7 +4,7 @@
     # 1. run the sweep (resumable; one JSON line per run)
     ./build/squeezekv eval sweep --config bench/sweep_smollm2.json -t 2
     #    or split it over N processes: shard configs, run each, records land in docs/results/
-    python3 scripts/make_results.py shard --config bench/sweep_smollm2.json --shards 8 --dir /tmp/shards --name r2
+    python3 scripts/make_results.py shard --config bench/sweep_smollm2.json --shards 8 --dir /tmp/shards --name r2-
     #    (a shard skips runs that any records file of the sweep already holds)
     # 2. charts + tables + who wins where
     python3 scripts/make_results.py report --config bench/sweep_smollm2.json --machine "..."
