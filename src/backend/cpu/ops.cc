@@ -245,13 +245,19 @@ inline void gemm_mx16(float* out, int64_t ldo, const float* x, int64_t ldx, cons
   }
 }
 
-// out[t][r0 + 0..16) for a block of exactly 16 rows in f32 (rows at stride C), every token.
-void block_gemm16(float* out, int64_t R, int64_t r0, const float* rows, const float* x, int64_t T, int64_t C) {
-  thread_local std::vector<float> panel_buf;  // [C][16], grown once per thread
-  if (panel_buf.size() < static_cast<size_t>(16 * C)) panel_buf.resize(static_cast<size_t>(16 * C));
+// The block's rows [width][C] packed column-major into a per-thread panel [C][width] (grown once).
+const float* pack_panel(const float* rows, int64_t width, int64_t C) {
+  thread_local std::vector<float> panel_buf;
+  if (panel_buf.size() < static_cast<size_t>(width * C)) panel_buf.resize(static_cast<size_t>(width * C));
   float* panel = panel_buf.data();
   for (int64_t c = 0; c < C; ++c)
-    for (int i = 0; i < 16; ++i) panel[c * 16 + i] = rows[i * C + c];
+    for (int64_t i = 0; i < width; ++i) panel[c * width + i] = rows[i * C + c];
+  return panel;
+}
+
+// out[t][r0 + 0..16) for a block of exactly 16 rows in f32 (rows at stride C), every token.
+void block_gemm16(float* out, int64_t R, int64_t r0, const float* rows, const float* x, int64_t T, int64_t C) {
+  const float* panel = pack_panel(rows, 16, C);
   int64_t t = 0;
   for (; t + 6 <= T; t += 6) gemm_mx16<6>(out + t * R + r0, R, x + t * C, C, panel, C);
   switch (T - t) {
@@ -265,9 +271,24 @@ void block_gemm16(float* out, int64_t R, int64_t r0, const float* rows, const fl
 }
 #endif
 
+// Prefill blocks (T >= 6) of kWideBlock rows go to the AVX-512 kernel on CPUs that have it.
+constexpr int64_t kWideBlock = 32;
+bool wide_blocks(int64_t T) {
+#if SQUEEZEKV_AVX512_KERNEL
+  static const bool avx512 = avx512::available();
+  return avx512 && T >= 6;
+#else
+  (void)T;
+  return false;
+#endif
+}
+
 // out[t][r0 + i] for a block of nr rows already in f32 (rows at stride C).
 void block_dots(float* out, int64_t R, int64_t r0, const float* rows, int64_t nr, const float* x, int64_t T, int64_t C) {
   int64_t t = 0;
+#if SQUEEZEKV_AVX512_KERNEL
+  if (nr == kWideBlock && wide_blocks(T)) return avx512::gemm_panel32(out + r0, R, x, T, C, pack_panel(rows, kWideBlock, C));
+#endif
 #if SQUEEZEKV_AVX2
   if (nr == 16 && T >= 6) return block_gemm16(out, R, r0, rows, x, T, C);
   if (C % 8 == 0 && nr % 4 == 0) {
@@ -286,71 +307,38 @@ void block_dots(float* out, int64_t R, int64_t r0, const float* rows, int64_t nr
 
 void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) {
   const int64_t R = w.rows, C = w.cols;
-  const int64_t n_blocks = (R + kRowBlock - 1) / kRowBlock;
+  // decode (T < 3) on Q8_0/Q4_0/Q4_1: fused dots on the stored rows, no dequantization buffer;
+  // with 8-bit activations, x is rounded once here for every row
+  bool fused = false;
 #if SQUEEZEKV_AVX2
-  if (act == Activations::kInt8 && T < 3 && has_fused_dot(w.type)) {
+  fused = T < 3 && has_fused_dot(w.type);
+  const Q8Block* xq = nullptr;
+  if (fused && act == Activations::kInt8) {
     thread_local std::vector<Q8Block> xq_buf;  // grown once
     xq_buf.resize(static_cast<size_t>(T * (C / 32)));
-    const Q8Block* xq = xq_buf.data();
     for (int64_t t = 0; t < T; ++t) quantize_q8(xq_buf.data() + t * (C / 32), x + t * C, C);
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const int64_t r0 = b * kRowBlock, nr = std::min(kRowBlock, R - r0);
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < nr; ++i)
-          out[t * R + r0 + i] = dot_stored_q8(w.type, w.row(r0 + i), xq + t * (C / 32), C) + (bias ? bias[r0 + i] : 0.0f);
-    }
-    return;
+    xq = xq_buf.data();
   }
 #else
   (void)act;
 #endif
-#if SQUEEZEKV_AVX512_KERNEL
-  static const bool avx512 = avx512::available();
-  if (avx512 && T >= 6) {  // prefill: blocks of 32 rows, packed once, 12 tokens x 32 outputs per tile
-    constexpr int64_t kBlock = 32;
-    const int64_t nb = (R + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t r0 = b * kBlock, nr = std::min(kBlock, R - r0);
-      const float* rows = nullptr;
-      if (w.type == DType::F32) {
-        rows = reinterpret_cast<const float*>(w.row(r0));
-      } else {
-        float* buf = row_buffer(static_cast<size_t>(kBlock * C));
-        for (int64_t i = 0; i < nr; ++i) dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
-        rows = buf;
-      }
-      if (nr == kBlock) {
-        thread_local std::vector<float> panel_buf;  // [C][32], grown once per thread
-        if (panel_buf.size() < static_cast<size_t>(kBlock * C)) panel_buf.resize(static_cast<size_t>(kBlock * C));
-        float* panel = panel_buf.data();
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t i = 0; i < kBlock; ++i) panel[c * kBlock + i] = rows[i * C + c];
-        avx512::gemm_panel32(out + r0, R, x, T, C, panel);
-      } else {
-        block_dots(out, R, r0, rows, nr, x, T, C);
-      }
-      if (bias != nullptr)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] += bias[r0 + i];
-    }
-    return;
-  }
-#endif
+  const int64_t block = wide_blocks(T) ? kWideBlock : kRowBlock;
+  const int64_t n_blocks = (R + block - 1) / block;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t r0 = b * kRowBlock;
-    const int64_t nr = std::min(kRowBlock, R - r0);
-    if (w.type == DType::F32) {
-      block_dots(out, R, r0, reinterpret_cast<const float*>(w.row(r0)), nr, x, T, C);
+    const int64_t r0 = b * block;
+    const int64_t nr = std::min(block, R - r0);
+    if (fused) {
 #if SQUEEZEKV_AVX2
-    } else if (T < 3 && has_fused_dot(w.type)) {  // decode: no dequantization buffer
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot_stored(w.type, w.row(r0 + i), x + t * C, C);
+        for (int64_t i = 0; i < nr; ++i)
+          out[t * R + r0 + i] = xq != nullptr ? dot_stored_q8(w.type, w.row(r0 + i), xq + t * (C / 32), C)
+                                              : dot_stored(w.type, w.row(r0 + i), x + t * C, C);
 #endif
+    } else if (w.type == DType::F32) {
+      block_dots(out, R, r0, reinterpret_cast<const float*>(w.row(r0)), nr, x, T, C);
     } else {
-      float* buf = row_buffer(static_cast<size_t>(kRowBlock * C));
+      float* buf = row_buffer(static_cast<size_t>(block * C));
       for (int64_t i = 0; i < nr; ++i) dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
       block_dots(out, R, r0, buf, nr, x, T, C);
     }
