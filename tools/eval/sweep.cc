@@ -119,6 +119,8 @@ void run_sweep(const SweepOptions& o, int threads) {
     const json& chunk = t.raw.contains("prefill_chunk") ? t.raw.at("prefill_chunk") : json(1);
     if (!chunk.is_number_integer() || chunk.get<int64_t>() < 1)
       throw Error("--config: task '" + t.label + "': prefill_chunk must be a positive integer");
+    if (t.raw.contains("question_aware") && !t.raw.at("question_aware").is_boolean())
+      throw Error("--config: task '" + t.label + "': question_aware must be true or false");
   }
   // the grid, every option checked before any model work
   std::vector<Run> runs;
@@ -144,8 +146,6 @@ void run_sweep(const SweepOptions& o, int threads) {
       } else {
         RetrievalOptions ro;
         ro.task = parse_task(t.task);
-        if (t.raw.contains("question_aware") && !t.raw.at("question_aware").is_boolean())
-          throw Error("--config: task '" + t.label + "': question_aware must be true or false");
         ro.ctx = ctx;
         ro.depths = t.raw.value("depths", ro.depths);
         ro.samples = t.raw.value("samples", ro.samples);
