@@ -31,6 +31,13 @@ def load(paths):
     return list(recs.values())
 
 
+def save(fig, out_dir, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, name), dpi=110)
+    plt.close(fig)
+    return name
+
+
 def label_of(task, ctx):
     return f"{task} @ {ctx} tokens"
 
@@ -69,11 +76,7 @@ def plot_accuracy(recs, out_dir):
         axes[0][0].set_yticks(range(len(pols)))
         axes[0][0].set_yticklabels(pols, fontsize=7)
         fig.suptitle(f"{task}: exact-match accuracy (full cache: its whole context)", fontsize=10)
-        fig.tight_layout()
-        name = f"{task}_accuracy.png"
-        fig.savefig(os.path.join(out_dir, name), dpi=110)
-        plt.close(fig)
-        files.append(name)
+        files.append(save(fig, out_dir, f"{task}_accuracy.png"))
     return files
 
 
@@ -115,11 +118,7 @@ def plot_metric(recs, out_dir):
         ax.set_title(label_of(task, ctx))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        name = f"{task}_{ctx}.png"
-        fig.savefig(os.path.join(out_dir, name), dpi=110)
-        plt.close(fig)
-        files.append(name)
+        files.append(save(fig, out_dir, f"{task}_{ctx}.png"))
     return files
 
 
@@ -142,11 +141,7 @@ def plot_layer_budgets(recs, out_dir, fraction=0.1):
     ax.set_title(f"squeeze: per-layer budgets at {100 * fraction:g}% of context")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    name = "squeeze_layer_budgets.png"
-    fig.savefig(os.path.join(out_dir, name), dpi=110)
-    plt.close(fig)
-    return name
+    return save(fig, out_dir, "squeeze_layer_budgets.png")
 
 
 def main():

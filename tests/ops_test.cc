@@ -273,6 +273,22 @@ void attention_reference(std::vector<double>& out, std::vector<double>& mass, co
   }
 }
 
+// A view of test K/V held both as f32 and as f16 (the f16 copies may be empty for kF32).
+cpu::KvView view_of(cpu::KvType type, const std::vector<float>& k, const std::vector<float>& v,
+                    const std::vector<uint16_t>& k16, const std::vector<uint16_t>& v16, const std::vector<int32_t>& pos,
+                    int N, int cap, int G, int D) {
+  cpu::KvView kv;
+  kv.type = type;
+  kv.k = type == cpu::KvType::kF16 ? static_cast<const void*>(k16.data()) : k.data();
+  kv.v = type == cpu::KvType::kF16 ? static_cast<const void*>(v16.data()) : v.data();
+  kv.pos = pos.data();
+  kv.count = N;
+  kv.capacity = cap;
+  kv.n_kv_heads = G;
+  kv.head_dim = D;
+  return kv;
+}
+
 TEST(Attention, MatchesReferenceIncludingMass) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
@@ -301,15 +317,7 @@ TEST(Attention, MatchesReferenceIncludingMass) {
         }
         std::vector<int32_t> qpos(T);
         for (int t = 0; t < T; ++t) qpos[t] = std::max(pos[N - 1], pos[cap + N - 1]) - (T - 1 - t);
-        cpu::KvView kv;
-        kv.type = type;
-        kv.k = type == cpu::KvType::kF16 ? static_cast<const void*>(k16.data()) : k.data();
-        kv.v = type == cpu::KvType::kF16 ? static_cast<const void*>(v16.data()) : v.data();
-        kv.pos = pos.data();
-        kv.count = N;
-        kv.capacity = cap;
-        kv.n_kv_heads = G;
-        kv.head_dim = D;
+        const cpu::KvView kv = view_of(type, k, v, k16, v16, pos, N, cap, G, D);
         std::vector<float> out(size_t(T) * H * D), mass(size_t(G) * N, 0.0f),
             scratch(cpu::attention_scratch_floats(T, H, N));
         cpu::AttentionProbe probe;
@@ -349,15 +357,7 @@ TEST(Attention, IndependentOfSlotOrder) {
   const std::vector<int32_t> qpos = {60, 70, 90};
   auto run = [&](const std::vector<float>& kk, const std::vector<float>& vv, const std::vector<int32_t>& pp,
                  std::vector<float>& mass) {
-    cpu::KvView kv;
-    kv.type = cpu::KvType::kF32;
-    kv.k = kk.data();
-    kv.v = vv.data();
-    kv.pos = pp.data();
-    kv.count = N;
-    kv.capacity = cap;
-    kv.n_kv_heads = G;
-    kv.head_dim = D;
+    const cpu::KvView kv = view_of(cpu::KvType::kF32, kk, vv, {}, {}, pp, N, cap, G, D);
     std::vector<float> out(size_t(T) * H * D), scratch(cpu::attention_scratch_floats(T, H, N));
     mass.assign(size_t(G) * N, 0.0f);
     cpu::AttentionProbe probe;
@@ -415,15 +415,7 @@ TEST(Attention, TiledMatchesRowReference) {
             }
             // prefill: the rows are the last T keys; otherwise queries late enough to see most keys
             for (int t = 0; t < T; ++t) qpos[t] = prefill ? N - T + t : 3 * N - 2 * (T - t);
-            cpu::KvView kv;
-            kv.type = type;
-            kv.k = type == cpu::KvType::kF16 ? static_cast<const void*>(k16.data()) : k.data();
-            kv.v = type == cpu::KvType::kF16 ? static_cast<const void*>(v16.data()) : v.data();
-            kv.pos = pos.data();
-            kv.count = N;
-            kv.capacity = cap;
-            kv.n_kv_heads = G;
-            kv.head_dim = D;
+            const cpu::KvView kv = view_of(type, k, v, k16, v16, pos, N, cap, G, D);
             std::vector<float> scratch(cpu::attention_scratch_floats(T, H, N));
             auto run = [&](bool fast, std::vector<float>& out, std::vector<float>& mass, cpu::AttentionProbe& probe) {
               out.assign(size_t(T) * H * D, 0.0f);
