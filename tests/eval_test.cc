@@ -215,6 +215,8 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   nlohmann::json bad = cfg2;
   bad["done_records"] = {(dir / "missing.jsonl").string()};
   refused(bad, "done_records");
+  bad["done_records"] = {5};
+  refused(bad, "done_records");
   bad = cfg;
   bad["policies"] = {{{"kv_policy", "lru"}}};
   refused(bad, "lru");
