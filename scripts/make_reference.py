@@ -120,36 +120,62 @@ def write_logits_ref(path, model, ids_list, last_n):
     print("wrote", path, len(out), "cases")
 
 
-def write_quant_ref(path):
-    """Random blocks of every supported type and their dequantization by gguf-py."""
+# Block layouts as (block bytes, byte offsets of the f16 scale fields); src/core/quant.h.
+QUANT_LAYOUTS = {
+    "Q8_0": (34, [0]), "Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22, [0]), "Q5_1": (24, [0, 2]),
+    "Q2_K": (84, [80, 82]), "Q3_K": (110, [108]), "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]),
+    "Q6_K": (210, [208]), "IQ4_NL": (18, [0]), "IQ4_XS": (136, [0]),
+}
+
+
+def write_quant_ref(path, real_dir=None):
+    """Random blocks of every supported type and their dequantization by gguf-py; with real_dir,
+    also the first rows of real tensors of each type from the GGUF files there (any file whose
+    tensors have that type: llama.cpp's quantizer writes them, scripts/quantize_types.py)."""
     from gguf import GGMLQuantizationType as Q
+    from gguf import GGUFReader
     from gguf.quants import dequantize
 
     rng = np.random.default_rng(7)
-    layouts = {  # type: (block bytes, offsets of f16 scale fields)
-        "Q8_0": (Q.Q8_0, 34, [0]), "Q4_0": (Q.Q4_0, 18, [0]), "Q4_1": (Q.Q4_1, 20, [0, 2]),
-        "Q4_K": (Q.Q4_K, 144, [0, 2]), "Q6_K": (Q.Q6_K, 210, [208]),
-    }
     meta, blob = [], bytearray()
-    for name, (qt, bb, scales) in layouts.items():
+
+    def add(name, raw, qt, source):
+        vals = dequantize(raw.reshape(-1), qt).astype(np.float32).reshape(-1)
+        meta.append({"type": name, "source": source, "raw_offset": len(blob), "raw_bytes": int(raw.size),
+                     "n": int(vals.size)})
+        blob.extend(raw.tobytes())
+        meta[-1]["val_offset"] = len(blob)
+        blob.extend(vals.tobytes())
+
+    for name, (bb, scales) in QUANT_LAYOUTS.items():
         nb = 8
         raw = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
         for off in scales:
             raw[:, off:off + 2] = rng.uniform(-0.1, 0.1, size=nb).astype(np.float16).view(np.uint8).reshape(nb, 2)
-        vals = dequantize(raw.reshape(-1), qt).astype(np.float32).reshape(-1)
-        meta.append({"type": name, "raw_offset": len(blob), "raw_bytes": int(raw.size), "n": int(vals.size)})
-        blob += raw.tobytes()
-        meta[-1]["val_offset"] = len(blob)
-        blob += vals.tobytes()
+        add(name, raw, Q[name], "random")
+    if real_dir:
+        found = set()
+        for fname in sorted(os.listdir(real_dir)):
+            if not fname.endswith(".gguf"):
+                continue
+            for t in GGUFReader(os.path.join(real_dir, fname)).tensors:
+                name = t.tensor_type.name
+                if name in QUANT_LAYOUTS and name not in found and t.data.ndim == 2:
+                    found.add(name)
+                    rows = np.ascontiguousarray(t.data[:2]).view(np.uint8)  # the first 2 rows
+                    add(name, rows, t.tensor_type, f"{fname}:{t.name}")
+        missing = set(QUANT_LAYOUTS) - found
+        if missing:
+            raise SystemExit(f"no real tensor of type(s) {sorted(missing)} in {real_dir}")
     f16 = rng.standard_normal(512).astype(np.float16)
     f16[:4] = [0.0, -0.0, 65504.0, 6e-8]
-    meta.append({"type": "F16", "raw_offset": len(blob), "raw_bytes": 1024, "n": 512})
+    meta.append({"type": "F16", "source": "random", "raw_offset": len(blob), "raw_bytes": 1024, "n": 512})
     blob += f16.tobytes()
     meta[-1]["val_offset"] = len(blob)
     blob += f16.astype(np.float32).tobytes()
     bf = rng.standard_normal(512).astype(np.float32)
     bf_raw = (bf.view(np.uint32) >> 16).astype(np.uint16)
-    meta.append({"type": "BF16", "raw_offset": len(blob), "raw_bytes": 1024, "n": 512})
+    meta.append({"type": "BF16", "source": "random", "raw_offset": len(blob), "raw_bytes": 1024, "n": 512})
     blob += bf_raw.tobytes()
     meta[-1]["val_offset"] = len(blob)
     blob += (bf_raw.astype(np.uint32) << 16).view(np.float32).tobytes()
@@ -210,14 +236,19 @@ def main():
     ap.add_argument("--shared", default="../shared")
     ap.add_argument("--gguf", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--out", default="tests/ref")
+    ap.add_argument("--real-quant-dir", help="GGUF files of every quantization type (scripts/quantize_types.py)")
+    ap.add_argument("--only-quant", action="store_true", help="write tests/ref/quant.* only (needs gguf, numpy)")
     a = ap.parse_args()
+    if a.only_quant:
+        write_quant_ref(os.path.join(a.out, "quant"), a.real_quant_dir)
+        return
     import torch
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     os.makedirs(a.out, exist_ok=True)
-    write_quant_ref(os.path.join(a.out, "quant"))
+    write_quant_ref(os.path.join(a.out, "quant"), a.real_quant_dir)
     write_tiny_models(a.out, a.shared)
     texts = corpus(a.shared)
     ts_dir = os.path.join(a.shared, "models/tinystories-656k")

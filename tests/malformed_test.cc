@@ -138,8 +138,8 @@ TEST_F(Malformed, AbsurdDimensions) {
 TEST_F(Malformed, UnknownTensorType) {
   GgufWriter w;
   w.header(3, 1, 0);
-  w.tensor("t", {256}, 13, 0);  // Q5_K: a real ggml type we do not support
-  expect_error(write("q5k.gguf", w.b), "unsupported type Q5_K");
+  w.tensor("t", {256}, 16, 0);  // IQ2_XXS: a real ggml type we do not support
+  expect_error(write("iq2.gguf", w.b), "unsupported type IQ2_XXS");
   w.header(3, 1, 0);
   w.tensor("t", {256}, 1234, 0);
   expect_error(write("u.gguf", w.b), "unsupported type unknown (1234)");

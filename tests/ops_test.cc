@@ -16,7 +16,8 @@
 #include "squeezekv/error.h"
 
 #include "backend/cpu/ops.h"
-#include "backend/cpu/quant.h"
+#include "backend/cpu/quant_dot.h"
+#include "core/quant.h"
 #include "core/half.h"
 #include "squeezekv/generate.h"
 #include "test_paths.h"
@@ -24,26 +25,49 @@
 namespace squeezekv {
 namespace {
 
+// Byte offsets of the f16 fields (scales and mins) in a block of type t (core/quant.h layouts).
+std::vector<int> f16_fields(DType t) {
+  switch (t) {
+    case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::IQ4_NL: case DType::IQ4_XS: return {0};
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+const std::vector<DType> kBlockTypes = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                                        DType::IQ4_NL, DType::IQ4_XS};
+
 TEST(Quant, DequantizeMatchesGgufPy) {
   std::ifstream js(test::ref_dir() + "/quant.json");
   ASSERT_TRUE(js.good());
   const auto meta = nlohmann::json::parse(js);
   std::ifstream bin(test::ref_dir() + "/quant.bin", std::ios::binary);
   std::vector<char> blob((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
-  const std::map<std::string, DType> types = {{"Q8_0", DType::Q8_0}, {"Q4_0", DType::Q4_0}, {"Q4_1", DType::Q4_1},
-                                              {"Q4_K", DType::Q4_K}, {"Q6_K", DType::Q6_K}, {"F16", DType::F16},
-                                              {"BF16", DType::BF16}};
-  ASSERT_EQ(meta.size(), types.size());
+  std::map<std::string, DType> types = {{"F16", DType::F16}, {"BF16", DType::BF16}};
+  for (DType t : kBlockTypes) types[std::string(dtype_info(t).name)] = t;
+  std::map<std::string, int> random_cases, real_cases;
   for (const auto& m : meta) {
+    (m.value("source", "random") == "random" ? random_cases : real_cases)[m["type"]]++;
     const DType t = types.at(m["type"]);
     const int n = m["n"];
     const size_t raw_off = m["raw_offset"], val_off = m["val_offset"];
     ASSERT_EQ(dtype_bytes(t, n), static_cast<size_t>(m["raw_bytes"]));
     std::vector<float> out(n), want(n);
     std::memcpy(want.data(), blob.data() + val_off, n * 4);
-    cpu::dequantize_row(t, reinterpret_cast<const uint8_t*>(blob.data() + raw_off), out.data(), n);
+    dequantize_row(t, reinterpret_cast<const uint8_t*>(blob.data() + raw_off), out.data(), n);
     for (int i = 0; i < n; ++i)
       ASSERT_NEAR(out[i], want[i], 1e-6f * std::max(1.0f, std::fabs(want[i]))) << m["type"] << " value " << i;
+  }
+  // every block type on random blocks, and on rows of a real tensor that llama.cpp's quantizer wrote
+  for (const auto& [name, t] : types) {
+    EXPECT_EQ(random_cases[name], 1) << name;
+    if (dtype_info(t).block_values > 1) {
+      EXPECT_EQ(real_cases[name], 1) << name << ": no real tensor in quant.json";
+    }
   }
 }
 
@@ -91,9 +115,9 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt199
         std::memcpy(data.data() + o, &h, 2);
         break;
       }
-      case DType::Q8_0: case DType::Q4_0: put(o, scale(rng)); break;
-      case DType::Q4_1: case DType::Q4_K: put(o, scale(rng)); put(o + 2, scale(rng)); break;
-      case DType::Q6_K: put(o + 208, scale(rng)); break;
+      default:  // block types: sane f16 scales wherever the layout has them
+        for (const int at : f16_fields(t)) put(o + at, scale(rng));
+        break;
     }
   }
   return data;
@@ -102,7 +126,9 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt199
 TEST(Matmul, FastPathMatchesScalarReferenceOverSizes) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K}) {
+  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16};
+  types.insert(types.end(), kBlockTypes.begin(), kBlockTypes.end());
+  for (DType t : types) {
     const int bv = dtype_info(t).block_values;
     for (int64_t C : {int64_t{bv}, int64_t{2 * bv}, t == DType::F32 ? int64_t{37} : int64_t{3 * bv}}) {
       for (int64_t R : {1, 17, 40, 48}) {
@@ -117,7 +143,7 @@ TEST(Matmul, FastPathMatchesScalarReferenceOverSizes) {
           // f32 summation error scales with the sum of |terms|, not with the (cancelling) result
           std::vector<float> row(C);
           for (int64_t r = 0; r < R; ++r) {
-            cpu::dequantize_row(t, w.row(r), row.data(), C);
+            dequantize_row(t, w.row(r), row.data(), C);
             for (int64_t tt = 0; tt < T; ++tt) {
               double mag = std::fabs(bias[r]);
               for (int64_t c = 0; c < C; ++c) mag += std::fabs(double(row[c]) * x[tt * C + c]);
@@ -135,7 +161,9 @@ TEST(Matmul, FastPathMatchesScalarReferenceOverSizes) {
 TEST(Matmul, DecodePathIsBitIdenticalToDequantizeThenDot) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd;
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::F16}) {
+  std::vector<DType> types = kBlockTypes;
+  types.push_back(DType::F16);
+  for (DType t : types) {
     const int64_t R = 33, C = 512;
     auto data = random_rows(t, R, C, rng);
     WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
@@ -143,7 +171,7 @@ TEST(Matmul, DecodePathIsBitIdenticalToDequantizeThenDot) {
     for (auto& v : x) v = nd(rng);
     cpu::matmul(out.data(), x.data(), w, 1);
     for (int64_t r = 0; r < R; ++r) {
-      cpu::dequantize_row(t, w.row(r), row.data(), C);
+      dequantize_row(t, w.row(r), row.data(), C);
       ASSERT_EQ(out[r], cpu::dot(row.data(), x.data(), C)) << dtype_info(t).name << " row " << r;
     }
   }
@@ -155,9 +183,11 @@ TEST(Matmul, DecodePathIsBitIdenticalToDequantizeThenDot) {
 TEST(Matmul, Int8ActivationsWithinTheirRoundingBound) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::F16}) {
+  std::vector<DType> types = kBlockTypes;
+  types.push_back(DType::F16);
+  for (DType t : types) {
     for (int64_t T : {1, 2}) {
-      const int64_t R = 37, C = 576;
+      const int64_t R = 37, C = 768;
       auto data = random_rows(t, R, C, rng);
       WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
       std::vector<float> x(T * C), bias(R), fast(T * R), exact(T * R), row(C);
@@ -165,10 +195,10 @@ TEST(Matmul, Int8ActivationsWithinTheirRoundingBound) {
       for (auto& v : bias) v = nd(rng);
       cpu::matmul(fast.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8);
       cpu::matmul(exact.data(), x.data(), w, T, bias.data(), cpu::Activations::kF32);
-      const bool integer_path = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
+      const bool integer_path = t != DType::F16;
       double worst_share = 0.0;
       for (int64_t r = 0; r < R; ++r) {
-        cpu::dequantize_row(t, w.row(r), row.data(), C);
+        dequantize_row(t, w.row(r), row.data(), C);
         for (int64_t tt = 0; tt < T; ++tt) {
           const float* xt = x.data() + tt * C;
           double bound = 0.0, mag = std::fabs(bias[r]);
@@ -194,6 +224,37 @@ TEST(Matmul, Int8ActivationsWithinTheirRoundingBound) {
       if (integer_path) {
         EXPECT_GT(worst_share, 0.01) << dtype_info(t).name;
       }
+    }
+  }
+}
+
+// The SIMD integer products equal the scalar reference (the same integers and scales, summed in
+// double) up to f32 accumulation, for every block type; the SIMD activation rounding equals the
+// scalar one exactly.
+TEST(Matmul, Int8DotMatchesScalarReferenceForEveryBlockType) {
+  std::mt19937 rng(33);
+  std::normal_distribution<float> nd;
+  for (DType t : kBlockTypes) {
+    const int64_t R = 19, C = 1024;
+    auto data = random_rows(t, R, C, rng);
+    WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
+    std::vector<float> x(C), row(C);
+    for (auto& v : x) v = nd(rng);
+    std::vector<cpu::Q8Block> fast(C / 32), slow(C / 32);
+    cpu::quantize_q8(fast.data(), x.data(), C);
+    cpu::ref::quantize_q8(slow.data(), x.data(), C);
+    for (int64_t b = 0; b < C / 32; ++b) {
+      ASSERT_EQ(fast[b].d, slow[b].d);
+      ASSERT_EQ(fast[b].s[0], slow[b].s[0]);
+      ASSERT_EQ(fast[b].s[1], slow[b].s[1]);
+      ASSERT_EQ(0, std::memcmp(fast[b].q, slow[b].q, 32));
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      dequantize_row(t, w.row(r), row.data(), C);
+      double mag = 0.0;
+      for (int64_t c = 0; c < C; ++c) mag += std::fabs(double(row[c]) * x[c]);
+      const float got = cpu::dot_q8(t, w.row(r), fast.data(), C), want = cpu::ref::dot_q8(t, w.row(r), slow.data(), C);
+      ASSERT_NEAR(got, want, 2e-6 * (1.0 + mag)) << dtype_info(t).name << " row " << r;
     }
   }
 }

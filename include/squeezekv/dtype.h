@@ -1,5 +1,5 @@
 // Storage types of weights as they sit in a model file. Quantized types are block formats:
-// `block_values` values packed into `block_bytes` bytes.
+// `block_values` values packed into `block_bytes` bytes (layouts: src/core/quant.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -7,7 +7,13 @@
 
 namespace squeezekv {
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K };
+enum class DType : uint8_t {
+  F32, F16, BF16,                          // plain floats
+  Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,            // blocks of 32, one scale (and min)
+  Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,            // super-blocks of 256 with 16 or 32-value sub-scales
+  IQ4_NL, IQ4_XS,                          // 4-bit indices into a fixed non-linear table
+};
+inline constexpr int kDTypeCount = 15;
 
 struct DTypeInfo {
   std::string_view name;

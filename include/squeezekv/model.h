@@ -5,6 +5,8 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "squeezekv/model_config.h"
 #include "squeezekv/tokenizer.h"
@@ -28,6 +30,13 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }
   const ModelWeights& weights() const { return *weights_; }
+  // The matrices' storage: total bytes read by one decode step (every matrix once; the embedding
+  // row is not counted unless the output head shares it) and bytes per stored type, largest first.
+  struct WeightSummary {
+    int64_t matrix_bytes = 0;
+    std::vector<std::pair<std::string, int64_t>> bytes_by_type;
+  };
+  WeightSummary weight_summary() const;
 
   Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, std::string chat_template,
         std::unique_ptr<ModelWeights> weights);

@@ -122,9 +122,16 @@ std::optional<DType> ggml_type(uint32_t t) {
     case 1: return DType::F16;
     case 2: return DType::Q4_0;
     case 3: return DType::Q4_1;
+    case 6: return DType::Q5_0;
+    case 7: return DType::Q5_1;
     case 8: return DType::Q8_0;
+    case 10: return DType::Q2_K;
+    case 11: return DType::Q3_K;
     case 12: return DType::Q4_K;
+    case 13: return DType::Q5_K;
     case 14: return DType::Q6_K;
+    case 20: return DType::IQ4_NL;
+    case 23: return DType::IQ4_XS;
     case 30: return DType::BF16;
     default: return std::nullopt;
   }
@@ -197,7 +204,7 @@ GgufFile::GgufFile(const std::string& path) {
     const auto dt = ggml_type(type);
     if (!dt)
       c.fail("tensor '" + t.name + "' has unsupported type " + ggml_type_name(type) + " (" + std::to_string(type) +
-             "); supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K");
+             "); supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS");
     t.type = *dt;
     const int bv = dtype_info(t.type).block_values;
     if (t.dims[0] % bv != 0)

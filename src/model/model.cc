@@ -1,5 +1,7 @@
 // Model::load dispatches on the path's format; validate_config guards every loader.
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "model/gguf.h"
 #include "model/loaders.h"
@@ -18,6 +20,22 @@ Model::Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, std::stri
       weights_(std::move(weights)) {}
 
 Model::~Model() = default;
+
+Model::WeightSummary Model::weight_summary() const {
+  std::map<std::string, int64_t> by_type;
+  WeightSummary s;
+  auto add = [&](const WeightMatrix& m) {
+    const int64_t b = static_cast<int64_t>(m.row_bytes) * m.rows;
+    by_type[std::string(dtype_info(m.type).name)] += b;
+    s.matrix_bytes += b;
+  };
+  for (const LayerWeights& L : weights_->layers)
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*m);
+  add(weights_->output);
+  s.bytes_by_type.assign(by_type.begin(), by_type.end());
+  std::sort(s.bytes_by_type.begin(), s.bytes_by_type.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return s;
+}
 
 void validate_config(const ModelConfig& c, const std::string& source) {
   auto check = [&](bool ok, const std::string& what) {

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "backend/cpu/quant.h"
+#include "core/quant.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv {
@@ -60,7 +60,7 @@ class Builder {
     if (n % dtype_info(t->type).block_values != 0)
       throw FormatError("load: " + source_ + ": tensor '" + name + "' is not whole blocks");
     std::vector<float> out(static_cast<size_t>(n));
-    cpu::dequantize_row(t->type, t->data, out.data(), n);
+    dequantize_row(t->type, t->data, out.data(), n);
     return out;
   }
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backend/cpu/ops.h"
-#include "backend/cpu/quant.h"
+#include "core/quant.h"
 #include "kv/layer_cache.h"
 #include "model/weights.h"
 #include "squeezekv/error.h"
@@ -132,7 +132,7 @@ struct Session::Impl {
     const auto pairing = c.rope_adjacent_pairs ? cpu::RopePairing::kAdjacent : cpu::RopePairing::kHalves;
     for (int t = 0; t < T; ++t) {
       rows_pos[t] = pos + t;
-      cpu::dequantize_row(w.tok_embd.type, w.tok_embd.row(tokens[t]), x.data() + static_cast<size_t>(t) * E, E);
+      dequantize_row(w.tok_embd.type, w.tok_embd.row(tokens[t]), x.data() + static_cast<size_t>(t) * E, E);
     }
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerWeights& L = w.layers[l];

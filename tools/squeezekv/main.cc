@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench.h"
 #include "eval/eval.h"
 #include "squeezekv/error.h"
 #include "squeezekv/generate.h"
@@ -332,6 +333,34 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
   return 0;
 }
 
+struct BenchArgs {
+  bench::BenchOptions opt;
+  std::string json_out;
+  bool no_warmup = false;
+};
+
+int run_bench(CommonArgs a, BenchArgs& b) {
+  bench::validate(b.opt);
+  const int need = *std::max_element(b.opt.depths.begin(), b.opt.depths.end()) +
+                   std::max(*std::max_element(b.opt.prompt_tokens.begin(), b.opt.prompt_tokens.end()),
+                            *std::max_element(b.opt.gen_tokens.begin(), b.opt.gen_tokens.end()));
+  if (a.ctx == 0) a.ctx = need;
+  if (a.ctx < need)
+    throw Error("--ctx: " + std::to_string(a.ctx) + " is less than the largest depth plus test length (" +
+                std::to_string(need) + ")");
+  const SessionOptions so = session_options(a);
+  b.opt.warmup = !b.no_warmup;
+  auto model = load(a);
+  const bench::BenchReport r = bench::run(*model, so, b.opt);
+  std::printf("%s", bench::report_table(*model, so, r).c_str());
+  if (!b.json_out.empty()) {
+    std::ofstream out(b.json_out);
+    out << bench::report_json(*model, so, b.opt, r) << "\n";
+    if (!out) throw Error("--json: cannot write '" + b.json_out + "'");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -373,6 +402,19 @@ int main(int argc, char** argv) {
   CLI::App* es = e->add_subcommand("sweep", "run a grid from a JSON config; JSON lines out; resumes");
   es->add_option("--config", ev.sweep.config_file, "sweep config (JSON)")->required();
   es->add_option("-t,--threads", common.threads, "CPU threads")->check(CLI::Range(1, 1024));
+  BenchArgs bench_args;
+  CLI::App* b = app.add_subcommand("bench", "prompt and generation tokens/s at given cache depths (llama-bench style)");
+  add_common(b, common);
+  b->add_option("-p,--n-prompt", bench_args.opt.prompt_tokens, "prompt tokens per pp test (comma list; 0: none)")
+      ->delimiter(',')->capture_default_str();
+  b->add_option("-n,--n-gen", bench_args.opt.gen_tokens, "decode steps per tg test (comma list; 0: none)")
+      ->delimiter(',')->capture_default_str();
+  b->add_option("-d,--depth", bench_args.opt.depths, "tokens already in the cache (comma list)")
+      ->delimiter(',')->capture_default_str();
+  b->add_option("-r,--repetitions", bench_args.opt.repetitions, "runs per test (median, stddev, min, max reported)")
+      ->capture_default_str();
+  b->add_flag("--no-warmup", bench_args.no_warmup, "skip the untimed warm-up run");
+  b->add_option("--json", bench_args.json_out, "also write the results as JSON to FILE");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -383,6 +425,7 @@ int main(int argc, char** argv) {
     if (sub->parsed() && sub->count("--decode-activations") == 0) common.decode_activations = "f32";
   try {
     if (g->parsed()) return run_generate(common, gen);
+    if (b->parsed()) return run_bench(common, bench_args);
     if (ep->parsed()) return run_eval_ppl(common, ev);
     if (er->parsed()) return run_eval_retrieval(common, ev);
     if (es->parsed()) {

@@ -6,7 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/quant.h"
+#include "backend/cpu/quant_dot.h"
+#include "core/quant.h"
 #include "core/half.h"
 #if SQUEEZEKV_AVX512_KERNEL
 #include "backend/cpu/gemm_avx512.h"
@@ -141,81 +142,6 @@ float dot_stored(DType t, const uint8_t* row, const float* x, int64_t C) {
 
 bool has_fused_dot(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 
-// Activations rounded to 8 bits per block of 32: q = round(x / d), d = max|x| / 127, and
-// s = d * sum(q) for the weight types whose blocks carry an offset (Q4_1's m, Q4_0's -8).
-struct Q8Block {
-  float d = 0.0f, s = 0.0f;
-  int8_t q[32];
-};
-
-void quantize_q8(Q8Block* out, const float* x, int64_t C) {
-  for (int64_t b = 0; b < C / 32; ++b, x += 32) {
-    __m256 v[4], mx = _mm256_setzero_ps();
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(x + 8 * k);
-      mx = _mm256_max_ps(mx, _mm256_and_ps(v[k], abs_mask));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float d = amax / 127.0f;
-    const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-    __m256i i32[4];
-    for (int k = 0; k < 4; ++k)
-      i32[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    // pack 32 x i32 -> 32 x i8 in order (packs interleave 128-bit lanes; the permute restores it)
-    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
-    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), i8);
-    const __m256i sum16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), i8);
-    const __m256i sum32 = _mm256_madd_epi16(sum16, _mm256_set1_epi16(1));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum32), _mm256_extracti128_si256(sum32, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-    out[b].d = d;
-    out[b].s = d * static_cast<float>(_mm_cvtsi128_si32(s4));
-  }
-}
-
-// One stored row . 8-bit activations: per block, an integer dot product of the quants, scaled
-// once by both block scales (llama.cpp's vec_dot_q4_1_q8_1 arithmetic, written here from the
-// formats: Q4_1 w = d q + m, so w . x = d dx sum(q qx) + m sx; Q4_0 w = d (q - 8)).
-float dot_stored_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) {
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0.0f;
-  const int64_t nb = C / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
-  if (t == DType::Q8_0) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = row + b * 34;
-      const float d = f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
-      // maddubs wants an unsigned operand: |w| . (q with w's sign)
-      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[b].d), p, acc);
-    }
-  } else {
-    const bool q41 = t == DType::Q4_1;
-    const int64_t bytes = q41 ? 20 : 18;
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = row + b * bytes;
-      const float d = f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
-      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q41 ? 4 : 2)));
-      // values 0..15 from the low nibbles, 16..31 from the high ones
-      const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(w, q), ones));
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[b].d), p, acc);
-      offset += q41 ? f16_to_f32(static_cast<uint16_t>(blk[2] | (blk[3] << 8))) * x[b].s : -8.0f * d * x[b].s;
-    }
-  }
-  return hsum(acc) + offset;
-}
 #endif
 
 #if SQUEEZEKV_AVX2
@@ -307,20 +233,20 @@ void block_dots(float* out, int64_t R, int64_t r0, const float* rows, int64_t nr
 
 void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) {
   const int64_t R = w.rows, C = w.cols;
-  // decode (T < 3) on Q8_0/Q4_0/Q4_1: fused dots on the stored rows, no dequantization buffer;
-  // with 8-bit activations, x is rounded once here for every row
-  bool fused = false;
-#if SQUEEZEKV_AVX2
-  fused = T < 3 && has_fused_dot(w.type);
+  // decode (T < 3): with 8-bit activations, x is rounded once here and every block type takes
+  // integer dots on the stored rows; in f32, Q8_0/Q4_0/Q4_1 take fused dots; neither needs a
+  // dequantization buffer
+  const bool int8 = T < 3 && act == Activations::kInt8 && has_q8_dot(w.type);
+  bool fused = int8;
   const Q8Block* xq = nullptr;
-  if (fused && act == Activations::kInt8) {
+  if (int8) {
     thread_local std::vector<Q8Block> xq_buf;  // grown once
     xq_buf.resize(static_cast<size_t>(T * (C / 32)));
     for (int64_t t = 0; t < T; ++t) quantize_q8(xq_buf.data() + t * (C / 32), x + t * C, C);
     xq = xq_buf.data();
   }
-#else
-  (void)act;
+#if SQUEEZEKV_AVX2
+  fused = fused || (T < 3 && has_fused_dot(w.type));
 #endif
   const int64_t block = wide_blocks(T) ? kWideBlock : kRowBlock;
   const int64_t n_blocks = (R + block - 1) / block;
@@ -329,12 +255,16 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
     const int64_t r0 = b * block;
     const int64_t nr = std::min(block, R - r0);
     if (fused) {
-#if SQUEEZEKV_AVX2
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < nr; ++i)
-          out[t * R + r0 + i] = xq != nullptr ? dot_stored_q8(w.type, w.row(r0 + i), xq + t * (C / 32), C)
-                                              : dot_stored(w.type, w.row(r0 + i), x + t * C, C);
+        for (int64_t i = 0; i < nr; ++i) {
+          if (xq != nullptr) {
+            out[t * R + r0 + i] = dot_q8(w.type, w.row(r0 + i), xq + t * (C / 32), C);
+          } else {
+#if SQUEEZEKV_AVX2
+            out[t * R + r0 + i] = dot_stored(w.type, w.row(r0 + i), x + t * C, C);
 #endif
+          }
+        }
     } else if (w.type == DType::F32) {
       block_dots(out, R, r0, reinterpret_cast<const float*>(w.row(r0)), nr, x, T, C);
     } else {

@@ -17,12 +17,12 @@ int threads();
 float dot(const float* a, const float* b, int64_t n);
 
 // How a decode product (T < 3) treats the activations.
-//   kF32:  f32 throughout (the reference arithmetic; fused dequantize-and-dot, bit-identical to
-//          dequantize_row + dot).
+//   kF32:  f32 throughout (the reference arithmetic; fused dequantize-and-dot for Q8_0/Q4_0/Q4_1,
+//          bit-identical to dequantize_row + dot).
 //   kInt8: each block of 32 activations is rounded to 8 bits with one f32 scale (llama.cpp's
-//          Q8 activations) and Q8_0 / Q4_0 / Q4_1 blocks are multiplied with integer dot
-//          products; other weight types keep the f32 path. Faster; each product moves by at most
-//          the activations' rounding (sum over blocks of sum|w| * max|x| / 254).
+//          Q8 activations) and every block type is multiplied with integer dot products
+//          (quant_dot.h); plain float weights keep the f32 path. Faster; each product moves by at
+//          most the activations' rounding (sum over blocks of sum|w| * max|x| / 254).
 enum class Activations : uint8_t { kF32, kInt8 };
 
 // out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null). W is dequantized on the fly.

@@ -1,0 +1,275 @@
+// Integer dot products of every block format with 8-bit activations (quant_dot.h). The AVX2 path
+// unpacks each group of 32 weights into one register of bytes: unsigned (0..63) with the format's
+// constant offset moved into the per-half `min` term where the format has one (Q4_0's -8, Q6_K's
+// -32, ...), so one maddubs takes them; signed (|q| <= 127) with the sign trick for Q8_0 and the
+// IQ4 tables. Written from the layouts in core/quant.h; tested against ref::dot_q8.
+#include "backend/cpu/quant_dot.h"
+
+#include <cmath>
+
+#include "backend/cpu/simd.h"
+#include "core/quant.h"
+
+namespace squeezekv::cpu {
+
+namespace ref {
+
+void quantize_q8(Q8Block* out, const float* x, int64_t C) {
+  for (int64_t b = 0; b < C / 32; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    int sum[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      out[b].q[i] = static_cast<int8_t>(std::nearbyint(x[i] * inv));
+      sum[i / 16] += out[b].q[i];
+    }
+    out[b].d = d;
+    out[b].s[0] = d * static_cast<float>(sum[0]);
+    out[b].s[1] = d * static_cast<float>(sum[1]);
+  }
+}
+
+float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) {
+  const DTypeInfo& info = dtype_info(t);
+  const int groups = info.block_values / 32;
+  double s = 0.0;
+  QuantGroup g;
+  for (int64_t b = 0; b < C / info.block_values; ++b) {
+    for (int j = 0; j < groups; ++j, ++x) {
+      unpack_group(t, row + b * info.block_bytes, j, g);
+      for (int h = 0; h < 2; ++h) {
+        int64_t isum = 0, xsum = 0;
+        for (int i = 16 * h; i < 16 * h + 16; ++i) isum += int64_t{g.q[i]} * x->q[i], xsum += x->q[i];
+        s += double(g.scale[h]) * x->d * double(isum) + double(g.min[h]) * x->d * double(xsum);
+      }
+    }
+  }
+  return static_cast<float>(s);
+}
+
+}  // namespace ref
+
+bool has_q8_dot(DType t) { return dtype_info(t).block_values >= 32; }
+
+#if SQUEEZEKV_AVX2
+namespace {
+
+using simd::hsum;
+
+// One group of 32 weights for the integer product: the bytes, and per half w = sc * q + mn.
+struct Group {
+  __m256i q;
+  float sc[2];
+  float mn[2];
+};
+
+inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles are values 0..15, high nibbles 16..31.
+inline __m256i nibbles(const uint8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
+// Bit i of `bits` -> byte i: 0x10 where set, 0 where clear (the 5th bit of Q5_0/Q5_1).
+inline __m256i bit4_from_bits(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                             _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i mask = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(0x10));
+}
+
+// Bytes of v shifted right by s bits (bits from the neighbouring byte are masked off by `keep`).
+inline __m256i shr_bytes(__m256i v, int s, int keep) {
+  return _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8(static_cast<char>(keep)));
+}
+
+inline __m256i iq4_lookup(__m256i idx) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
+  return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), idx);
+}
+
+inline void same(Group& o, float sc, float mn) { o.sc[0] = o.sc[1] = sc, o.mn[0] = o.mn[1] = mn; }
+
+// Unpacked group g of the block at blk; kSigned: q holds signed bytes, else unsigned ones.
+template <DType T>
+struct Unpack;
+
+template <> struct Unpack<DType::Q8_0> {
+  static constexpr bool kSigned = true;
+  static void group(const uint8_t* b, int, Group& o) { o.q = load32(b + 2); same(o, load_f16(b), 0.0f); }
+};
+template <> struct Unpack<DType::Q4_0> {
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int, Group& o) {
+    const float d = load_f16(b);
+    o.q = nibbles(b + 2);
+    same(o, d, -8.0f * d);
+  }
+};
+template <> struct Unpack<DType::Q4_1> {
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int, Group& o) { o.q = nibbles(b + 4); same(o, load_f16(b), load_f16(b + 2)); }
+};
+template <> struct Unpack<DType::Q5_0> {
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int, Group& o) {
+    const float d = load_f16(b);
+    o.q = _mm256_or_si256(nibbles(b + 6), bit4_from_bits(load_u32le(b + 2)));
+    same(o, d, -16.0f * d);
+  }
+};
+template <> struct Unpack<DType::Q5_1> {
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int, Group& o) {
+    o.q = _mm256_or_si256(nibbles(b + 8), bit4_from_bits(load_u32le(b + 4)));
+    same(o, load_f16(b), load_f16(b + 2));
+  }
+};
+template <> struct Unpack<DType::Q2_K> {
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int g, Group& o) {
+    o.q = shr_bytes(load32(b + 16 + 32 * (g / 4)), 2 * (g % 4), 3);
+    const float d = load_f16(b + 80), dmin = load_f16(b + 82);
+    for (int h = 0; h < 2; ++h) {
+      o.sc[h] = d * static_cast<float>(b[2 * g + h] & 0x0F);
+      o.mn[h] = -(dmin * static_cast<float>(b[2 * g + h] >> 4));
+    }
+  }
+};
+template <> struct Unpack<DType::Q3_K> {  // q + 4 * hbit in 0..7, the -4 in mn
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int g, Group& o) {
+    const __m256i lo = shr_bytes(load32(b + 32 + 32 * (g / 4)), 2 * (g % 4), 3);
+    const __m256i hi = _mm256_slli_epi16(shr_bytes(load32(b), g, 1), 2);
+    o.q = _mm256_or_si256(lo, hi);
+    const float d = load_f16(b + 108);
+    for (int h = 0; h < 2; ++h) {
+      o.sc[h] = d * static_cast<float>(q3k_scale(b + 96, 2 * g + h));
+      o.mn[h] = -4.0f * o.sc[h];
+    }
+  }
+};
+template <DType T> struct UnpackK45 {
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int g, Group& o) {
+    o.q = shr_bytes(load32(b + (T == DType::Q4_K ? 16 : 48) + 32 * (g / 2)), 4 * (g % 2), 0x0F);
+    if constexpr (T == DType::Q5_K) o.q = _mm256_or_si256(o.q, _mm256_slli_epi16(shr_bytes(load32(b + 16), g, 1), 4));
+    int sc, m;
+    k4_scale_min(g, b + 4, &sc, &m);
+    same(o, load_f16(b) * static_cast<float>(sc), -(load_f16(b + 2) * static_cast<float>(m)));
+  }
+};
+template <> struct Unpack<DType::Q4_K> : UnpackK45<DType::Q4_K> {};
+template <> struct Unpack<DType::Q5_K> : UnpackK45<DType::Q5_K> {};
+template <> struct Unpack<DType::Q6_K> {  // q + 32 in 0..63, the -32 in mn
+  static constexpr bool kSigned = false;
+  static void group(const uint8_t* b, int g, Group& o) {
+    const int n = g / 4, j = g % 4;
+    const __m256i lo = shr_bytes(load32(b + 64 * n + 32 * (j % 2)), 4 * (j / 2), 0x0F);
+    const __m256i hi = _mm256_slli_epi16(shr_bytes(load32(b + 128 + 32 * n), 2 * j, 3), 4);
+    o.q = _mm256_or_si256(lo, hi);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = load_f16(b + 208);
+    for (int h = 0; h < 2; ++h) {
+      o.sc[h] = d * static_cast<float>(sc[2 * g + h]);
+      o.mn[h] = -32.0f * o.sc[h];
+    }
+  }
+};
+template <> struct Unpack<DType::IQ4_NL> {
+  static constexpr bool kSigned = true;
+  static void group(const uint8_t* b, int, Group& o) { o.q = iq4_lookup(nibbles(b + 2)); same(o, load_f16(b), 0.0f); }
+};
+template <> struct Unpack<DType::IQ4_XS> {
+  static constexpr bool kSigned = true;
+  static void group(const uint8_t* b, int g, Group& o) {
+    o.q = iq4_lookup(nibbles(b + 8 + 16 * g));
+    same(o, load_f16(b) * static_cast<float>(iq4xs_scale(b, g)), 0.0f);
+  }
+};
+
+template <DType T>
+float dot_q8_t(const uint8_t* row, const Q8Block* x, int64_t C) {
+  constexpr int kValues = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 ||
+                                  T == DType::Q5_1 || T == DType::IQ4_NL
+                              ? 32
+                              : 256;
+  const int bytes = dtype_info(T).block_bytes;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  float offset = 0.0f;
+  Group w;
+  for (int64_t b = 0; b < C / kValues; ++b) {
+    const uint8_t* blk = row + b * bytes;
+    for (int g = 0; g < kValues / 32; ++g, ++x) {
+      Unpack<T>::group(blk, g, w);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->q));
+      __m256i p16;
+      if constexpr (Unpack<T>::kSigned) {  // maddubs wants an unsigned operand: |w| . (x with w's sign)
+        p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w.q, w.q), _mm256_sign_epi8(q, w.q));
+      } else {
+        p16 = _mm256_maddubs_epi16(w.q, q);
+      }
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));  // lanes 0-3: half 0, 4-7: half 1
+      const __m256 scale = _mm256_set_m128(_mm_set1_ps(w.sc[1] * x->d), _mm_set1_ps(w.sc[0] * x->d));
+      acc = _mm256_fmadd_ps(scale, p, acc);
+      if constexpr (dtype_has_min(T) || T == DType::Q4_0 || T == DType::Q5_0 || T == DType::Q3_K || T == DType::Q6_K)
+        offset += w.mn[0] * x->s[0] + w.mn[1] * x->s[1];
+    }
+  }
+  return hsum(acc) + offset;
+}
+
+using DotFn = float (*)(const uint8_t*, const Q8Block*, int64_t);
+constexpr DotFn kDots[kDTypeCount] = {
+    nullptr, nullptr, nullptr,
+    dot_q8_t<DType::Q8_0>, dot_q8_t<DType::Q4_0>, dot_q8_t<DType::Q4_1>, dot_q8_t<DType::Q5_0>, dot_q8_t<DType::Q5_1>,
+    dot_q8_t<DType::Q2_K>, dot_q8_t<DType::Q3_K>, dot_q8_t<DType::Q4_K>, dot_q8_t<DType::Q5_K>, dot_q8_t<DType::Q6_K>,
+    dot_q8_t<DType::IQ4_NL>, dot_q8_t<DType::IQ4_XS>,
+};
+
+}  // namespace
+
+void quantize_q8(Q8Block* out, const float* x, int64_t C) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < C / 32; ++b, x += 32) {
+    __m256 v[4], mx = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      mx = _mm256_max_ps(mx, _mm256_and_ps(v[k], abs_mask));
+    }
+    const float d = simd::hmax(mx) / 127.0f;
+    const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    __m256i i32[4];
+    for (int k = 0; k < 4; ++k)
+      i32[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    // pack 32 x i32 -> 32 x i8 in order (packs interleave 128-bit lanes; the permute restores it)
+    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), i8);
+    // sums of each half: bytes 0..15 are the low 128-bit lane
+    const __m256i sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), i8), _mm256_set1_epi16(1));
+    __m128i lo = _mm256_castsi256_si128(sum32), hi = _mm256_extracti128_si256(sum32, 1);
+    lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0x4e));
+    lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xb1));
+    hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0x4e));
+    hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0xb1));
+    out[b].d = d;
+    out[b].s[0] = d * static_cast<float>(_mm_cvtsi128_si32(lo));
+    out[b].s[1] = d * static_cast<float>(_mm_cvtsi128_si32(hi));
+  }
+}
+
+float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) { return kDots[static_cast<int>(t)](row, x, C); }
+
+#else
+
+void quantize_q8(Q8Block* out, const float* x, int64_t C) { ref::quantize_q8(out, x, C); }
+float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) { return ref::dot_q8(t, row, x, C); }
+
+#endif
+
+}  // namespace squeezekv::cpu

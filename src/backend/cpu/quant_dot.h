@@ -1,0 +1,36 @@
+// Decode products of stored weight rows with 8-bit activations (what llama.cpp does for its
+// quantized types): the activations are rounded once per block of 32 to int8 with one f32 scale,
+// and every block format's groups of 32 (core/quant.h) are multiplied with integer dot products,
+// scaled once per half-group by both scales. Each product moves from the exact one by at most the
+// activations' rounding: sum over blocks of sum|w| * max|x| / 254.
+// Thread safety: pure functions.
+#pragma once
+#include <cstdint>
+
+#include "squeezekv/dtype.h"
+
+namespace squeezekv::cpu {
+
+// 32 activations as int8: x[i] ~ d * q[i]; s[h] = d * (sum of q over half h), for the offsets.
+struct Q8Block {
+  float d = 0.0f;
+  float s[2] = {0.0f, 0.0f};
+  int8_t q[32];
+};
+
+// out[C / 32] <- x[C]: q = round-half-even(x / d), d = max|x| / 127 (C a multiple of 32).
+void quantize_q8(Q8Block* out, const float* x, int64_t C);
+
+// Whether dot_q8 takes weights of type t (every block type).
+bool has_q8_dot(DType t);
+
+// row (C values of type t) . x (C / 32 activation blocks).
+float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C);
+
+namespace ref {
+void quantize_q8(Q8Block* out, const float* x, int64_t C);
+// Through unpack_group, in double: the same integers and scales, summed without rounding.
+float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C);
+}  // namespace ref
+
+}  // namespace squeezekv::cpu

@@ -1,0 +1,192 @@
+// `squeezekv bench` (bench.h): the timing loop and its two reports.
+#include "bench/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "squeezekv/error.h"
+
+namespace squeezekv::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> token_range(int64_t from, int64_t n, int V) {
+  std::vector<int> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = bench_token(from + i, V);
+  return t;
+}
+
+void finish(TestResult& r, const std::vector<LayerStats>& layers) {
+  std::vector<double> s = r.tok_s;
+  std::sort(s.begin(), s.end());
+  r.median = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
+  for (double v : s) r.mean += v / static_cast<double>(s.size());
+  for (double v : s) r.stddev += (v - r.mean) * (v - r.mean);
+  r.stddev = s.size() > 1 ? std::sqrt(r.stddev / static_cast<double>(s.size() - 1)) : 0.0;
+  for (const LayerStats& l : layers) r.kv_kept_bytes += l.kept_bytes, r.kv_full_bytes += l.full_bytes;
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+std::string test_name(const TestResult& t) {
+  return t.kind + std::to_string(t.tokens) + " @ d" + std::to_string(t.depth);
+}
+
+double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+std::string kv_desc(const SessionOptions& so) {
+  std::string s = kv_policy_name(so.cache.policy);
+  if (so.cache.policy != KvPolicy::kFull) s += " budget " + std::to_string(so.cache.budget);
+  return s + (so.cache.dtype == KvDType::kF16 ? " (f16)" : " (f32)");
+}
+
+}  // namespace
+
+int bench_token(int64_t i, int V) {
+  // ids away from the special tokens at both ends of the vocabulary, as bench/compare_llamacpp.py
+  if (V <= 300) return static_cast<int>(i % V);
+  return 100 + static_cast<int>((i * 7919) % (V - 200));
+}
+
+void validate(const BenchOptions& o) {
+  auto all_in = [](const std::vector<int>& v, int lo, int hi) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), [&](int x) { return x >= lo && x <= hi; });
+  };
+  if (!all_in(o.prompt_tokens, 0, 1 << 20)) throw Error("-p: prompt lengths must be in [0, 1048576]");
+  if (!all_in(o.gen_tokens, 0, 1 << 20)) throw Error("-n: generation lengths must be in [0, 1048576]");
+  if (!all_in(o.depths, 0, 1 << 24)) throw Error("-d: depths must be in [0, 16777216]");
+  if (o.repetitions < 1 || o.repetitions > 1000) throw Error("-r: repetitions must be in [1, 1000]");
+  if (*std::max_element(o.prompt_tokens.begin(), o.prompt_tokens.end()) == 0 &&
+      *std::max_element(o.gen_tokens.begin(), o.gen_tokens.end()) == 0)
+    throw Error("-p/-n: nothing to measure (both are 0)");
+}
+
+BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions& o, bool progress) {
+  validate(o);
+  const int V = model.config().vocab_size;
+  Session session(model, so);
+  auto fill = [&](int depth) {
+    session.reset();
+    if (depth > 0) session.forward(token_range(0, depth, V));
+  };
+  if (o.warmup) {
+    fill(0);
+    session.forward(token_range(0, 16, V));
+    for (int i = 0; i < 4; ++i) session.forward(token_range(16 + i, 1, V));
+  }
+  BenchReport report;
+  for (int d : o.depths) {
+    for (int P : o.prompt_tokens) {
+      if (P == 0) continue;
+      TestResult r;
+      r.kind = "pp", r.tokens = P, r.depth = d;
+      const std::vector<int> prompt = token_range(d, P, V);
+      for (int rep = 0; rep < o.repetitions; ++rep) {
+        fill(d);
+        const auto t0 = Clock::now();
+        session.forward(prompt);
+        r.tok_s.push_back(P / std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      finish(r, session.kv_stats());
+      if (progress) std::fprintf(stderr, "%-18s %10.1f tok/s\n", test_name(r).c_str(), r.median);
+      report.tests.push_back(std::move(r));
+    }
+    for (int N : o.gen_tokens) {
+      if (N == 0) continue;
+      TestResult r;
+      r.kind = "tg", r.tokens = N, r.depth = d;
+      const std::vector<int> gen = token_range(d, N, V);
+      for (int rep = 0; rep < o.repetitions; ++rep) {
+        fill(d);
+        const auto t0 = Clock::now();
+        for (int i = 0; i < N; ++i) session.forward(std::span<const int>(gen.data() + i, 1));
+        r.tok_s.push_back(N / std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      finish(r, session.kv_stats());
+      if (progress) std::fprintf(stderr, "%-18s %10.1f tok/s\n", test_name(r).c_str(), r.median);
+      report.tests.push_back(std::move(r));
+    }
+  }
+  report.peak_rss_bytes = peak_rss_bytes();
+  return report;
+}
+
+std::string report_table(const Model& model, const SessionOptions& so, const BenchReport& r) {
+  const Model::WeightSummary w = model.weight_summary();
+  const ModelConfig& c = model.config();
+  std::string types;
+  for (const auto& [name, bytes] : w.bytes_by_type) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s %.1f", types.empty() ? "" : ", ", name.c_str(), mib(bytes));
+    types += buf;
+  }
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "model: %s (%s, %d layers, dim %d, %d/%d heads); matrices %.1f MiB (%s)\n",
+                c.name.c_str(), arch_name(c.arch), c.n_layers, c.dim, c.n_heads, c.n_kv_heads, mib(w.matrix_bytes),
+                types.c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "device: cpu, %s, %d threads | decode: %s | kv: %s\n\n", cpu_name().c_str(),
+                so.threads, so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32", kv_desc(so).c_str());
+  out += line;
+  out += "| test | tok/s (median) | stddev | min | max | runs | KV held MiB | KV full MiB |\n";
+  out += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const TestResult& t : r.tests) {
+    const auto [mn, mx] = std::minmax_element(t.tok_s.begin(), t.tok_s.end());
+    std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %.1f | %.1f | %zu | %.2f | %.2f |\n", test_name(t).c_str(),
+                  t.median, t.stddev, *mn, *mx, t.tok_s.size(), mib(t.kv_kept_bytes), mib(t.kv_full_bytes));
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "\npeak RSS: %.1f MiB\n", mib(r.peak_rss_bytes));
+  return out + line;
+}
+
+std::string report_json(const Model& model, const SessionOptions& so, const BenchOptions& o, const BenchReport& r) {
+  const Model::WeightSummary w = model.weight_summary();
+  nlohmann::json types = nlohmann::json::object();
+  for (const auto& [name, bytes] : w.bytes_by_type) types[name] = bytes;
+  nlohmann::json tests = nlohmann::json::array();
+  for (const TestResult& t : r.tests)
+    tests.push_back({{"test", t.kind}, {"tokens", t.tokens}, {"depth", t.depth}, {"tok_s", t.tok_s},
+                     {"median", t.median}, {"mean", t.mean}, {"stddev", t.stddev},
+                     {"kv_kept_bytes", t.kv_kept_bytes}, {"kv_full_bytes", t.kv_full_bytes}});
+  nlohmann::json j = {
+      {"model", model.config().name},
+      {"matrix_bytes", w.matrix_bytes},
+      {"matrix_bytes_by_type", types},
+      {"device", "cpu"},
+      {"cpu", cpu_name()},
+      {"threads", so.threads},
+      {"decode_activations", so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32"},
+      {"kv_policy", kv_policy_name(so.cache.policy)},
+      {"kv_budget", so.cache.budget},
+      {"kv_type", so.cache.dtype == KvDType::kF16 ? "f16" : "f32"},
+      {"prefill_chunk", so.prefill_chunk},
+      {"repetitions", o.repetitions},
+      {"peak_rss_bytes", r.peak_rss_bytes},
+      {"tests", tests},
+  };
+  return j.dump(1);
+}
+
+}  // namespace squeezekv::bench
