@@ -1,72 +1,227 @@
 #!/usr/bin/env python3
-"""Side by side in one run: squeezekv_bench and llama.cpp (through the llama-cpp-python package
-from PyPI, installed by the user: pip install llama-cpp-python) on the same GGUF file, the same
-token ids, the same thread count: prefill P tokens, then N one-token decode steps; median of runs.
+"""squeezekv side by side with llama.cpp, in one run, on the same GGUF files, the same token ids,
+the same thread count, rounds interleaved (ours, then llama.cpp, per round and file), medians.
 
-    python3 bench/compare_llamacpp.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf --threads 2
+llama.cpp is a measuring instrument here, installed by the user in a throw-away environment and
+never in CI: the Python package llama-cpp-python from PyPI (its quantizer makes the test files and
+its API runs the fallback timing loop and the perplexity), and optionally llama.cpp's own
+llama-bench built from that package's source (vendor/llama.cpp), which is what llama.cpp users run:
+
+    python3 -m venv /tmp/peers && /tmp/peers/bin/pip install llama-cpp-python gguf numpy
+    /tmp/peers/bin/python bench/compare_llamacpp.py --threads 2                 # the default model
+    /tmp/peers/bin/python bench/compare_llamacpp.py --types --llama-bench PATH   # every quant preset
+    /tmp/peers/bin/python bench/compare_llamacpp.py --depth 8192 --gen 64 --prompt 0 \\
+        --ours-kv "--kv-policy squeeze --kv-budget 512"                          # eviction vs full cache
+
+--types quantizes the default model to each preset with llama.cpp's quantizer (allow_requantize:
+the source is the Q4_1 file) into --types-dir, then measures both engines on each file and, with
+--ppl TEXT, the perplexity of each engine on the same windows of TEXT.
 """
 import argparse
+import ctypes
+import json
+import math
 import os
 import platform
-import re
+import shlex
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
 
-
-def ours(bench, model, threads, n_prompt, n_gen, runs, act):
-    out = subprocess.run([bench, model, str(threads), str(n_prompt), str(n_gen), str(runs), act], check=True,
-                         capture_output=True, text=True).stdout
-    pp = float(re.search(r"prompt_tok_s_median=([\d.]+)", out).group(1))
-    tg = float(re.search(r"gen_tok_s_median=([\d.]+)", out).group(1))
-    return pp, tg
+PRESETS = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
+           "IQ4_NL", "IQ4_XS"]
 
 
-def llamacpp(model, threads, n_prompt, n_gen, runs):
+def bench_token(i, vocab):
+    """The fixed input sequence of `squeezekv bench` (tools/bench/bench.cc)."""
+    return i % vocab if vocab <= 300 else 100 + (i * 7919) % (vocab - 200)
+
+
+def quantize_presets(src, out_dir, presets):
+    import llama_cpp as l
+
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.basename(src).split(".")[0]
+    files = {}
+    for p in presets:
+        out = os.path.join(out_dir, f"{stem}.{p}.gguf")
+        if not os.path.exists(out):
+            prm = l.llama_model_quantize_default_params()
+            prm.ftype = getattr(l, "LLAMA_FTYPE_MOSTLY_" + p)
+            prm.allow_requantize = True
+            rc = l.llama_model_quantize(src.encode(), out.encode(), ctypes.byref(prm))
+            if rc != 0:
+                raise SystemExit(f"llama_model_quantize {p}: error {rc}")
+        files[p] = out
+    return files
+
+
+def ours(exe, model, threads, p, n, depth, kv_args):
+    """One round of `squeezekv bench`: {test: tok/s} plus the file's KV bytes at the end."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [exe, "bench", "-m", model, "-t", str(threads), "-p", str(p), "-n", str(n), "-d", str(depth), "-r", "1",
+               "--json", f.name] + kv_args
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        rep = json.load(open(f.name))
+    out = {}
+    for t in rep["tests"]:
+        out[t["test"]] = (t["median"], t["kv_kept_bytes"])
+    return out
+
+
+def llamacpp_bench(binary, model, threads, p, n, depth):
+    cmd = [binary, "-m", model, "-t", str(threads), "-p", str(p), "-n", str(n), "-d", str(depth), "-r", "1", "-o", "json"]
+    rep = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    out = {}
+    for t in rep:
+        out["pp" if t["n_prompt"] > 0 else "tg"] = (t["avg_ts"], None)
+    return out
+
+
+class LlamaPy:
+    """The fallback timing loop through llama-cpp-python: the same tests as `squeezekv bench`."""
+
+    def __init__(self):
+        self.cache = {}
+
+    def run(self, model, threads, p, n, depth):
+        from llama_cpp import Llama
+
+        key = (model, threads, p, n, depth)
+        if key not in self.cache:
+            self.cache = {key: Llama(model_path=model, n_ctx=depth + max(p, n) + 8, n_threads=threads,
+                                     n_threads_batch=threads, n_batch=512, verbose=False)}
+        llm = self.cache[key]
+        v = llm.n_vocab()
+        out = {}
+        for kind, count in (("pp", p), ("tg", n)):
+            if count == 0:
+                continue
+            llm.reset()
+            if depth:
+                llm.eval([bench_token(i, v) for i in range(depth)])
+            toks = [bench_token(depth + i, v) for i in range(count)]
+            t0 = time.perf_counter()
+            if kind == "pp":
+                llm.eval(toks)
+            else:
+                for t in toks:
+                    llm.eval([t])
+            out[kind] = (count / (time.perf_counter() - t0), None)
+        return out
+
+
+def ppl_ours(exe, model, text, threads, ctx, windows, act):
+    r = subprocess.run([exe, "eval", "ppl", "-m", model, "--text", text, "--ctx", str(ctx), "--prefix", str(ctx // 2),
+                        "--windows", str(windows), "-t", str(threads), "--decode-activations", act],
+                       check=True, capture_output=True, text=True).stdout
+    return float(r.split("ppl=")[1].split()[0])
+
+
+def ppl_llamacpp(model, text, threads, ctx, windows):
+    """The same windows as `squeezekv eval ppl --prefix ctx/2`: each window of ctx tokens from the
+    start of the text, tokens ctx/2 .. ctx-1 scored, each predicted from all tokens before it."""
+    import numpy as np
     from llama_cpp import Llama
 
-    llm = Llama(model_path=model, n_ctx=n_prompt + n_gen + 8, n_threads=threads, n_threads_batch=threads,
-                n_batch=max(n_prompt, 32), verbose=False)
-    vocab = llm.n_vocab()
-    prompt = [100 + (i * 7919) % (vocab - 200) for i in range(n_prompt)]
-    cont = [100 + (i * 104729) % (vocab - 200) for i in range(n_gen)]
-    pps, tgs = [], []
-    for r in range(runs + 1):
+    llm = Llama(model_path=model, n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=ctx,
+                logits_all=True, verbose=False)
+    ids = llm.tokenize(open(text, "rb").read(), add_bos=False, special=False)
+    total, count = 0.0, 0
+    for w in range(windows):
+        win = ids[w * ctx:(w + 1) * ctx]
         llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(prompt)
-        t1 = time.perf_counter()
-        for tok in cont:
-            llm.eval([tok])
-        t2 = time.perf_counter()
-        if r:  # the first run warms up
-            pps.append(n_prompt / (t1 - t0))
-            tgs.append(n_gen / (t2 - t1))
-    return statistics.median(pps), statistics.median(tgs)
+        llm.eval(win[:-1])
+        logits = np.asarray(llm.scores[:ctx - 1], dtype=np.float64)
+        for i in range(ctx // 2, ctx):
+            row = logits[i - 1]
+            m = row.max()
+            total += math.log(np.exp(row - m).sum()) + m - row[win[i]]
+            count += 1
+    return math.exp(total / count)
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--bench", default="build/squeezekv_bench")
+    ap.add_argument("--squeezekv", default="build/squeezekv")
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (default: llama-cpp-python's API)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--gen", type=int, default=64)
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--decode-activations", default="int8,f32",
-                    help="squeezekv decode arithmetic(s) to run, comma-separated (int8 is what llama.cpp does)")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--depth", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--ours-kv", default="", help="extra flags for squeezekv only (e.g. a KV policy)")
+    ap.add_argument("--types", action="store_true", help="every quantization preset of the default model")
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--types-dir", default="models/types")
+    ap.add_argument("--ppl", help="text file: perplexity of both engines per file (with --types)")
+    ap.add_argument("--ppl-ctx", type=int, default=512)
+    ap.add_argument("--ppl-windows", type=int, default=4)
+    ap.add_argument("--json", help="write every number to FILE")
     a = ap.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; threads={a.threads}; "
-          f"prompt={a.prompt} gen={a.gen} runs={a.runs} (median)")
-    runs = [(f"squeezekv ({act} decode)", lambda act=act: ours(a.bench, a.model, a.threads, a.prompt, a.gen, a.runs, act))
-            for act in a.decode_activations.split(",")]
-    runs.append(("llama.cpp", lambda: llamacpp(a.model, a.threads, a.prompt, a.gen, a.runs)))
-    for name, fn in runs:
-        try:
-            pp, tg = fn()
-            print(f"{name:26s} prompt {pp:8.1f} tok/s   generation {tg:7.1f} tok/s")
-        except ImportError:
-            print(f"{name:26s} not installed (pip install llama-cpp-python)")
+
+    files = {os.path.basename(a.model): a.model}
+    if a.types:
+        files = quantize_presets(a.model, a.types_dir, a.presets.split(","))
+    kv_args = shlex.split(a.ours_kv)
+    peer = LlamaPy()
+    peer_name = "llama-bench" if a.llama_bench else "llama-cpp-python"
+    print(f"machine: {platform.processor() or platform.machine()} ({cpu_name()}), {os.cpu_count()} cores; "
+          f"threads={a.threads}; pp{a.prompt} tg{a.gen} @ d{a.depth}; {a.rounds} rounds interleaved (median); "
+          f"peer: {peer_name}; squeezekv flags: {' '.join(kv_args) or '(defaults)'}", flush=True)
+    results = {name: {"ours": {"pp": [], "tg": []}, "llama.cpp": {"pp": [], "tg": []}, "kv": None} for name in files}
+    for r in range(a.rounds):
+        for name, path in files.items():
+            o = ours(a.squeezekv, path, a.threads, a.prompt, a.gen, a.depth, kv_args)
+            if a.llama_bench:
+                l = llamacpp_bench(a.llama_bench, path, a.threads, a.prompt, a.gen, a.depth)
+            else:
+                l = peer.run(path, a.threads, a.prompt, a.gen, a.depth)
+            for k in ("pp", "tg"):
+                if k in o:
+                    results[name]["ours"][k].append(o[k][0])
+                    results[name]["kv"] = o[k][1]
+                if k in l:
+                    results[name]["llama.cpp"][k].append(l[k][0])
+        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+
+    def med(v):
+        return statistics.median(v) if v else float("nan")
+
+    if a.ppl:
+        for name, path in files.items():
+            results[name]["ppl_ours_f32"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "f32")
+            results[name]["ppl_ours_int8"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "int8")
+            results[name]["ppl_llamacpp"] = ppl_llamacpp(path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows)
+
+    head = f"| file | squeezekv pp{a.prompt} | llama.cpp pp{a.prompt} | ratio | squeezekv tg{a.gen} | llama.cpp tg{a.gen} | ratio |"
+    if a.ppl:
+        head += " ppl squeezekv (f32 / int8 decode) | ppl llama.cpp | ratio (f32) |"
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    for name, res in results.items():
+        op, lp = med(res["ours"]["pp"]), med(res["llama.cpp"]["pp"])
+        og, lg = med(res["ours"]["tg"]), med(res["llama.cpp"]["tg"])
+        row = f"| {name} | {op:.1f} | {lp:.1f} | {op / lp:.2f}x | {og:.1f} | {lg:.1f} | {og / lg:.2f}x |"
+        if a.ppl:
+            row += (f" {res['ppl_ours_f32']:.3f} / {res['ppl_ours_int8']:.3f} | {res['ppl_llamacpp']:.3f} |"
+                    f" {res['ppl_ours_f32'] / res['ppl_llamacpp']:.4f} |")
+        print(row, flush=True)
+    if a.json:
+        json.dump({"args": vars(a), "results": results}, open(a.json, "w"), indent=1)
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 if __name__ == "__main__":

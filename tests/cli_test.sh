@@ -98,5 +98,39 @@ assert all(l["tokens_kept"] <= l["budget"] for l in d["layers"])
 PY
 then ok; else bad "kv stats json malformed"; fi
 
+# bench: the JSON holds one record per test; the KV bytes follow from the model's shape (stories260K:
+# 5 layers, 4 kv heads of 8 dims, f16: 640 bytes a token), and a budget holds the cache to it
+bj="$(mktemp)"
+out="$("$bin" bench -m "$m" --tokenizer "$tok" -p 24 -n 8 -d 0,40 -r 2 -t 2 --json "$bj" 2>&1)"; rc=$?
+[ $rc -eq 0 ] && ok || bad "bench failed: $out"
+case "$out" in *"| pp24 @ d40 |"*"| tg8 @ d40 |"*"peak RSS"*) ok ;; *) bad "bench table incomplete: $out" ;; esac
+if python3 - "$bj" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = {(x["test"], x["depth"]): x for x in d["tests"]}
+assert set(t) == {("pp", 0), ("tg", 0), ("pp", 40), ("tg", 40)}, t
+assert all(len(x["tok_s"]) == 2 and min(x["tok_s"]) > 0 for x in t.values())
+assert all(min(x["tok_s"]) <= x["median"] <= max(x["tok_s"]) for x in t.values())
+assert t[("pp", 40)]["kv_full_bytes"] == (40 + 24) * 640 == t[("pp", 40)]["kv_kept_bytes"], t[("pp", 40)]
+assert t[("tg", 0)]["kv_kept_bytes"] == 8 * 640
+assert d["threads"] == 2 and d["kv_policy"] == "full" and d["matrix_bytes"] > 0
+PY
+then ok; else bad "bench json wrong"; fi
+out="$("$bin" bench -m "$m" --tokenizer "$tok" -p 16 -n 4 -d 64 -r 1 -t 2 --kv-policy h2o --kv-budget 16 --prefill-chunk 16 --json "$bj" 2>&1)"; rc=$?
+[ $rc -eq 0 ] && ok || bad "bench with a budget failed: $out"
+python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert all(x['kv_kept_bytes'] <= 16 * 640 < x['kv_full_bytes'] for x in d['tests']), d['tests']
+" "$bj" && ok || bad "bench with a budget held more than it"
+rm -f "$bj"
+expect_error "-r" bench -m "$m" --tokenizer "$tok" -r 0
+expect_error "-p" bench -m "$m" --tokenizer "$tok" -p -5
+expect_error "-d" bench -m "$m" --tokenizer "$tok" -d 10,-1
+expect_error "nothing to measure" bench -m "$m" --tokenizer "$tok" -p 0 -n 0
+expect_error "--ctx" bench -m "$m" --tokenizer "$tok" -p 64 -n 8 -d 100 --ctx 128
+expect_error "--kv-budget" bench -m "$m" --tokenizer "$tok" --kv-policy h2o
+expect_error "--json" bench -m "$m" --tokenizer "$tok" -p 8 -n 2 -r 1 --json /nonexistent/dir/b.json
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

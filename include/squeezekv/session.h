@@ -18,7 +18,7 @@ namespace squeezekv {
 // Arithmetic of decode steps (one or two tokens), where matrix-vector products dominate.
 enum class DecodeActivations : uint8_t {
   kF32,   // f32 activations: the reference arithmetic (evaluations use it)
-  kInt8,  // activations rounded to 8 bits per block of 32 for Q8_0/Q4_0/Q4_1 weights, integer
+  kInt8,  // activations rounded to 8 bits per block of 32 for quantized weights (every block type), integer
           // dot products (as llama.cpp does): faster decode; on SmolLM2 the next-token
           // distributions stay within KL 0.03 of kF32 and perplexity rises 0.3%
 };

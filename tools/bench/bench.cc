@@ -89,10 +89,12 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
     session.reset();
     if (depth > 0) session.forward(token_range(0, depth, V));
   };
-  if (o.warmup) {
+  if (o.warmup) {  // a short prompt and 4 decode steps, within the context the caller allowed
+    const int room = so.cache.max_tokens > 0 ? so.cache.max_tokens : 20;
+    const int steps = std::min(4, room / 2), prompt = std::min(16, room - steps);
     fill(0);
-    session.forward(token_range(0, 16, V));
-    for (int i = 0; i < 4; ++i) session.forward(token_range(16 + i, 1, V));
+    session.forward(token_range(0, prompt, V));
+    for (int i = 0; i < steps; ++i) session.forward(token_range(prompt + i, 1, V));
   }
   BenchReport report;
   for (int d : o.depths) {

@@ -350,6 +350,8 @@ int run_bench(CommonArgs a, BenchArgs& b) {
                 std::to_string(need) + ")");
   const SessionOptions so = session_options(a);
   b.opt.warmup = !b.no_warmup;
+  if (!b.json_out.empty() && !std::ofstream(b.json_out, std::ios::app))  // before the run, not after it
+    throw Error("--json: cannot write '" + b.json_out + "'");
   auto model = load(a);
   const bench::BenchReport r = bench::run(*model, so, b.opt);
   std::printf("%s", bench::report_table(*model, so, r).c_str());
