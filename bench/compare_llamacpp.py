@@ -31,7 +31,7 @@ import tempfile
 import time
 
 PRESETS = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
-           "IQ4_NL", "IQ4_XS"]
+           "IQ4_NL", "IQ4_XS", "Q2_K-pure"]  # -pure: every tensor in the type (the Q2_K preset writes none)
 
 
 def bench_token(i, vocab):
@@ -49,8 +49,9 @@ def quantize_presets(src, out_dir, presets):
         out = os.path.join(out_dir, f"{stem}.{p}.gguf")
         if not os.path.exists(out):
             prm = l.llama_model_quantize_default_params()
-            prm.ftype = getattr(l, "LLAMA_FTYPE_MOSTLY_" + p)
+            prm.ftype = getattr(l, "LLAMA_FTYPE_MOSTLY_" + p.removesuffix("-pure"))
             prm.allow_requantize = True
+            prm.pure = p.endswith("-pure")
             rc = l.llama_model_quantize(src.encode(), out.encode(), ctypes.byref(prm))
             if rc != 0:
                 raise SystemExit(f"llama_model_quantize {p}: error {rc}")
@@ -146,7 +147,8 @@ def ppl_llamacpp(model, text, threads, ctx, windows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--squeezekv", default="build/squeezekv")
+    ap.add_argument("--squeezekv", default="build/squeezekv",
+                    help="the binary to measure (an installed copy, so a rebuild cannot pull it away mid-run)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (default: llama-cpp-python's API)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=512)
@@ -191,27 +193,32 @@ def main():
     def med(v):
         return statistics.median(v) if v else float("nan")
 
-    if a.ppl:
-        for name, path in files.items():
-            results[name]["ppl_ours_f32"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "f32")
-            results[name]["ppl_ours_int8"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "int8")
-            results[name]["ppl_llamacpp"] = ppl_llamacpp(path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows)
+    def save():
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"args": vars(a), "results": results}, f, indent=1)
 
+    save()
     head = f"| file | squeezekv pp{a.prompt} | llama.cpp pp{a.prompt} | ratio | squeezekv tg{a.gen} | llama.cpp tg{a.gen} | ratio |"
-    if a.ppl:
-        head += " ppl squeezekv (f32 / int8 decode) | ppl llama.cpp | ratio (f32) |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for name, res in results.items():
         op, lp = med(res["ours"]["pp"]), med(res["llama.cpp"]["pp"])
         og, lg = med(res["ours"]["tg"]), med(res["llama.cpp"]["tg"])
-        row = f"| {name} | {op:.1f} | {lp:.1f} | {op / lp:.2f}x | {og:.1f} | {lg:.1f} | {og / lg:.2f}x |"
-        if a.ppl:
-            row += (f" {res['ppl_ours_f32']:.3f} / {res['ppl_ours_int8']:.3f} | {res['ppl_llamacpp']:.3f} |"
-                    f" {res['ppl_ours_f32'] / res['ppl_llamacpp']:.4f} |")
-        print(row, flush=True)
-    if a.json:
-        json.dump({"args": vars(a), "results": results}, open(a.json, "w"), indent=1)
+        print(f"| {name} | {op:.1f} | {lp:.1f} | {op / lp:.2f}x | {og:.1f} | {lg:.1f} | {og / lg:.2f}x |", flush=True)
+    if a.ppl:
+        print(f"\nperplexity of {os.path.basename(a.ppl)}: {a.ppl_windows} windows of {a.ppl_ctx} tokens, the second half "
+              f"of each scored")
+        print("| file | squeezekv (f32 decode) | squeezekv (int8 decode) | llama.cpp | ratio f32 / llama.cpp |")
+        print("|---|---|---|---|---|")
+        for name, path in files.items():
+            res = results[name]
+            res["ppl_ours_f32"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "f32")
+            res["ppl_ours_int8"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "int8")
+            res["ppl_llamacpp"] = ppl_llamacpp(path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows)
+            save()
+            print(f"| {name} | {res['ppl_ours_f32']:.3f} | {res['ppl_ours_int8']:.3f} | {res['ppl_llamacpp']:.3f} |"
+                  f" {res['ppl_ours_f32'] / res['ppl_llamacpp']:.4f} |", flush=True)
 
 
 def cpu_name():

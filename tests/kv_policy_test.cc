@@ -204,7 +204,7 @@ TEST(KvPolicy, ChunkedPrefillPeakIsBudgetPlusChunk) {
 // Eviction drops exactly the named rows and moves each survivor with its position and values.
 TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
   std::mt19937 rng(4);
-  for (auto type : {cpu::KvType::kF32, cpu::KvType::kF16}) {
+  for (auto type : {KvType::kF32, KvType::kF16}) {
     for (int n_evict : {1, 2, 17, 30, 50}) {
       const int G = 3, D = 8, n = 50;
       KvStorage st(G, D, 64, type);
@@ -229,7 +229,7 @@ TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
       }
       st.evict(evict.data(), n_evict);
       ASSERT_EQ(st.count(), n - n_evict);
-      const cpu::KvView view = st.view();
+      const KvView view = st.view();
       for (int g = 0; g < G; ++g) {
         std::set<int32_t> want, got;
         for (int t = 0; t < n; ++t) want.insert(10 + t);
@@ -238,7 +238,7 @@ TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
           const int32_t p = st.positions(g)[j];
           got.insert(p);
           const size_t at = (static_cast<size_t>(g) * view.capacity + j) * D;
-          const float vv = type == cpu::KvType::kF32 ? static_cast<const float*>(view.v)[at]
+          const float vv = type == KvType::kF32 ? static_cast<const float*>(view.v)[at]
                                                      : f16_to_f32(static_cast<const uint16_t*>(view.v)[at]);
           EXPECT_EQ(vv, static_cast<float>(p - 10) + 0.5f) << "row moved without its position";
         }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "squeezekv/device.h"
 #include "squeezekv/kv_cache.h"
 #include "squeezekv/model.h"
 
@@ -26,7 +27,8 @@ enum class DecodeActivations : uint8_t {
 DecodeActivations parse_decode_activations(const std::string& s);
 
 struct SessionOptions {
-  int threads = 0;            // 0: all cores
+  Device device = Device::kCpu;
+  int threads = 0;            // CPU threads (0: all cores)
   int prefill_chunk = 512;    // rows per prefill step
   DecodeActivations decode_activations = DecodeActivations::kF32;
   CacheConfig cache;

@@ -70,4 +70,14 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+// dst[n] <- src rounded to half (round to nearest even); the F16C instruction where built with it.
+inline void f32_to_f16_row(uint16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
 }  // namespace squeezekv

@@ -1,6 +1,7 @@
 // Storage of one layer's retained keys and values (DESIGN.md "Cache architecture"):
-// K and V as [G][slot][D] (f16 default, f32 option), and per head per slot its absolute position
-// (int32) and accumulated attention mass (f32). All heads hold the same count; each head keeps its
+// K and V as [G][slot][D] (f16 default, f32 option) in the backend's memory, and the policies'
+// metadata on the host: per head per slot its absolute position (int32) and accumulated
+// attention mass (f32). All heads hold the same count; each head keeps its
 // own set of positions. Slots are in no particular order once rows were evicted (eviction fills
 // holes from the tail); the position of a slot identifies its token. New rows always go to the end.
 // Allocated once per capacity; no allocation per step.
@@ -9,13 +10,17 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cpu/ops.h"
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/kv_view.h"
 
 namespace squeezekv {
 
 class KvStorage {
  public:
-  KvStorage(int n_kv_heads, int head_dim, int capacity, cpu::KvType type);
+  // backend: where K and V live (null: a CPU backend of this storage's own).
+  KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Backend* backend = nullptr);
 
   // Appends T rows: k, v [T][G*D] (rotated keys), pos [T] absolute positions; mass starts at 0.
   // Throws Error when the rows do not fit the capacity.
@@ -32,12 +37,12 @@ class KvStorage {
   // Re-lays the arrays for a new capacity (>= count), keeping the held rows. A deep copy: called
   // once per schedule change, never per step.
   void set_capacity(int capacity);
-  cpu::KvView view() const;
+  KvView view() const;
   int count() const { return count_; }
   int capacity() const { return capacity_; }
   int n_kv_heads() const { return G_; }
   int head_dim() const { return D_; }
-  cpu::KvType type() const { return type_; }
+  KvType type() const { return type_; }
   // Position of the newest row ever appended (-1 before the first).
   int32_t newest_position() const { return newest_; }
   const int32_t* positions(int g) const { return pos_.data() + static_cast<size_t>(g) * capacity_; }
@@ -48,14 +53,16 @@ class KvStorage {
   int64_t bytes_per_token() const;
 
  private:
-  void move_row(size_t base, int from, int to, size_t row_bytes);
   int G_, D_, capacity_;
-  cpu::KvType type_;
+  KvType type_;
+  std::unique_ptr<Backend> own_backend_;  // when none was given
+  Backend* backend_;
   int count_ = 0;
   int32_t newest_ = -1;
-  std::vector<uint8_t> k_, v_;   // [G][capacity][D] elements of type_
-  std::vector<int32_t> pos_;     // [G][capacity]
-  std::vector<float> mass_;      // [G][capacity]
+  std::unique_ptr<Buffer> k_, v_;  // [G][capacity][D] elements of type_, backend memory
+  std::vector<int32_t> pos_;       // [G][capacity]
+  std::vector<float> mass_;        // [G][capacity]
+  std::vector<int> move_from_, move_to_;  // compaction moves, [G * capacity] at most, reused
 };
 
 }  // namespace squeezekv

@@ -9,13 +9,13 @@
 
 namespace squeezekv {
 
-LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, cpu::KvType type,
-                       std::unique_ptr<EvictionPolicy> policy, int max_step_rows, int max_tokens)
+LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvType type,
+                       std::unique_ptr<EvictionPolicy> policy, int max_step_rows, int max_tokens, Backend* backend)
     : layer_(layer),
       policy_(std::move(policy)),
       max_step_rows_(max_step_rows),
       max_tokens_(max_tokens),
-      storage_(n_kv_heads, head_dim, capacity_for(policy_->budget()), type) {
+      storage_(n_kv_heads, head_dim, capacity_for(policy_->budget()), type, backend) {
   evict_.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
 }
 
@@ -88,11 +88,12 @@ void validate(const CacheConfig& c) {
   }
 }
 
-SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows) {
+SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows,
+                                      Backend* backend) {
   validate(cfg);
   SequenceCache sc;
   const int max_tokens = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
-  const cpu::KvType t = cfg.dtype == KvDType::kF16 ? cpu::KvType::kF16 : cpu::KvType::kF32;
+  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
   if (cfg.policy == KvPolicy::kSqueeze)
     sc.coordinator = std::make_unique<SqueezeCoordinator>(model.n_layers, cfg.budget, cfg.sinks, cfg.squeeze_strength,
                                                           cfg.squeeze_alloc, cfg.squeeze_p);
@@ -107,7 +108,7 @@ SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfi
       case KvPolicy::kPyramidKV: p = make_pyramidkv_policy(cfg, l, model.n_layers); break;
       case KvPolicy::kSqueeze: p = make_squeeze_policy(cfg, l, sc.coordinator.get()); break;
     }
-    sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, std::move(p), max_step_rows, max_tokens);
+    sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, std::move(p), max_step_rows, max_tokens, backend);
   }
   return sc;
 }

@@ -17,12 +17,13 @@ namespace squeezekv {
 
 class LayerCache {
  public:
-  // max_step_rows: most rows one step appends (the prefill chunk); max_tokens: most rows ever.
-  LayerCache(int layer, int n_kv_heads, int head_dim, cpu::KvType type, std::unique_ptr<EvictionPolicy> policy,
-             int max_step_rows, int max_tokens);
+  // max_step_rows: most rows one step appends (the prefill chunk); max_tokens: most rows ever;
+  // backend: where K and V live (null: the CPU).
+  LayerCache(int layer, int n_kv_heads, int head_dim, KvType type, std::unique_ptr<EvictionPolicy> policy,
+             int max_step_rows, int max_tokens, Backend* backend = nullptr);
 
   void append(const float* k, const float* v, const int32_t* pos, int T);  // k, v [T][G*D]
-  cpu::KvView view() const { return storage_.view(); }
+  KvView view() const { return storage_.view(); }
   bool wants_mass() const { return policy_->needs_mass(); }
   int mass_rows() const { return policy_->mass_rows(); }
   // Where attention adds the mass each retained key receives: [G][capacity].
@@ -58,8 +59,10 @@ struct SequenceCache {
 struct ModelConfig;
 class CacheBuilder {
  public:
-  // Validates cfg (Error naming the flag) and builds the caches of one sequence.
-  static SequenceCache for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows);
+  // Validates cfg (Error naming the flag) and builds the caches of one sequence, K and V in the
+  // backend's memory (null: the CPU).
+  static SequenceCache for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows,
+                                 Backend* backend = nullptr);
 };
 
 }  // namespace squeezekv

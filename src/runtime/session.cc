@@ -7,8 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "backend/cpu/ops.h"
-#include "core/quant.h"
+#include "backend/backend.h"
 #include "kv/layer_cache.h"
 #include "model/weights.h"
 #include "squeezekv/error.h"
@@ -69,113 +68,162 @@ DecodeActivations parse_decode_activations(const std::string& s) {
   throw Error("--decode-activations: unknown value '" + s + "' (expected f32 or int8)");
 }
 
+// The model's weights as the session's backend multiplies them (the CPU: the stored bytes as they
+// are; a device: its own copies). Norm vectors and biases travel as 1 x n F32 matrices.
+struct DeviceWeights {
+  struct Layer {
+    const float* attn_norm = nullptr;                   // [E]
+    WeightMatrix wq, wk, wv, wo;                        // [H*D][E], [G*D][E] x2, [E][H*D]
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // [H*D], [G*D] x2 (qwen2 only)
+    const float* ffn_norm = nullptr;                    // [E]
+    WeightMatrix w_gate, w_up, w_down;                  // [F][E] x2, [E][F]
+  };
+  WeightMatrix tok_embd;  // [V][E] (host: rows are picked by host token ids)
+  WeightMatrix output;    // [V][E]
+  const float* out_norm = nullptr;  // [E]
+  const float* inv_freq = nullptr;  // [D/2]
+  std::vector<Layer> layers;
+  std::vector<std::unique_ptr<Buffer>> keep;  // device copies, when the backend makes them
+
+  DeviceWeights(Backend& b, const ModelWeights& w) {
+    auto matrix = [&](const WeightMatrix& m) {
+      std::unique_ptr<Buffer> hold;
+      WeightMatrix d = b.prepare_weight(m, hold);
+      if (hold) keep.push_back(std::move(hold));
+      return d;
+    };
+    auto vec = [&](const std::vector<float>& v) -> const float* {
+      if (v.empty()) return nullptr;
+      const WeightMatrix m{DType::F32, reinterpret_cast<const uint8_t*>(v.data()), 1, static_cast<int64_t>(v.size()),
+                           v.size() * sizeof(float)};
+      return reinterpret_cast<const float*>(matrix(m).data);
+    };
+    tok_embd = w.tok_embd;
+    output = matrix(w.output);
+    out_norm = vec(w.out_norm);
+    inv_freq = vec(w.inv_freq);
+    for (const LayerWeights& L : w.layers)
+      layers.push_back({vec(L.attn_norm), matrix(L.wq), matrix(L.wk), matrix(L.wv), matrix(L.wo), vec(L.bq), vec(L.bk),
+                        vec(L.bv), vec(L.ffn_norm), matrix(L.w_gate), matrix(L.w_up), matrix(L.w_down)});
+  }
+};
+
 struct Session::Impl {
   const Model& model;
   SessionOptions opt;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<DeviceWeights> dw;
   SequenceCache caches;
   int pos = 0;
   int max_tokens = 0;
-  // scratch, sized for one chunk of T rows
-  std::vector<float> x, xn, q, k, v, att, tmp, gate, up;  // [T][E], [T][E], [T][H*D], [T][G*D] x2, [T][H*D], [T][E], [T][F] x2
-  std::vector<float> x_in;                                // [T][E] layer input (residual_cosine only)
-  std::vector<int32_t> rows_pos;                          // [T]
-  std::vector<float> att_scratch;                         // attention_scratch_floats
-  std::vector<float> logits;                              // [V] or [n][V]
-  std::vector<float> last;                                // [E]
-  cpu::Activations act = cpu::Activations::kF32;          // decode arithmetic
+  int chunk = 0;  // rows per step
+  // activations in the backend's memory, sized for one chunk of T rows
+  std::unique_ptr<Buffer> x, xn, q, k, v, att, tmp, gate, up;  // [T][E] x2, [T][H*D], [T][G*D] x2, [T][H*D], [T][E], [T][F] x2
+  std::unique_ptr<Buffer> x_in;                                // [T][E] layer input (residual_cosine only)
+  std::unique_ptr<Buffer> rows_pos;                            // [T] positions of the step's rows
+  std::unique_ptr<Buffer> logits_dev;                          // [T][V]
+  // host side
+  std::vector<int32_t> rows_pos_host;                          // [T]
+  std::vector<float> metric_a, metric_b;                       // squeeze metric inputs, copied down once per schedule
+  std::vector<float> logits;                                   // [V] or [n][V]
+  Activations act = Activations::kF32;                         // decode arithmetic
 
   Impl(const Model& m, const SessionOptions& o) : model(m), opt(o) {
     const ModelConfig& c = m.config();
     if (opt.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt.prefill_chunk));
     validate(opt.cache);
-    if (opt.threads > 0) cpu::set_threads(opt.threads);
-    act = opt.decode_activations == DecodeActivations::kInt8 ? cpu::Activations::kInt8 : cpu::Activations::kF32;
+    backend = make_backend(opt.device, opt.threads);
+    dw = std::make_unique<DeviceWeights>(*backend, m.weights());
+    act = opt.decode_activations == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
     // default: the model's context, capped so a 128k-context model does not reserve tens of GB
     max_tokens = opt.cache.max_tokens > 0 ? opt.cache.max_tokens : std::min(c.context_length, kDefaultMaxTokens);
     opt.cache.max_tokens = max_tokens;
-    const size_t T = static_cast<size_t>(std::min(opt.prefill_chunk, max_tokens));
-    caches = CacheBuilder::for_model(c, opt.cache, static_cast<int>(T));
-    const size_t E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,
-                 KD = static_cast<size_t>(c.n_kv_heads) * c.head_dim, F = c.ffn_dim;
-    x.resize(T * E);
-    xn.resize(T * E);
-    q.resize(T * QD);
-    k.resize(T * KD);
-    v.resize(T * KD);
-    att.resize(T * QD);
-    tmp.resize(T * E);
-    gate.resize(T * F);
-    up.resize(T * F);
-    x_in.resize(T * E);
-    rows_pos.resize(T);
-    size_scratch();
-    logits.resize(static_cast<size_t>(c.vocab_size));
-    last.resize(E);
+    chunk = std::min(opt.prefill_chunk, max_tokens);
+    caches = CacheBuilder::for_model(c, opt.cache, chunk, backend.get());
+    const size_t T = static_cast<size_t>(chunk), E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,
+                 KD = static_cast<size_t>(c.n_kv_heads) * c.head_dim, F = c.ffn_dim, V = c.vocab_size;
+    auto floats = [&](size_t n) { return backend->alloc(n * sizeof(float)); };
+    x = floats(T * E);
+    xn = floats(T * E);
+    q = floats(T * QD);
+    k = floats(T * KD);
+    v = floats(T * KD);
+    att = floats(T * QD);
+    tmp = floats(T * E);
+    gate = floats(T * F);
+    up = floats(T * F);
+    x_in = floats(T * E);
+    rows_pos = backend->alloc(T * sizeof(int32_t));
+    logits_dev = floats(V);
+    rows_pos_host.resize(T);
+    logits.resize(V);
   }
 
-  // Attention scratch follows the largest layer capacity; it grows only when
-  // a capacity grows (once, when a squeeze schedule is fixed), never per step.
-  void size_scratch() {
+  // One step over T rows; leaves the final hidden state (after the output norm) of the rows in
+  // xn [T][E].
+  void step(const int* tokens, int T) {
     const ModelConfig& c = model.config();
-    int cap = 0;
-    for (const LayerCache& l : caches.layers) cap = std::max(cap, l.storage().capacity());
-    const size_t need = static_cast<size_t>(cpu::attention_scratch_floats(static_cast<int64_t>(rows_pos.size()), c.n_heads, cap));
-    if (att_scratch.size() < need) att_scratch.resize(need);
-  }
-
-  // One step over T rows; writes the final hidden state (after the output norm) of the rows.
-  void step(const int* tokens, int T, float* hidden_out /*[T][E]*/) {
-    const ModelConfig& c = model.config();
-    const ModelWeights& w = model.weights();
-    const cpu::Activations act = this->act;
+    Backend& b = *backend;
     const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim;
-    const auto pairing = c.rope_adjacent_pairs ? cpu::RopePairing::kAdjacent : cpu::RopePairing::kHalves;
-    for (int t = 0; t < T; ++t) {
-      rows_pos[t] = pos + t;
-      dequantize_row(w.tok_embd.type, w.tok_embd.row(tokens[t]), x.data() + static_cast<size_t>(t) * E, E);
-    }
+    const int64_t TE = static_cast<int64_t>(T) * E;
+    const auto pairing = c.rope_adjacent_pairs ? RopePairing::kAdjacent : RopePairing::kHalves;
+    float *x = this->x->as<float>(), *xn = this->xn->as<float>(), *q = this->q->as<float>(), *k = this->k->as<float>(),
+          *v = this->v->as<float>(), *att = this->att->as<float>(), *tmp = this->tmp->as<float>(),
+          *gate = this->gate->as<float>(), *up = this->up->as<float>();
+    for (int t = 0; t < T; ++t) rows_pos_host[t] = pos + t;
+    b.upload(rows_pos->data(), rows_pos_host.data(), static_cast<size_t>(T) * sizeof(int32_t));
+    const int32_t* rpos = rows_pos->as<int32_t>();
+    b.embed(x, dw->tok_embd, tokens, T);
     for (int l = 0; l < c.n_layers; ++l) {
-      const LayerWeights& L = w.layers[l];
+      const DeviceWeights::Layer& L = dw->layers[l];
       LayerCache& cache = caches.layers[l];
       // attention block
-      cpu::rmsnorm(xn.data(), x.data(), L.attn_norm.data(), T, E, c.norm_eps);
-      cpu::matmul(q.data(), xn.data(), L.wq, T, L.bq.empty() ? nullptr : L.bq.data(), act);
-      cpu::matmul(k.data(), xn.data(), L.wk, T, L.bk.empty() ? nullptr : L.bk.data(), act);
-      cpu::matmul(v.data(), xn.data(), L.wv, T, L.bv.empty() ? nullptr : L.bv.data(), act);
-      cpu::rope(q.data(), rows_pos.data(), T, H, D, w.inv_freq.data(), pairing);
-      cpu::rope(k.data(), rows_pos.data(), T, G, D, w.inv_freq.data(), pairing);
+      b.rmsnorm(xn, x, L.attn_norm, T, E, c.norm_eps);
+      b.matmul(q, xn, L.wq, T, L.bq, act);
+      b.matmul(k, xn, L.wk, T, L.bk, act);
+      b.matmul(v, xn, L.wv, T, L.bv, act);
+      b.rope(q, rpos, T, H, D, dw->inv_freq, pairing);
+      b.rope(k, rpos, T, G, D, dw->inv_freq, pairing);
       const std::optional<SqueezeMetric> metric = cache.pending_metric();
-      if (metric == SqueezeMetric::kResidualCosine) std::copy(x.begin(), x.begin() + static_cast<size_t>(T) * E, x_in.begin());
+      if (metric == SqueezeMetric::kResidualCosine) b.copy(x_in->data(), x, static_cast<size_t>(TE) * sizeof(float));
       double concentration = 0.0;
-      if (metric == SqueezeMetric::kKeyCosine) concentration = key_cosine(k.data(), T, G, D);
-      cache.append(k.data(), v.data(), rows_pos.data(), T);
-      const cpu::KvView kv = cache.view();
-      cpu::AttentionProbe probe;
+      if (metric == SqueezeMetric::kKeyCosine) concentration = key_cosine(host_copy(metric_a, k, static_cast<size_t>(T) * G * D), T, G, D);
+      cache.append(k, v, rows_pos_host.data(), T);
+      const KvView kv = cache.view();
+      AttentionProbe probe;
       if (cache.wants_mass()) {  // attention adds straight into the cache's accumulated mass
         probe.mass = cache.mass_accumulator();
         probe.mass_stride = kv.capacity;
         if (cache.mass_rows() > 0) probe.mass_row_begin = std::max(0, T - cache.mass_rows());
       }
       probe.entropy = metric == SqueezeMetric::kAttentionEntropy;
-      cpu::attention(att.data(), q.data(), rows_pos.data(), T, H, kv, &probe, att_scratch.data());
-      cpu::matmul(tmp.data(), att.data(), L.wo, T, nullptr, act);
-      for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
+      b.attention(att, q, rpos, T, H, kv, &probe);
+      b.matmul(tmp, att, L.wo, T, nullptr, act);
+      b.add(x, tmp, TE);
       if (metric == SqueezeMetric::kAttentionEntropy)
         concentration = probe.entropy_rows > 0 ? 1.0 - probe.entropy_sum / static_cast<double>(probe.entropy_rows) : 0.0;
-      if (metric == SqueezeMetric::kResidualCosine) concentration = residual_cosine(x_in.data(), x.data(), T, E);
+      if (metric == SqueezeMetric::kResidualCosine)
+        concentration = residual_cosine(host_copy(metric_a, x_in->as<float>(), static_cast<size_t>(TE)),
+                                        host_copy(metric_b, x, static_cast<size_t>(TE)), T, E);
       if (metric) cache.report_concentration(concentration);
       // feed-forward block (SwiGLU)
-      cpu::rmsnorm(xn.data(), x.data(), L.ffn_norm.data(), T, E, c.norm_eps);
-      cpu::matmul(gate.data(), xn.data(), L.w_gate, T, nullptr, act);
-      cpu::matmul(up.data(), xn.data(), L.w_up, T, nullptr, act);
-      cpu::silu_mul(gate.data(), up.data(), static_cast<int64_t>(T) * F);
-      cpu::matmul(tmp.data(), gate.data(), L.w_down, T, nullptr, act);
-      for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += tmp[i];
+      b.rmsnorm(xn, x, L.ffn_norm, T, E, c.norm_eps);
+      b.matmul(gate, xn, L.w_gate, T, nullptr, act);
+      b.matmul(up, xn, L.w_up, T, nullptr, act);
+      b.silu_mul(gate, up, static_cast<int64_t>(T) * F);
+      b.matmul(tmp, gate, L.w_down, T, nullptr, act);
+      b.add(x, tmp, TE);
     }
     for (LayerCache& cache : caches.layers) cache.end_step();
-    size_scratch();
     pos += T;
-    cpu::rmsnorm(hidden_out, x.data(), w.out_norm.data(), T, E, c.norm_eps);
+    b.rmsnorm(xn, x, dw->out_norm, T, E, c.norm_eps);
+  }
+
+  // n floats of backend memory, copied into host (only while a squeeze metric is pending).
+  const float* host_copy(std::vector<float>& host, const float* src, size_t n) {
+    if (host.size() < n) host.resize(n);
+    backend->download(host.data(), src, n * sizeof(float));
+    return host.data();
   }
 };
 
@@ -194,24 +242,22 @@ std::span<const float> Session::forward(std::span<const int> tokens, bool all_lo
     throw Error("forward: context full: " + std::to_string(m.pos + tokens.size()) + " tokens exceed --ctx " +
                 std::to_string(m.max_tokens));
   const int n = static_cast<int>(tokens.size());
-  const int chunk = static_cast<int>(m.rows_pos.size());
-  if (all_logits) m.logits.resize(static_cast<size_t>(n) * V);
-  std::vector<float> hidden;  // only for all_logits
-  if (all_logits) hidden.resize(static_cast<size_t>(chunk) * E);
-  for (int s = 0; s < n; s += chunk) {
-    const int T = std::min(chunk, n - s);
-    float* h = all_logits ? hidden.data() : m.xn.data();
-    m.step(tokens.data() + s, T, h);
+  m.logits.resize(static_cast<size_t>(all_logits ? n : 1) * V);
+  if (all_logits && m.logits_dev->bytes() < static_cast<size_t>(m.chunk) * V * sizeof(float))
+    m.logits_dev = m.backend->alloc(static_cast<size_t>(m.chunk) * V * sizeof(float));  // once, on first use
+  for (int s = 0; s < n; s += m.chunk) {
+    const int T = std::min(m.chunk, n - s);
+    m.step(tokens.data() + s, T);
+    const float* h = m.xn->as<float>();
     if (all_logits) {
-      cpu::matmul(m.logits.data() + static_cast<size_t>(s) * V, h, m.model.weights().output, T, nullptr, m.act);
-    } else if (s + T == n) {
-      std::copy(h + static_cast<size_t>(T - 1) * E, h + static_cast<size_t>(T) * E, m.last.begin());
+      m.backend->matmul(m.logits_dev->as<float>(), h, m.dw->output, T, nullptr, m.act);
+      m.backend->download(m.logits.data() + static_cast<size_t>(s) * V, m.logits_dev->data(), static_cast<size_t>(T) * V * sizeof(float));
+    } else if (s + T == n) {  // the last row only
+      m.backend->matmul(m.logits_dev->as<float>(), h + static_cast<size_t>(T - 1) * E, m.dw->output, 1, nullptr, m.act);
+      m.backend->download(m.logits.data(), m.logits_dev->data(), static_cast<size_t>(V) * sizeof(float));
     }
   }
-  if (all_logits) return {m.logits.data(), static_cast<size_t>(n) * V};
-  m.logits.resize(static_cast<size_t>(V));
-  cpu::matmul(m.logits.data(), m.last.data(), m.model.weights().output, 1, nullptr, m.act);
-  return {m.logits.data(), static_cast<size_t>(V)};
+  return {m.logits.data(), m.logits.size()};
 }
 
 void Session::reset() {

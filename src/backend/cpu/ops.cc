@@ -335,15 +335,4 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
-void f32_to_f16_row(uint16_t* dst, const float* src, int64_t n) {
-  int64_t i = 0;
-#if SQUEEZEKV_AVX2
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
-}
-
 }  // namespace squeezekv::cpu

@@ -5,6 +5,9 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/op_types.h"
+#include "core/half.h"
+#include "core/kv_view.h"
 #include "core/weight.h"
 
 namespace squeezekv::cpu {
@@ -16,14 +19,14 @@ int threads();
 // a . b over n floats.
 float dot(const float* a, const float* b, int64_t n);
 
-// How a decode product (T < 3) treats the activations.
-//   kF32:  f32 throughout (the reference arithmetic; fused dequantize-and-dot for Q8_0/Q4_0/Q4_1,
-//          bit-identical to dequantize_row + dot).
-//   kInt8: each block of 32 activations is rounded to 8 bits with one f32 scale (llama.cpp's
-//          Q8 activations) and every block type is multiplied with integer dot products
-//          (quant_dot.h); plain float weights keep the f32 path. Faster; each product moves by at
-//          most the activations' rounding (sum over blocks of sum|w| * max|x| / 254).
-enum class Activations : uint8_t { kF32, kInt8 };
+// The op parameter types are shared by every backend (backend/op_types.h, core/kv_view.h); these
+// names keep the CPU kernels' spelling.
+using squeezekv::Activations;
+using squeezekv::AttentionProbe;
+using squeezekv::KvType;
+using squeezekv::KvView;
+using squeezekv::RopePairing;
+using squeezekv::f32_to_f16_row;
 
 // out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null). W is dequantized on the fly.
 void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias = nullptr,
@@ -32,45 +35,12 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
 // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]   (Hugging Face LlamaRMSNorm order of operations)
 void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps);
 
-enum class RopePairing : uint8_t {
-  kHalves,    // dimension i pairs with i + D/2 (Hugging Face checkpoints, GGUF qwen2)
-  kAdjacent,  // dimension 2i pairs with 2i + 1 (GGUF llama, llama2.c)
-};
-
 // Rotates x[T][n_heads*D] in place; inv_freq[D/2]; pos[T] absolute positions.
 void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq,
           RopePairing pairing);
 
 // x[n] = silu(gate[n]) * up[n]  (in place over gate)
 void silu_mul(float* gate, const float* up, int64_t n);
-
-// Half-precision helpers for KV storage.
-void f32_to_f16_row(uint16_t* dst, const float* src, int64_t n);
-
-enum class KvType : uint8_t { kF16, kF32 };
-
-// Read-only view of one layer's retained keys and values.
-struct KvView {
-  KvType type = KvType::kF16;
-  const void* k = nullptr;         // [G][capacity][D]
-  const void* v = nullptr;         // [G][capacity][D]
-  const int32_t* pos = nullptr;    // [G][capacity] absolute positions (slots in no particular order)
-  int count = 0;                   // N rows held per head
-  int capacity = 0;
-  int n_kv_heads = 0;              // G
-  int head_dim = 0;                // D
-};
-
-// What attention can report besides its output; every field is optional and costs nothing unset.
-struct AttentionProbe {
-  float* mass = nullptr;       // [G][mass_stride] += per kv head, the mean over its H/G query heads
-                               // of the sum over rows t >= mass_row_begin of the softmax probabilities
-  int64_t mass_stride = 0;     // 0: N
-  int64_t mass_row_begin = 0;
-  bool entropy = false;        // accumulate 1 - H(p)/log(n) ... as sums below (rows with n >= 2)
-  double entropy_sum = 0.0;    // out: sum over heads and rows of H(p) / log(n)
-  int64_t entropy_rows = 0;    // out: rows counted
-};
 
 // Causal multi-head attention of T query rows over the retained keys: query row t (at absolute
 // position q_pos[t]) sees key j of its kv head iff pos[j] <= q_pos[t].

@@ -1,0 +1,91 @@
+// The seam between the forward pass and the device that runs it (ggml-backend's idea, smaller):
+// a Backend owns memory (Buffers) and runs the math ops of a step on pointers into that memory.
+// The forward pass (runtime/session.cc) and the KV storage (kv/kv_storage.cc) call only this
+// interface; the CPU (backend/cpu/cpu_backend.cc) is its first implementation. Host code reads
+// backend memory only through download(), so a device backend needs no other change above it.
+// Argument order as in the kernels: outputs, inputs, weights, sizes. Letters: T rows, E hidden,
+// H query heads, G kv heads, D head dim, R/C matrix rows/cols, N retained keys.
+// Thread safety: a Backend is used by one sequence's thread at a time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/op_types.h"
+#include "core/kv_view.h"
+#include "core/weight.h"
+#include "squeezekv/device.h"
+
+namespace squeezekv {
+
+// A block of one backend's memory, freed with the Buffer.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ protected:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device kind() const = 0;
+  // A line for reports: the device and its settings ("cpu, 2 threads").
+  virtual std::string describe() const = 0;
+
+  // Memory. alloc returns zeroed memory of at least `bytes`; upload/download copy between host
+  // memory and this backend's, and return once the copy is complete.
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within this backend's memory
+  // A weight as this backend multiplies it: the CPU uses the stored (mapped) bytes as they are;
+  // a device copies them into `keep` memory (and may convert them, stated by the backend).
+  virtual WeightMatrix prepare_weight(const WeightMatrix& w, std::unique_ptr<Buffer>& keep) = 0;
+
+  // x[T][E] <- rows tokens[t] of the embedding table (tokens: host memory).
+  virtual void embed(float* x, const WeightMatrix& table, const int32_t* tokens, int T) = 0;
+  // out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null).
+  virtual void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
+                      Activations act) = 0;
+  // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]
+  virtual void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) = 0;
+  // Rotates x[T][n_heads*D] in place; pos[T] (this backend's memory), inv_freq[D/2].
+  virtual void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq,
+                    RopePairing pairing) = 0;
+  // gate[n] = silu(gate[n]) * up[n]
+  virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
+  // x[n] += y[n]
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Causal attention of T query rows over the retained keys (query row t at q_pos[t] sees key j
+  // of its kv head iff pos[j] <= q_pos[t]); out[T][H*D], q[T][H*D]; probe may be null, and its
+  // mass accumulator is this backend's memory.
+  virtual void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+                         AttentionProbe* probe) = 0;
+
+  // KV rows. Writes the T new rows k, v [T][G*D] (f32) into slots [at, at + T) of every head of
+  // the layer's arrays kv_k, kv_v [G][capacity][D] (of type t).
+  virtual void kv_write(void* kv_k, void* kv_v, KvType t, int G, int D, int capacity, int at, const float* k,
+                        const float* v, int T) = 0;
+  // Compaction: for i < n, row from[i] moves to row to[i] of both arrays (rows of row_bytes,
+  // indices over all heads' slots [0, G * capacity); from, to: host memory).
+  virtual void kv_move(void* kv_k, void* kv_v, size_t row_bytes, const int* from, const int* to, int n) = 0;
+};
+
+// The CPU backend with `threads` OpenMP threads (0: all cores). The threads belong to the object:
+// two backends with different counts may run side by side on different host threads.
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+// The backend for `device`; a device this build lacks is refused with a message naming --device.
+std::unique_ptr<Backend> make_backend(Device device, int threads);
+
+}  // namespace squeezekv

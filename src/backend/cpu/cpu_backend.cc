@@ -1,0 +1,112 @@
+// The CPU backend: host memory, the kernels of ops.h / attention.cc, OpenMP threads. Every op
+// first sets this backend's thread count for the calling thread (an OpenMP per-thread setting),
+// so the count belongs to the object rather than to the process.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "core/quant.h"
+#include "squeezekv/error.h"
+
+namespace squeezekv {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) {
+    bytes_ = bytes;
+    // 64-byte aligned, zeroed; at least one byte so data() is never null
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded);
+    if (data_ == nullptr) throw Error("cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
+    std::memset(data_, 0, rounded);
+  }
+  ~HostBuffer() override { std::free(data_); }
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads)
+      : threads_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+
+  Device kind() const override { return Device::kCpu; }
+  std::string describe() const override { return "cpu, " + std::to_string(threads_) + " threads"; }
+
+  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  WeightMatrix prepare_weight(const WeightMatrix& w, std::unique_ptr<Buffer>&) override { return w; }
+
+  void embed(float* x, const WeightMatrix& table, const int32_t* tokens, int T) override {
+    for (int t = 0; t < T; ++t) dequantize_row(table.type, table.row(tokens[t]), x + static_cast<size_t>(t) * table.cols, table.cols);
+  }
+  void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
+    use_threads();
+    cpu::matmul(out, x, w, T, bias, act);
+  }
+  void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
+    cpu::rmsnorm(out, x, w, T, E, eps);
+  }
+  void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq, RopePairing pairing) override {
+    cpu::rope(x, pos, T, n_heads, D, inv_freq, pairing);
+  }
+  void silu_mul(float* gate, const float* up, int64_t n) override { cpu::silu_mul(gate, up, n); }
+  void add(float* x, const float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+  void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+                 AttentionProbe* probe) override {
+    use_threads();
+    // scratch grows to the largest step seen (once per capacity change), never per step
+    const size_t need = static_cast<size_t>(cpu::attention_scratch_floats(T, H, kv.capacity));
+    if (scratch_.size() < need) scratch_.resize(need);
+    cpu::attention(out, q, q_pos, T, H, kv, probe, scratch_.data());
+  }
+
+  void kv_write(void* kv_k, void* kv_v, KvType t, int G, int D, int capacity, int at, const float* k, const float* v,
+                int T) override {
+    const size_t eb = kv_type_bytes(t);
+    for (int g = 0; g < G; ++g) {
+      for (int r = 0; r < T; ++r) {
+        const size_t slot = static_cast<size_t>(g) * capacity + at + r;
+        const float* ks = k + (static_cast<size_t>(r) * G + g) * D;
+        const float* vs = v + (static_cast<size_t>(r) * G + g) * D;
+        uint8_t* kd = static_cast<uint8_t*>(kv_k) + slot * D * eb;
+        uint8_t* vd = static_cast<uint8_t*>(kv_v) + slot * D * eb;
+        if (t == KvType::kF16) {
+          f32_to_f16_row(reinterpret_cast<uint16_t*>(kd), ks, D);
+          f32_to_f16_row(reinterpret_cast<uint16_t*>(vd), vs, D);
+        } else {
+          std::memcpy(kd, ks, D * eb);
+          std::memcpy(vd, vs, D * eb);
+        }
+      }
+    }
+  }
+  void kv_move(void* kv_k, void* kv_v, size_t row_bytes, const int* from, const int* to, int n) override {
+    uint8_t* k = static_cast<uint8_t*>(kv_k);
+    uint8_t* v = static_cast<uint8_t*>(kv_v);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(k + static_cast<size_t>(to[i]) * row_bytes, k + static_cast<size_t>(from[i]) * row_bytes, row_bytes);
+      std::memcpy(v + static_cast<size_t>(to[i]) * row_bytes, v + static_cast<size_t>(from[i]) * row_bytes, row_bytes);
+    }
+  }
+
+ private:
+  void use_threads() const { omp_set_num_threads(threads_); }
+  int threads_;
+  std::vector<float> scratch_;  // attention
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace squeezekv

@@ -1,0 +1,33 @@
+// Parameters of the math ops that every backend implements (backend.h) and the CPU kernels take
+// (cpu/ops.h). Letters: T rows, H query heads, G kv heads, D head dim, N retained keys.
+#pragma once
+#include <cstdint>
+
+namespace squeezekv {
+
+// How a decode product (T < 3) treats the activations.
+//   kF32:  f32 throughout (the reference arithmetic).
+//   kInt8: each block of 32 activations is rounded to 8 bits with one f32 scale (llama.cpp's
+//          Q8 activations) and quantized weights are multiplied with integer dot products; each
+//          product moves by at most the activations' rounding (sum over blocks of
+//          sum|w| * max|x| / 254).
+enum class Activations : uint8_t { kF32, kInt8 };
+
+enum class RopePairing : uint8_t {
+  kHalves,    // dimension i pairs with i + D/2 (Hugging Face checkpoints, GGUF qwen2)
+  kAdjacent,  // dimension 2i pairs with 2i + 1 (GGUF llama, llama2.c)
+};
+
+// What attention can report besides its output; every field is optional and costs nothing unset.
+struct AttentionProbe {
+  float* mass = nullptr;       // [G][mass_stride] += per kv head, the mean over its H/G query heads
+                               // of the sum over rows t >= mass_row_begin of the softmax probabilities
+                               // (the backend's memory, like the KV rows)
+  int64_t mass_stride = 0;     // 0: N
+  int64_t mass_row_begin = 0;
+  bool entropy = false;        // accumulate 1 - H(p)/log(n) ... as sums below (rows with n >= 2)
+  double entropy_sum = 0.0;    // out: sum over heads and rows of H(p) / log(n)
+  int64_t entropy_rows = 0;    // out: rows counted
+};
+
+}  // namespace squeezekv
