@@ -29,6 +29,7 @@ DecodeActivations parse_decode_activations(const std::string& s);
 struct SessionOptions {
   Device device = Device::kCpu;
   int threads = 0;            // CPU threads (0: all cores)
+  bool f32_device_weights = false;  // --device cuda: matrices in f32 (exact test mode) instead of bf16
   int prefill_chunk = 512;    // rows per prefill step
   DecodeActivations decode_activations = DecodeActivations::kF32;
   CacheConfig cache;
@@ -47,6 +48,8 @@ class Session {
   void reset();
   int position() const;
   const Model& model() const;
+  // The device the session runs on and its settings ("cpu, 2 threads").
+  std::string device_description() const;
   std::vector<LayerStats> kv_stats() const;
   // Absolute positions one layer's kv head holds now, sorted ascending.
   std::vector<int32_t> kv_positions(int layer, int kv_head) const;

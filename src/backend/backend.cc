@@ -2,6 +2,9 @@
 #include "backend/backend.h"
 
 #include "squeezekv/error.h"
+#if SQUEEZEKV_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace squeezekv {
 
@@ -13,12 +16,24 @@ Device parse_device(const std::string& name) {
 
 const char* device_name(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
 
-bool device_available(Device d) { return d == Device::kCpu; }
+bool device_available(Device d) {
+#if SQUEEZEKV_CUDA
+  return d == Device::kCpu || d == Device::kCuda;
+#else
+  return d == Device::kCpu;
+#endif
+}
 
-std::unique_ptr<Backend> make_backend(Device device, int threads) {
-  if (device == Device::kCpu) return make_cpu_backend(threads);
+std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
+  if (o.device == Device::kCpu) return make_cpu_backend(o.threads);
+#if SQUEEZEKV_CUDA
+  CudaOptions co;
+  co.f32_weights = o.f32_device_weights;
+  return make_cuda_backend(co);
+#else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "
               "on a machine with the CUDA toolkit)");
+#endif
 }
 
 }  // namespace squeezekv

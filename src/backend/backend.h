@@ -35,6 +35,17 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
+// One layer's KV arrays in a backend's memory.
+struct KvArrays {
+  void* k = nullptr;         // [G][capacity][D] of type
+  void* v = nullptr;         // [G][capacity][D] of type
+  int32_t* pos = nullptr;    // [G][capacity] absolute positions
+  float* mass = nullptr;     // [G][capacity] accumulated attention mass
+  KvType type = KvType::kF16;
+  int G = 0, D = 0, capacity = 0;
+  size_t row_bytes() const { return static_cast<size_t>(D) * kv_type_bytes(type); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -48,9 +59,11 @@ class Backend {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within this backend's memory
-  // A weight as this backend multiplies it: the CPU uses the stored (mapped) bytes as they are;
-  // a device copies them into `keep` memory (and may convert them, stated by the backend).
-  virtual WeightMatrix prepare_weight(const WeightMatrix& w, std::unique_ptr<Buffer>& keep) = 0;
+  // A weight as this backend uses it: the CPU uses the stored (mapped) bytes as they are; a device
+  // copies them into `keep` memory (matrices may be converted, stated by the backend; vectors,
+  // 1 x n F32 norms and biases, stay f32).
+  enum class WeightUse : uint8_t { kMatrix, kVector };
+  virtual WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) = 0;
 
   // x[T][E] <- rows tokens[t] of the embedding table (tokens: host memory).
   virtual void embed(float* x, const WeightMatrix& table, const int32_t* tokens, int T) = 0;
@@ -72,20 +85,28 @@ class Backend {
   virtual void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                          AttentionProbe* probe) = 0;
 
-  // KV rows. Writes the T new rows k, v [T][G*D] (f32) into slots [at, at + T) of every head of
-  // the layer's arrays kv_k, kv_v [G][capacity][D] (of type t).
-  virtual void kv_write(void* kv_k, void* kv_v, KvType t, int G, int D, int capacity, int at, const float* k,
-                        const float* v, int T) = 0;
-  // Compaction: for i < n, row from[i] moves to row to[i] of both arrays (rows of row_bytes,
-  // indices over all heads' slots [0, G * capacity); from, to: host memory).
-  virtual void kv_move(void* kv_k, void* kv_v, size_t row_bytes, const int* from, const int* to, int n) = 0;
+  // KV rows (one layer's arrays, KvArrays). kv_write puts the T new rows into slots
+  // [at, at + T) of every head: k, v [T][G*D] (f32, this backend's memory) into K and V, their
+  // positions rows_pos[T] (this backend's memory) into pos, and 0 into mass.
+  virtual void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) = 0;
+  // Compaction: for i < n, slot from[i] moves to slot to[i] in K, V, pos and mass (slots over all
+  // heads, [0, G * capacity); from, to: host memory).
+  virtual void kv_move(const KvArrays& a, const int* from, const int* to, int n) = 0;
+  // Whether host code may read and write this backend's memory directly (the CPU's).
+  virtual bool host_visible() const = 0;
 };
 
 // The CPU backend with `threads` OpenMP threads (0: all cores). The threads belong to the object:
 // two backends with different counts may run side by side on different host threads.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 
-// The backend for `device`; a device this build lacks is refused with a message naming --device.
-std::unique_ptr<Backend> make_backend(Device device, int threads);
+struct BackendOptions {
+  Device device = Device::kCpu;
+  int threads = 0;                 // CPU threads (0: all cores)
+  bool f32_device_weights = false; // a device's exact test mode (matrices in f32, not bf16)
+};
+// The backend for options.device; a device this build lacks is refused with a message naming
+// --device.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 
 }  // namespace squeezekv

@@ -13,29 +13,48 @@ KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Ba
     : G_(n_kv_heads), D_(head_dim), capacity_(capacity), type_(type),
       own_backend_(backend == nullptr ? make_cpu_backend(1) : nullptr),
       backend_(backend == nullptr ? own_backend_.get() : backend) {
+  allocate();
+}
+
+void KvStorage::allocate() {
   const size_t rows = static_cast<size_t>(G_) * capacity_;
   k_ = backend_->alloc(rows * D_ * kv_type_bytes(type_));
   v_ = backend_->alloc(rows * D_ * kv_type_bytes(type_));
-  pos_.resize(rows);
-  mass_.resize(rows);
+  pos_ = backend_->alloc(rows * sizeof(int32_t));
+  mass_ = backend_->alloc(rows * sizeof(float));
+  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), type_, G_, D_, capacity_};
+  if (backend_->host_visible()) {
+    pos_host_ = arrays_.pos;
+    mass_host_ = arrays_.mass;
+  } else {
+    pos_mirror_.assign(rows, 0);
+    mass_mirror_.assign(rows, 0.0f);
+    pos_host_ = pos_mirror_.data();
+    mass_host_ = mass_mirror_.data();
+  }
   move_from_.reserve(rows);
   move_to_.reserve(rows);
 }
 
-void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T) {
+void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
   if (count_ + T > capacity_)
     throw Error("kv cache: " + std::to_string(count_ + T) + " rows exceed the layer's capacity of " +
                 std::to_string(capacity_) + " (raise --ctx or use an eviction policy)");
-  backend_->kv_write(k_->data(), v_->data(), type_, G_, D_, capacity_, count_, k, v, T);
-  for (int g = 0; g < G_; ++g) {
-    for (int t = 0; t < T; ++t) {
-      const size_t slot = static_cast<size_t>(g) * capacity_ + count_ + t;
-      pos_[slot] = pos[t];
-      mass_[slot] = 0.0f;
-    }
+  backend_->kv_write(arrays_, count_, k, v, pos_dev != nullptr ? pos_dev : pos, T);
+  if (!backend_->host_visible()) {
+    for (int g = 0; g < G_; ++g)
+      for (int t = 0; t < T; ++t) {
+        const size_t slot = static_cast<size_t>(g) * capacity_ + count_ + t;
+        pos_host_[slot] = pos[t];
+        mass_host_[slot] = 0.0f;
+      }
   }
   count_ += T;
   if (T > 0) newest_ = std::max(newest_, pos[T - 1]);
+}
+
+void KvStorage::sync_mass_to_host() {
+  if (!backend_->host_visible()) backend_->download(mass_host_, arrays_.mass, static_cast<size_t>(G_) * capacity_ * sizeof(float));
 }
 
 void KvStorage::evict(const int* evict, int n_evict) {
@@ -56,44 +75,53 @@ void KvStorage::evict(const int* evict, int n_evict) {
       move_to_.push_back(base + e[i]);
     }
   }
-  // apply: the rows in the backend's memory in one call, the metadata here
-  const size_t row = static_cast<size_t>(D_) * kv_type_bytes(type_);
-  backend_->kv_move(k_->data(), v_->data(), row, move_from_.data(), move_to_.data(), static_cast<int>(move_from_.size()));
-  for (size_t i = 0; i < move_from_.size(); ++i) {
-    pos_[move_to_[i]] = pos_[move_from_[i]];
-    mass_[move_to_[i]] = mass_[move_from_[i]];
+  // apply: the backend's arrays in one call, and the host mirror when there is one
+  backend_->kv_move(arrays_, move_from_.data(), move_to_.data(), static_cast<int>(move_from_.size()));
+  if (!backend_->host_visible()) {
+    for (size_t i = 0; i < move_from_.size(); ++i) {
+      pos_host_[move_to_[i]] = pos_host_[move_from_[i]];
+      mass_host_[move_to_[i]] = mass_host_[move_from_[i]];
+    }
   }
   count_ = new_count;
 }
 
 void KvStorage::set_capacity(int capacity) {
   assert(capacity >= count_);
-  KvStorage next(G_, D_, capacity, type_, backend_);
-  // rows [0, count) of every head, moved to the new layout within the backend's memory
+  // the held rows of every head, through the host, into arrays laid out for the new capacity
+  const size_t old_cap = static_cast<size_t>(capacity_), n = static_cast<size_t>(count_);
   const size_t row = static_cast<size_t>(D_) * kv_type_bytes(type_);
-  std::vector<uint8_t> host(static_cast<size_t>(count_) * row);
+  std::vector<uint8_t> k(G_ * n * row), v(k.size());
+  std::vector<int32_t> pos(G_ * n);
+  std::vector<float> mass(G_ * n);
+  sync_mass_to_host();
   for (int g = 0; g < G_; ++g) {
-    const size_t from = static_cast<size_t>(g) * capacity_, to = static_cast<size_t>(g) * capacity;
-    for (Buffer* b : {k_.get(), v_.get()}) {
-      Buffer* nb = b == k_.get() ? next.k_.get() : next.v_.get();
-      backend_->download(host.data(), b->as<uint8_t>() + from * row, host.size());
-      backend_->upload(nb->as<uint8_t>() + to * row, host.data(), host.size());
-    }
-    std::memcpy(next.pos_.data() + to, pos_.data() + from, count_ * sizeof(int32_t));
-    std::memcpy(next.mass_.data() + to, mass_.data() + from, count_ * sizeof(float));
+    backend_->download(k.data() + g * n * row, k_->as<uint8_t>() + g * old_cap * row, n * row);
+    backend_->download(v.data() + g * n * row, v_->as<uint8_t>() + g * old_cap * row, n * row);
+    std::memcpy(pos.data() + g * n, pos_host_ + g * old_cap, n * sizeof(int32_t));
+    std::memcpy(mass.data() + g * n, mass_host_ + g * old_cap, n * sizeof(float));
   }
-  next.count_ = count_;
-  next.newest_ = newest_;
-  next.own_backend_ = std::move(own_backend_);  // keep the backend the buffers came from
-  *this = std::move(next);
+  capacity_ = capacity;
+  allocate();
+  const size_t cap = static_cast<size_t>(capacity_);
+  for (int g = 0; g < G_; ++g) {
+    backend_->upload(k_->as<uint8_t>() + g * cap * row, k.data() + g * n * row, n * row);
+    backend_->upload(v_->as<uint8_t>() + g * cap * row, v.data() + g * n * row, n * row);
+    backend_->upload(arrays_.pos + g * cap, pos.data() + g * n, n * sizeof(int32_t));
+    backend_->upload(arrays_.mass + g * cap, mass.data() + g * n, n * sizeof(float));
+    if (!backend_->host_visible()) {
+      std::memcpy(pos_host_ + g * cap, pos.data() + g * n, n * sizeof(int32_t));
+      std::memcpy(mass_host_ + g * cap, mass.data() + g * n, n * sizeof(float));
+    }
+  }
 }
 
 KvView KvStorage::view() const {
   KvView v;
   v.type = type_;
-  v.k = k_->data();
-  v.v = v_->data();
-  v.pos = pos_.data();
+  v.k = arrays_.k;
+  v.v = arrays_.v;
+  v.pos = arrays_.pos;
   v.count = count_;
   v.capacity = capacity_;
   v.n_kv_heads = G_;

@@ -19,12 +19,13 @@ namespace squeezekv {
 
 class KvStorage {
  public:
-  // backend: where K and V live (null: a CPU backend of this storage's own).
+  // backend: where the arrays live (null: a CPU backend of this storage's own).
   KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Backend* backend = nullptr);
 
-  // Appends T rows: k, v [T][G*D] (rotated keys), pos [T] absolute positions; mass starts at 0.
-  // Throws Error when the rows do not fit the capacity.
-  void append(const float* k, const float* v, const int32_t* pos, int T);
+  // Appends T rows: k, v [T][G*D] (rotated keys; the backend's memory), pos [T] absolute positions
+  // (host memory; pos_dev: the same in the backend's memory, null when it is host-visible); mass
+  // starts at 0. Throws Error when the rows do not fit the capacity.
+  void append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev = nullptr);
 
   // Drops, for every head g, the slots evict[g * n_evict + i] (ascending), moving at most one row
   // per evicted row (holes are filled from the top).
@@ -45,23 +46,31 @@ class KvStorage {
   KvType type() const { return type_; }
   // Position of the newest row ever appended (-1 before the first).
   int32_t newest_position() const { return newest_; }
-  const int32_t* positions(int g) const { return pos_.data() + static_cast<size_t>(g) * capacity_; }
-  const float* mass(int g) const { return mass_.data() + static_cast<size_t>(g) * capacity_; }
-  // Accumulated attention mass, [G][capacity]; attention adds to it directly.
-  float* mass_accumulator() { return mass_.data(); }
+  // The policies' metadata, host memory: positions [G][capacity] and accumulated mass.
+  const int32_t* positions(int g) const { return pos_host_ + static_cast<size_t>(g) * capacity_; }
+  const float* mass(int g) const { return mass_host_ + static_cast<size_t>(g) * capacity_; }
+  // Accumulated attention mass, [G][capacity] in the backend's memory; attention adds to it.
+  float* mass_accumulator() { return arrays_.mass; }
+  // Brings the backend's mass to the host metadata (a copy only when the backend's memory is not
+  // host-visible; docs/DESIGN.md says when a device backend needs it).
+  void sync_mass_to_host();
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
 
  private:
+  void allocate();
   int G_, D_, capacity_;
   KvType type_;
   std::unique_ptr<Backend> own_backend_;  // when none was given
   Backend* backend_;
   int count_ = 0;
   int32_t newest_ = -1;
-  std::unique_ptr<Buffer> k_, v_;  // [G][capacity][D] elements of type_, backend memory
-  std::vector<int32_t> pos_;       // [G][capacity]
-  std::vector<float> mass_;        // [G][capacity]
+  std::unique_ptr<Buffer> k_, v_, pos_, mass_;  // the backend's arrays (KvArrays)
+  KvArrays arrays_;
+  std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible
+  std::vector<float> mass_mirror_;
+  int32_t* pos_host_ = nullptr;      // [G][capacity]: the backend's array or the mirror
+  float* mass_host_ = nullptr;
   std::vector<int> move_from_, move_to_;  // compaction moves, [G * capacity] at most, reused
 };
 

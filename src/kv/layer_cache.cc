@@ -24,13 +24,14 @@ int LayerCache::capacity_for(int budget) const {
   return static_cast<int>(std::min<int64_t>(want, max_tokens_));
 }
 
-void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T) {
-  storage_.append(k, v, pos, T);
+void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
+  storage_.append(k, v, pos, T, pos_dev);
   tokens_seen_ += T;
   last_step_rows_ = T;
 }
 
 void LayerCache::end_step() {
+  if (policy_->needs_mass()) storage_.sync_mass_to_host();  // a copy only for a device backend
   const int n = policy_->select(storage_, last_step_rows_, evict_);
   if (n > 0) storage_.evict(evict_.data(), n);
   const int cap = capacity_for(policy_->budget());

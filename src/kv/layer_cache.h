@@ -22,7 +22,8 @@ class LayerCache {
   LayerCache(int layer, int n_kv_heads, int head_dim, KvType type, std::unique_ptr<EvictionPolicy> policy,
              int max_step_rows, int max_tokens, Backend* backend = nullptr);
 
-  void append(const float* k, const float* v, const int32_t* pos, int T);  // k, v [T][G*D]
+  // k, v [T][G*D] (the backend's memory); pos [T] host, pos_dev the same in the backend's memory
+  void append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev = nullptr);
   KvView view() const { return storage_.view(); }
   bool wants_mass() const { return policy_->needs_mass(); }
   int mass_rows() const { return policy_->mass_rows(); }

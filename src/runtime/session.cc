@@ -86,9 +86,9 @@ struct DeviceWeights {
   std::vector<std::unique_ptr<Buffer>> keep;  // device copies, when the backend makes them
 
   DeviceWeights(Backend& b, const ModelWeights& w) {
-    auto matrix = [&](const WeightMatrix& m) {
+    auto matrix = [&](const WeightMatrix& m, Backend::WeightUse use = Backend::WeightUse::kMatrix) {
       std::unique_ptr<Buffer> hold;
-      WeightMatrix d = b.prepare_weight(m, hold);
+      WeightMatrix d = b.prepare_weight(m, use, hold);
       if (hold) keep.push_back(std::move(hold));
       return d;
     };
@@ -96,7 +96,7 @@ struct DeviceWeights {
       if (v.empty()) return nullptr;
       const WeightMatrix m{DType::F32, reinterpret_cast<const uint8_t*>(v.data()), 1, static_cast<int64_t>(v.size()),
                            v.size() * sizeof(float)};
-      return reinterpret_cast<const float*>(matrix(m).data);
+      return reinterpret_cast<const float*>(matrix(m, Backend::WeightUse::kVector).data);
     };
     tok_embd = w.tok_embd;
     output = matrix(w.output);
@@ -132,7 +132,7 @@ struct Session::Impl {
     const ModelConfig& c = m.config();
     if (opt.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt.prefill_chunk));
     validate(opt.cache);
-    backend = make_backend(opt.device, opt.threads);
+    backend = make_backend({opt.device, opt.threads, opt.f32_device_weights});
     dw = std::make_unique<DeviceWeights>(*backend, m.weights());
     act = opt.decode_activations == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
     // default: the model's context, capped so a 128k-context model does not reserve tens of GB
@@ -188,7 +188,7 @@ struct Session::Impl {
       if (metric == SqueezeMetric::kResidualCosine) b.copy(x_in->data(), x, static_cast<size_t>(TE) * sizeof(float));
       double concentration = 0.0;
       if (metric == SqueezeMetric::kKeyCosine) concentration = key_cosine(host_copy(metric_a, k, static_cast<size_t>(T) * G * D), T, G, D);
-      cache.append(k, v, rows_pos_host.data(), T);
+      cache.append(k, v, rows_pos_host.data(), T, rpos);
       const KvView kv = cache.view();
       AttentionProbe probe;
       if (cache.wants_mass()) {  // attention adds straight into the cache's accumulated mass
@@ -267,6 +267,7 @@ void Session::reset() {
 
 int Session::position() const { return impl_->pos; }
 const Model& Session::model() const { return impl_->model; }
+std::string Session::device_description() const { return impl_->backend->describe(); }
 
 std::vector<LayerStats> Session::kv_stats() const {
   std::vector<LayerStats> out;

@@ -97,6 +97,7 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
     for (int i = 0; i < steps; ++i) session.forward(token_range(prompt + i, 1, V));
   }
   BenchReport report;
+  report.device = session.device_description();
   for (int d : o.depths) {
     for (int P : o.prompt_tokens) {
       if (P == 0) continue;
@@ -148,8 +149,8 @@ std::string report_table(const Model& model, const SessionOptions& so, const Ben
                 c.name.c_str(), arch_name(c.arch), c.n_layers, c.dim, c.n_heads, c.n_kv_heads, mib(w.matrix_bytes),
                 types.c_str());
   out += line;
-  std::snprintf(line, sizeof line, "device: cpu, %s, %d threads | decode: %s | kv: %s\n\n", cpu_name().c_str(),
-                so.threads, so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32", kv_desc(so).c_str());
+  std::snprintf(line, sizeof line, "device: %s (host: %s) | decode: %s | kv: %s\n\n", r.device.c_str(), cpu_name().c_str(),
+                so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32", kv_desc(so).c_str());
   out += line;
   out += "| test | tok/s (median) | stddev | min | max | runs | KV held MiB | KV full MiB |\n";
   out += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -176,7 +177,8 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
       {"model", model.config().name},
       {"matrix_bytes", w.matrix_bytes},
       {"matrix_bytes_by_type", types},
-      {"device", "cpu"},
+      {"device", device_name(so.device)},
+      {"device_description", r.device},
       {"cpu", cpu_name()},
       {"threads", so.threads},
       {"decode_activations", so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32"},

@@ -32,6 +32,7 @@ struct TestResult {
 };
 
 struct BenchReport {
+  std::string device;  // the session's device description
   std::vector<TestResult> tests;
   int64_t peak_rss_bytes = 0;  // of the whole process, after every test
 };

@@ -29,6 +29,8 @@ namespace fs = std::filesystem;
 constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 struct CommonArgs {
+  std::string device = "cpu";
+  std::string device_weights = "bf16";
   std::string model;
   std::string tokenizer;
   int threads = 0;
@@ -80,6 +82,9 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("-m,--model", a.model, "GGUF file, Hugging Face directory or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   app->add_option("--tokenizer", a.tokenizer, "tokenizer file for a llama2.c checkpoint (tok512.bin)");
   app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  app->add_option("--device", a.device,
+                  "cpu | cuda (an NVIDIA GPU: weights dequantized to bf16 on load; needs a build with the CUDA toolkit)");
+  app->add_option("--device-weights", a.device_weights, "--device cuda: bf16 (default) | f32 (exact, for tests)");
   if (with_ctx)
     app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
@@ -131,6 +136,13 @@ std::unique_ptr<Model> load(const CommonArgs& a) {
 
 SessionOptions session_options(const CommonArgs& a) {
   SessionOptions so;
+  so.device = parse_device(a.device);
+  if (a.device_weights != "bf16" && a.device_weights != "f32")
+    throw Error("--device-weights: unknown value '" + a.device_weights + "' (expected bf16 or f32)");
+  so.f32_device_weights = a.device_weights == "f32";
+  if (!device_available(so.device))
+    throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON on a "
+                "machine with the CUDA toolkit)");
   so.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   so.prefill_chunk = a.prefill_chunk;
   so.decode_activations = parse_decode_activations(a.decode_activations);

@@ -42,7 +42,7 @@ class CpuBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  WeightMatrix prepare_weight(const WeightMatrix& w, std::unique_ptr<Buffer>&) override { return w; }
+  WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse, std::unique_ptr<Buffer>&) override { return w; }
 
   void embed(float* x, const WeightMatrix& table, const int32_t* tokens, int T) override {
     for (int t = 0; t < T; ++t) dequantize_row(table.type, table.row(tokens[t]), x + static_cast<size_t>(t) * table.cols, table.cols);
@@ -70,34 +70,40 @@ class CpuBackend final : public Backend {
     cpu::attention(out, q, q_pos, T, H, kv, probe, scratch_.data());
   }
 
-  void kv_write(void* kv_k, void* kv_v, KvType t, int G, int D, int capacity, int at, const float* k, const float* v,
-                int T) override {
-    const size_t eb = kv_type_bytes(t);
+  void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
+    const size_t eb = kv_type_bytes(a.type);
+    const int G = a.G, D = a.D;
     for (int g = 0; g < G; ++g) {
       for (int r = 0; r < T; ++r) {
-        const size_t slot = static_cast<size_t>(g) * capacity + at + r;
+        const size_t slot = static_cast<size_t>(g) * a.capacity + at + r;
         const float* ks = k + (static_cast<size_t>(r) * G + g) * D;
         const float* vs = v + (static_cast<size_t>(r) * G + g) * D;
-        uint8_t* kd = static_cast<uint8_t*>(kv_k) + slot * D * eb;
-        uint8_t* vd = static_cast<uint8_t*>(kv_v) + slot * D * eb;
-        if (t == KvType::kF16) {
+        uint8_t* kd = static_cast<uint8_t*>(a.k) + slot * D * eb;
+        uint8_t* vd = static_cast<uint8_t*>(a.v) + slot * D * eb;
+        if (a.type == KvType::kF16) {
           f32_to_f16_row(reinterpret_cast<uint16_t*>(kd), ks, D);
           f32_to_f16_row(reinterpret_cast<uint16_t*>(vd), vs, D);
         } else {
           std::memcpy(kd, ks, D * eb);
           std::memcpy(vd, vs, D * eb);
         }
+        a.pos[slot] = rows_pos[r];
+        a.mass[slot] = 0.0f;
       }
     }
   }
-  void kv_move(void* kv_k, void* kv_v, size_t row_bytes, const int* from, const int* to, int n) override {
-    uint8_t* k = static_cast<uint8_t*>(kv_k);
-    uint8_t* v = static_cast<uint8_t*>(kv_v);
+  void kv_move(const KvArrays& a, const int* from, const int* to, int n) override {
+    uint8_t* k = static_cast<uint8_t*>(a.k);
+    uint8_t* v = static_cast<uint8_t*>(a.v);
+    const size_t row = a.row_bytes();
     for (int i = 0; i < n; ++i) {
-      std::memcpy(k + static_cast<size_t>(to[i]) * row_bytes, k + static_cast<size_t>(from[i]) * row_bytes, row_bytes);
-      std::memcpy(v + static_cast<size_t>(to[i]) * row_bytes, v + static_cast<size_t>(from[i]) * row_bytes, row_bytes);
+      std::memcpy(k + static_cast<size_t>(to[i]) * row, k + static_cast<size_t>(from[i]) * row, row);
+      std::memcpy(v + static_cast<size_t>(to[i]) * row, v + static_cast<size_t>(from[i]) * row, row);
+      a.pos[to[i]] = a.pos[from[i]];
+      a.mass[to[i]] = a.mass[from[i]];
     }
   }
+  bool host_visible() const override { return true; }
 
  private:
   void use_threads() const { omp_set_num_threads(threads_); }

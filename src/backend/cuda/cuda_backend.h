@@ -1,0 +1,15 @@
+// The CUDA backend's options and factory (built with -DSQUEEZEKV_CUDA=ON; cuda_backend.cu).
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace squeezekv {
+
+struct CudaOptions {
+  bool f32_weights = false;  // the exact test mode: matrices kept in f32 instead of bf16
+};
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);
+
+}  // namespace squeezekv

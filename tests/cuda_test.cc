@@ -1,0 +1,177 @@
+// The CUDA backend against the CPU backend on real models (label "cuda": runs on a machine with an
+// NVIDIA GPU; skipped where none is visible). Same weights, same token ids, same settings:
+//   - exact mode (--device-weights f32, f32 KV): logits within 1e-4 x the logits' scale of the CPU's;
+//   - bf16 mode (the default): within a stated bf16 tolerance, argmax agreeing on most rows;
+//   - decode steps (the GEMV path) as well as prompt chunks (cuBLAS);
+//   - eviction: every policy keeps the same survivor sets on both devices (up to near-ties of the
+//     accumulated mass, whose float sums run in another order on the GPU: counted and bounded).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "squeezekv/error.h"
+#include "squeezekv/model.h"
+#include "squeezekv/session.h"
+#include "test_paths.h"
+
+namespace squeezekv {
+namespace {
+
+bool have_cuda() {
+  if (!device_available(Device::kCuda)) return false;
+  try {
+    auto m = Model::load(test::stories260k(), LoadOptions{test::tok512()});
+    SessionOptions so;
+    so.device = Device::kCuda;
+    Session s(*m, so);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+struct Case {
+  std::string name;
+  std::unique_ptr<Model> model;
+};
+
+std::vector<Case> models() {
+  std::vector<Case> c;
+  c.push_back({"stories260K", Model::load(test::stories260k(), LoadOptions{test::tok512()})});
+  c.push_back({"tinystories-656k", Model::load(test::tinystories())});
+  c.push_back({"tiny_qwen2", Model::load(test::ref_dir() + "/tiny_qwen2")});
+  c.push_back({"tiny_llama3", Model::load(test::ref_dir() + "/tiny_llama3")});
+  return c;
+}
+
+std::vector<int> prompt(const Model& m, int n) {
+  std::vector<int> ids;
+  const int V = m.config().vocab_size;
+  for (int i = 0; i < n; ++i) ids.push_back(3 + (i * 7919) % (V - 3));
+  return ids;
+}
+
+struct Logits {
+  std::vector<float> prefill;  // [n][V]
+  std::vector<float> decode;   // [steps][V]
+};
+
+Logits run(const Model& m, SessionOptions so, const std::vector<int>& ids, int steps) {
+  Session s(m, so);
+  Logits r;
+  auto l = s.forward(ids, true);
+  r.prefill.assign(l.begin(), l.end());
+  for (int i = 0; i < steps; ++i) {
+    auto d = s.forward(std::span<const int>(&ids[i], 1));
+    r.decode.insert(r.decode.end(), d.begin(), d.end());
+  }
+  return r;
+}
+
+struct Diff {
+  double max_abs = 0, scale = 0, argmax_agree = 0;
+};
+Diff compare(const std::vector<float>& a, const std::vector<float>& b, int V) {
+  Diff d;
+  int rows = static_cast<int>(a.size() / V), agree = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* x = a.data() + static_cast<size_t>(r) * V;
+    const float* y = b.data() + static_cast<size_t>(r) * V;
+    for (int i = 0; i < V; ++i) {
+      d.max_abs = std::max(d.max_abs, double(std::fabs(x[i] - y[i])));
+      d.scale = std::max(d.scale, double(std::fabs(x[i])));
+    }
+    agree += std::max_element(x, x + V) - x == std::max_element(y, y + V) - y;
+  }
+  d.argmax_agree = double(agree) / rows;
+  return d;
+}
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static const bool ok = have_cuda();
+    if (!ok) GTEST_SKIP() << "no CUDA device (or a build without the CUDA backend)";
+  }
+};
+
+TEST_F(Cuda, ExactModeMatchesTheCpu) {
+  for (auto& c : models()) {
+    SessionOptions cpu;
+    cpu.threads = 2;
+    cpu.prefill_chunk = 16;  // several chunks: cuBLAS on chunks over a growing cache
+    cpu.cache.dtype = KvDType::kF32;
+    SessionOptions gpu = cpu;
+    gpu.device = Device::kCuda;
+    gpu.f32_device_weights = true;
+    const auto ids = prompt(*c.model, 40);
+    const Logits a = run(*c.model, cpu, ids, 8), b = run(*c.model, gpu, ids, 8);
+    const int V = c.model->config().vocab_size;
+    const Diff p = compare(a.prefill, b.prefill, V), d = compare(a.decode, b.decode, V);
+    std::printf("%-18s exact: prefill max err %.3g (scale %.3g), decode max err %.3g\n", c.name.c_str(), p.max_abs, p.scale,
+                d.max_abs);
+    EXPECT_LE(p.max_abs, 1e-4 * std::max(1.0, p.scale)) << c.name;
+    EXPECT_LE(d.max_abs, 1e-4 * std::max(1.0, d.scale)) << c.name;
+    EXPECT_EQ(p.argmax_agree, 1.0) << c.name;
+  }
+}
+
+TEST_F(Cuda, Bf16ModeWithinItsTolerance) {
+  for (auto& c : models()) {
+    SessionOptions cpu;
+    cpu.threads = 2;
+    cpu.prefill_chunk = 16;
+    SessionOptions gpu = cpu;
+    gpu.device = Device::kCuda;
+    const auto ids = prompt(*c.model, 40);
+    const Logits a = run(*c.model, cpu, ids, 8), b = run(*c.model, gpu, ids, 8);
+    const int V = c.model->config().vocab_size;
+    const Diff p = compare(a.prefill, b.prefill, V), d = compare(a.decode, b.decode, V);
+    std::printf("%-18s bf16: prefill max err %.3g (scale %.3g, argmax agree %.2f), decode max err %.3g\n", c.name.c_str(),
+                p.max_abs, p.scale, p.argmax_agree, d.max_abs);
+    // bf16 keeps 8 bits of mantissa: weights and prompt activations round at 2^-9 relative
+    EXPECT_LE(p.max_abs, 0.05 * std::max(1.0, p.scale)) << c.name;
+    EXPECT_LE(d.max_abs, 0.05 * std::max(1.0, d.scale)) << c.name;
+    EXPECT_GE(p.argmax_agree, 0.9) << c.name;
+  }
+}
+
+TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
+  auto m = Model::load(test::tinystories());
+  const auto ids = prompt(*m, 96);
+  for (KvPolicy policy : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kPyramidKV, KvPolicy::kSqueeze}) {
+    SessionOptions cpu;
+    cpu.threads = 2;
+    cpu.prefill_chunk = 32;
+    cpu.cache.dtype = KvDType::kF32;
+    cpu.cache.policy = policy;
+    cpu.cache.budget = 40;
+    cpu.cache.window = 8;
+    SessionOptions gpu = cpu;
+    gpu.device = Device::kCuda;
+    gpu.f32_device_weights = true;
+    Session a(*m, cpu), b(*m, gpu);
+    a.forward(ids);
+    b.forward(ids);
+    for (int i = 0; i < 12; ++i) {
+      a.forward(std::span<const int>(&ids[i], 1));
+      b.forward(std::span<const int>(&ids[i], 1));
+    }
+    int same = 0, total = 0;
+    for (int l = 0; l < m->config().n_layers; ++l)
+      for (int g = 0; g < m->config().n_kv_heads; ++g, ++total) same += a.kv_positions(l, g) == b.kv_positions(l, g);
+    std::printf("%-10s survivor sets identical: %d of %d (layer, kv head)\n", kv_policy_name(policy), same, total);
+    if (policy == KvPolicy::kWindow) {
+      EXPECT_EQ(same, total);  // positions only: no mass involved
+    } else {
+      EXPECT_GE(same, total * 9 / 10) << kv_policy_name(policy);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace squeezekv
