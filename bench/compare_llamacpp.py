@@ -199,13 +199,16 @@ def main():
                 json.dump({"args": vars(a), "results": results}, f, indent=1)
 
     save()
-    head = f"| file | squeezekv pp{a.prompt} | llama.cpp pp{a.prompt} | ratio | squeezekv tg{a.gen} | llama.cpp tg{a.gen} | ratio |"
+    kinds = [k for k, n in (("pp", a.prompt), ("tg", a.gen)) if n > 0]
+    head = "| file |" + "".join(f" squeezekv {k}{a.prompt if k == 'pp' else a.gen} | llama.cpp | ratio |" for k in kinds)
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for name, res in results.items():
-        op, lp = med(res["ours"]["pp"]), med(res["llama.cpp"]["pp"])
-        og, lg = med(res["ours"]["tg"]), med(res["llama.cpp"]["tg"])
-        print(f"| {name} | {op:.1f} | {lp:.1f} | {op / lp:.2f}x | {og:.1f} | {lg:.1f} | {og / lg:.2f}x |", flush=True)
+        row = f"| {name} |"
+        for k in kinds:
+            o, l = med(res["ours"][k]), med(res["llama.cpp"][k])
+            row += f" {o:.1f} | {l:.1f} | {o / l:.2f}x |"
+        print(row, flush=True)
     if a.ppl:
         print(f"\nperplexity of {os.path.basename(a.ppl)}: {a.ppl_windows} windows of {a.ppl_ctx} tokens, the second half "
               f"of each scored")

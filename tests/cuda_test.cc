@@ -45,6 +45,7 @@ std::vector<Case> models() {
   c.push_back({"tinystories-656k", Model::load(test::tinystories())});
   c.push_back({"tiny_qwen2", Model::load(test::ref_dir() + "/tiny_qwen2")});
   c.push_back({"tiny_llama3", Model::load(test::ref_dir() + "/tiny_llama3")});
+  c.push_back({"dummy small-llama", Model::dummy(test::ref_dir() + "/../../bench/configs/small-llama.json")});
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "squeezekv/generate.h"
+#include "squeezekv/error.h"
 #include "squeezekv/model.h"
 #include "squeezekv/session.h"
 #include "test_paths.h"
@@ -158,6 +159,35 @@ TEST(Model, TinyLlama3ShardedF16WithRopeScalingMatchesTransformers) {
   auto m = Model::load(test::ref_dir() + "/tiny_llama3");
   EXPECT_FLOAT_EQ(m->config().rope_scaling.factor, 8.0f);
   compare_logits(*m, "logits_tiny_llama3", KvDType::kF32, 1e-4);
+}
+
+}  // namespace
+}  // namespace squeezekv
+
+namespace squeezekv {
+namespace {
+
+// --dummy: the shape comes from the config, the weights from the seed alone (same seed, same
+// logits, whatever the thread count; another seed, other logits); a missing config is refused.
+TEST(Dummy, ShapeFromConfigWeightsFromSeed) {
+  const std::string cfg = test::ref_dir() + "/../../bench/configs/small-llama.json";
+  auto a = Model::dummy(cfg, 7), b = Model::dummy(cfg, 7), c = Model::dummy(cfg, 8);
+  EXPECT_EQ(a->config().n_layers, 4);
+  EXPECT_EQ(a->config().n_kv_heads, 2);
+  EXPECT_EQ(a->config().vocab_size, 4096);
+  const std::vector<int> ids = {5, 99, 1000, 4095, 7};
+  auto logits = [&](const Model& m, int threads) {
+    SessionOptions so;
+    so.threads = threads;
+    Session s(m, so);
+    auto l = s.forward(ids);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  const auto la = logits(*a, 1), lb = logits(*b, 2), lc = logits(*c, 1);
+  EXPECT_EQ(la, lb);
+  EXPECT_NE(la, lc);
+  for (float v : la) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_THROW(Model::dummy(test::ref_dir() + "/no-such-config.json"), Error);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // safetensors + tokenizer.json) and llama2.c checkpoints (with a tok*.bin tokenizer).
 // Thread safety: immutable after load; share freely across sessions.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,9 @@ class Model {
   // Picks the format from the path: a directory is Hugging Face, a file starting with "GGUF" is
   // GGUF, anything else is a llama2.c checkpoint (needs options.tokenizer_path).
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
+  // Random BF16 weights of the shape a Hugging Face config.json describes (for speed runs where
+  // the real weights cannot go); the weights depend on the seed only. Its tokenizer knows bytes.
+  static std::unique_ptr<Model> dummy(const std::string& config_json, uint64_t seed = 1);
   ~Model();
 
   const ModelConfig& config() const { return config_; }

@@ -50,6 +50,10 @@ class Session {
   const Model& model() const;
   // The device the session runs on and its settings ("cpu, 2 threads").
   std::string device_description() const;
+  // The device's measured copy bandwidth in bytes/s (read + written; 0 on the CPU), and the bytes
+  // of matrices one decode step reads from device memory.
+  double device_copy_bandwidth();
+  int64_t device_matrix_bytes() const;
   std::vector<LayerStats> kv_stats() const;
   // Absolute positions one layer's kv head holds now, sorted ascending.
   std::vector<int32_t> kv_positions(int layer, int kv_head) const;

@@ -92,6 +92,8 @@ class Backend {
   // Compaction: for i < n, slot from[i] moves to slot to[i] in K, V, pos and mass (slots over all
   // heads, [0, G * capacity); from, to: host memory).
   virtual void kv_move(const KvArrays& a, const int* from, const int* to, int n) = 0;
+  // The device's copy bandwidth in bytes/s (read + written), measured once; 0 where not measured.
+  virtual double copy_bandwidth() { return 0.0; }
   // Whether host code may read and write this backend's memory directly (the CPU's).
   virtual bool host_visible() const = 0;
 };

@@ -70,6 +70,24 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+// dst[n] <- n halves (exact); the F16C instruction where built with it.
+inline void f16_to_f32_row(float* dst, const uint16_t* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+// dst[n] <- n bfloat16s (exact: the top half of an f32).
+inline void bf16_to_f32_row(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(dst + i, &bits, 4);
+  }
+}
+
 // dst[n] <- src rounded to half (round to nearest even); the F16C instruction where built with it.
 inline void f32_to_f16_row(uint16_t* dst, const float* src, int64_t n) {
   int64_t i = 0;

@@ -52,12 +52,10 @@ void dequantize_row(DType t, const uint8_t* src, float* dst, int64_t n) {
     case DType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16le(src + 2 * i));
-      return;
+    case DType::F16:  // rows of 2-byte values start 2-byte aligned in every format we load
+      return f16_to_f32_row(dst, reinterpret_cast<const uint16_t*>(src), n);
     case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16le(src + 2 * i));
-      return;
+      return bf16_to_f32_row(dst, reinterpret_cast<const uint16_t*>(src), n);
     default:
       kBlockFns[static_cast<int>(t)].dequantize(src, dst, n);
   }

@@ -234,12 +234,9 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
 
 }  // namespace
 
-std::unique_ptr<Model> load_hf_dir(const std::string& dir_str) {
-  const fs::path dir(dir_str);
-  const json cj = read_json(dir / "config.json");
-  const std::string src = "load: " + (dir / "config.json").string() + ": ";
+ModelConfig parse_hf_config(const json& cj, const std::string& name, const std::string& src, bool* tied_out) {
   ModelConfig c;
-  c.name = dir_str;
+  c.name = name;
   bool tied = false;
   try {
     const std::string mt = cj.value("model_type", "");
@@ -291,7 +288,22 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir_str) {
   } catch (const json::exception& e) {
     throw FormatError(src + "malformed config: " + e.what());
   }
-  validate_config(c, dir_str);
+  validate_config(c, name);
+  if (tied_out != nullptr) *tied_out = tied;
+  return c;
+}
+
+ModelConfig read_hf_config(const std::string& config_path, bool* tied) {
+  const json cj = read_json(config_path);
+  return parse_hf_config(cj, config_path, "load: " + config_path + ": ", tied);
+}
+
+std::unique_ptr<Model> load_hf_dir(const std::string& dir_str) {
+  const fs::path dir(dir_str);
+  const json cj = read_json(dir / "config.json");
+  const std::string src = "load: " + (dir / "config.json").string() + ": ";
+  bool tied = false;
+  const ModelConfig c = parse_hf_config(cj, dir_str, src, &tied);
 
   std::string chat_template;
   auto tok = std::make_unique<Tokenizer>(hf_tokenizer(dir, &chat_template));

@@ -1,5 +1,6 @@
 // Format loaders: each reads config, tokenizer and weights of one file format into a Model.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,12 @@ namespace squeezekv {
 std::unique_ptr<Model> load_gguf(const std::string& path);
 std::unique_ptr<Model> load_hf_dir(const std::string& dir);
 std::unique_ptr<Model> load_llama2c(const std::string& path, const std::string& tokenizer_path);
+
+// Random BF16 weights of the shape config.json describes (dummy.cc); the same for every seed.
+std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed);
+
+// A Hugging Face config.json file as a ModelConfig (tied: whether the output shares the embedding).
+ModelConfig read_hf_config(const std::string& config_path, bool* tied);
 
 // Checks a config a loader produced: positive sizes, heads divisible by kv heads, sane bounds.
 void validate_config(const ModelConfig& cfg, const std::string& source);

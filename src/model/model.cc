@@ -55,6 +55,13 @@ void validate_config(const ModelConfig& c, const std::string& source) {
   check(c.norm_eps > 0.0f && c.rope_theta > 0.0f, "norm epsilon and rope theta must be positive");
 }
 
+std::unique_ptr<Model> Model::dummy(const std::string& config_json, uint64_t seed) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(config_json, ec))
+    throw Error("--dummy: config file '" + config_json + "' does not exist (expected a Hugging Face config.json)");
+  return make_dummy_model(config_json, seed);
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -268,6 +268,15 @@ void Session::reset() {
 int Session::position() const { return impl_->pos; }
 const Model& Session::model() const { return impl_->model; }
 std::string Session::device_description() const { return impl_->backend->describe(); }
+double Session::device_copy_bandwidth() { return impl_->backend->copy_bandwidth(); }
+int64_t Session::device_matrix_bytes() const {
+  const DeviceWeights& d = *impl_->dw;
+  int64_t b = static_cast<int64_t>(d.output.row_bytes) * d.output.rows;
+  for (const DeviceWeights::Layer& L : d.layers)
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      b += static_cast<int64_t>(m->row_bytes) * m->rows;
+  return b;
+}
 
 std::vector<LayerStats> Session::kv_stats() const {
   std::vector<LayerStats> out;

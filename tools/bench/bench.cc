@@ -98,6 +98,8 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
   }
   BenchReport report;
   report.device = session.device_description();
+  report.copy_bandwidth = session.device_copy_bandwidth();
+  report.device_matrix_bytes = session.device_matrix_bytes();
   for (int d : o.depths) {
     for (int P : o.prompt_tokens) {
       if (P == 0) continue;
@@ -126,6 +128,8 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
         r.tok_s.push_back(N / std::chrono::duration<double>(Clock::now() - t0).count());
       }
       finish(r, session.kv_stats());
+      if (report.copy_bandwidth > 0)  // the bytes a step reads: every matrix once and the held KV
+        r.roofline = r.median / (report.copy_bandwidth / static_cast<double>(report.device_matrix_bytes + r.kv_kept_bytes));
       if (progress) std::fprintf(stderr, "%-18s %10.1f tok/s\n", test_name(r).c_str(), r.median);
       report.tests.push_back(std::move(r));
     }
@@ -152,13 +156,25 @@ std::string report_table(const Model& model, const SessionOptions& so, const Ben
   std::snprintf(line, sizeof line, "device: %s (host: %s) | decode: %s | kv: %s\n\n", r.device.c_str(), cpu_name().c_str(),
                 so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32", kv_desc(so).c_str());
   out += line;
-  out += "| test | tok/s (median) | stddev | min | max | runs | KV held MiB | KV full MiB |\n";
-  out += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  if (r.copy_bandwidth > 0) {
+    std::snprintf(line, sizeof line, "copy bandwidth %.2f TB/s (measured); matrices on the device %.2f GB\n\n",
+                  r.copy_bandwidth / 1e12, static_cast<double>(r.device_matrix_bytes) / 1e9);
+    out += line;
+  }
+  const bool roof = r.copy_bandwidth > 0;
+  out += std::string("| test | tok/s (median) | stddev | min | max | runs | KV held MiB | KV full MiB |") +
+         (roof ? " roofline |" : "") + "\n";
+  out += std::string("|---|---:|---:|---:|---:|---:|---:|---:|") + (roof ? "---:|" : "") + "\n";
   for (const TestResult& t : r.tests) {
     const auto [mn, mx] = std::minmax_element(t.tok_s.begin(), t.tok_s.end());
-    std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %.1f | %.1f | %zu | %.2f | %.2f |\n", test_name(t).c_str(),
+    std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %.1f | %.1f | %zu | %.2f | %.2f |", test_name(t).c_str(),
                   t.median, t.stddev, *mn, *mx, t.tok_s.size(), mib(t.kv_kept_bytes), mib(t.kv_full_bytes));
     out += line;
+    if (roof) {
+      std::snprintf(line, sizeof line, t.kind == "tg" ? " %.0f%% |" : " |", 100.0 * t.roofline);
+      out += line;
+    }
+    out += "\n";
   }
   std::snprintf(line, sizeof line, "\npeak RSS: %.1f MiB\n", mib(r.peak_rss_bytes));
   return out + line;
@@ -172,7 +188,8 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
   for (const TestResult& t : r.tests)
     tests.push_back({{"test", t.kind}, {"tokens", t.tokens}, {"depth", t.depth}, {"tok_s", t.tok_s},
                      {"median", t.median}, {"mean", t.mean}, {"stddev", t.stddev},
-                     {"kv_kept_bytes", t.kv_kept_bytes}, {"kv_full_bytes", t.kv_full_bytes}});
+                     {"kv_kept_bytes", t.kv_kept_bytes}, {"kv_full_bytes", t.kv_full_bytes},
+                     {"roofline_fraction", t.roofline}});
   nlohmann::json j = {
       {"model", model.config().name},
       {"matrix_bytes", w.matrix_bytes},
@@ -188,6 +205,8 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
       {"prefill_chunk", so.prefill_chunk},
       {"repetitions", o.repetitions},
       {"peak_rss_bytes", r.peak_rss_bytes},
+      {"copy_bandwidth_bytes_s", r.copy_bandwidth},
+      {"device_matrix_bytes", r.device_matrix_bytes},
       {"tests", tests},
   };
   return j.dump(1);

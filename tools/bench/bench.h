@@ -29,10 +29,13 @@ struct TestResult {
   double median = 0.0, mean = 0.0, stddev = 0.0;
   int64_t kv_kept_bytes = 0;  // KV bytes held after the last repetition's timed part
   int64_t kv_full_bytes = 0;  // the same with no eviction (f16)
+  double roofline = 0.0;      // tg on a device: median / (copy bandwidth / (matrix + KV bytes per token))
 };
 
 struct BenchReport {
   std::string device;  // the session's device description
+  double copy_bandwidth = 0.0;     // device bytes/s (read + written), measured by the bench; 0 on the CPU
+  int64_t device_matrix_bytes = 0; // matrix bytes a decode step reads, as the device stores them
   std::vector<TestResult> tests;
   int64_t peak_rss_bytes = 0;  // of the whole process, after every test
 };

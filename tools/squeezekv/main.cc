@@ -32,6 +32,7 @@ struct CommonArgs {
   std::string device = "cpu";
   std::string device_weights = "bf16";
   std::string model;
+  std::string dummy;
   std::string tokenizer;
   int threads = 0;
   int ctx = 0;
@@ -81,6 +82,8 @@ std::string default_model_path() {
 void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("-m,--model", a.model, "GGUF file, Hugging Face directory or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   app->add_option("--tokenizer", a.tokenizer, "tokenizer file for a llama2.c checkpoint (tok512.bin)");
+  app->add_option("--dummy", a.dummy,
+                  "random BF16 weights of the shape a Hugging Face config.json gives (speed runs; e.g. bench/configs/*.json)");
   app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app->add_option("--device", a.device,
                   "cpu | cuda (an NVIDIA GPU: weights dequantized to bf16 on load; needs a build with the CUDA toolkit)");
@@ -127,6 +130,10 @@ void add_generation(CLI::App* app, GenArgs& g) {
 }
 
 std::unique_ptr<Model> load(const CommonArgs& a) {
+  if (!a.dummy.empty()) {
+    if (!a.model.empty()) throw Error("--dummy: give either -m MODEL or --dummy CONFIG, not both");
+    return Model::dummy(a.dummy);
+  }
   LoadOptions lo;
   lo.tokenizer_path = a.tokenizer;
   const std::string path = a.model.empty() ? default_model_path() : a.model;

@@ -107,7 +107,33 @@ inline __m256 q_to_ps(__m128i bytes8_as_epi32_src, bool is_signed) {
   return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes8_as_epi32_src) : _mm256_cvtepu8_epi32(bytes8_as_epi32_src));
 }
 
+// F16 / BF16 rows: converted 8 at a time (exactly) and accumulated in dot()'s order, so the result
+// is bit-identical to dequantize_row + dot.
+inline __m256 load8_half(DType t, const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return t == DType::F16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+float dot_half(DType t, const uint16_t* w, const float* x, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(load8_half(t, w + i), _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(load8_half(t, w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+    s2 = _mm256_fmadd_ps(load8_half(t, w + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+    s3 = _mm256_fmadd_ps(load8_half(t, w + i + 24), _mm256_loadu_ps(x + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load8_half(t, w + i), _mm256_loadu_ps(x + i), s0);
+  float tail[8];  // the last n % 8 values, as dot() sees them
+  if (t == DType::F16) f16_to_f32_row(tail, w + i, n - i);
+  else bf16_to_f32_row(tail, w + i, n - i);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (int64_t j = 0; i + j < n; ++j) s += tail[j] * x[i + j];
+  return s;
+}
+
 float dot_stored(DType t, const uint8_t* row, const float* x, int64_t C) {
+  if (t == DType::F16 || t == DType::BF16) return dot_half(t, reinterpret_cast<const uint16_t*>(row), x, C);
   __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   const int64_t nb = C / 32;
   for (int64_t b = 0; b < nb; ++b, x += 32) {
@@ -140,7 +166,9 @@ float dot_stored(DType t, const uint8_t* row, const float* x, int64_t C) {
   return hsum(_mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
 }
 
-bool has_fused_dot(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool has_fused_dot(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::F16 || t == DType::BF16;
+}
 
 #endif
 
@@ -234,8 +262,8 @@ void block_dots(float* out, int64_t R, int64_t r0, const float* rows, int64_t nr
 void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) {
   const int64_t R = w.rows, C = w.cols;
   // decode (T < 3): with 8-bit activations, x is rounded once here and every block type takes
-  // integer dots on the stored rows; in f32, Q8_0/Q4_0/Q4_1 take fused dots; neither needs a
-  // dequantization buffer
+  // integer dots on the stored rows; in f32 (and for F16/BF16 weights always), Q8_0/Q4_0/Q4_1/
+  // F16/BF16 take fused dots; neither needs a dequantization buffer
   const bool int8 = T < 3 && act == Activations::kInt8 && has_q8_dot(w.type);
   bool fused = int8;
   const Q8Block* xq = nullptr;

@@ -336,6 +336,12 @@ class CudaBackend final : public Backend {
     const bool f32 = use == WeightUse::kVector || opt_.f32_weights;
     const size_t eb = f32 ? 4 : 2, row = static_cast<size_t>(w.cols) * eb;
     keep = alloc(row * static_cast<size_t>(w.rows));
+    if (!f32 && w.type == DType::BF16) {  // stored as used: one copy
+      upload(keep->data(), w.data, row * static_cast<size_t>(w.rows));
+      WeightMatrix d = w;
+      d.data = keep->as<uint8_t>();
+      return d;
+    }
     constexpr int64_t kRowsPerCopy = 256;
     std::vector<float> f(static_cast<size_t>(w.cols * kRowsPerCopy));
     std::vector<uint16_t> b(f32 ? 0 : f.size());
@@ -440,6 +446,30 @@ class CudaBackend final : public Backend {
     }
   }
 
+  double copy_bandwidth() override {
+    if (bandwidth_ > 0) return bandwidth_;
+    const size_t bytes = size_t{1} << 30;  // 1 GiB each way, well past the L2
+    auto a = alloc(bytes), b = alloc(bytes);
+    cudaEvent_t e0, e1;
+    check(cudaEventCreate(&e0), "event");
+    check(cudaEventCreate(&e1), "event");
+    std::vector<float> ms;
+    for (int i = 0; i < 6; ++i) {
+      check(cudaEventRecord(e0), "event");
+      check(cudaMemcpy(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice), "copy");
+      check(cudaEventRecord(e1), "event");
+      check(cudaEventSynchronize(e1), "event");
+      float t = 0;
+      check(cudaEventElapsedTime(&t, e0, e1), "event");
+      if (i > 0) ms.push_back(t);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(ms.begin(), ms.end());
+    bandwidth_ = 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);  // read + written
+    return bandwidth_;
+  }
+
   void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
     if (a.D > 1024) throw Error("cuda kv_write: head dim above 1024");
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
@@ -474,6 +504,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<Buffer> xb_, ent_, moves_;  // scratch: bf16 activations, entropies, compaction moves
   std::vector<float> host_rows_;              // embedding rows on their way up
+  double bandwidth_ = 0.0;
 };
 
 }  // namespace
