@@ -13,6 +13,7 @@
 
 #include "core/half.h"
 #include "kv/kv_storage.h"
+#include "kv/select.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
 #include "squeezekv/session.h"
@@ -244,6 +245,44 @@ TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
         }
         EXPECT_EQ(got, want) << "n_evict " << n_evict;
       }
+    }
+  }
+}
+
+// The backend's decode-step eviction (what a GPU runs where the mass lives) drops the same row of
+// every head as the host rule select_sinks_recent_top, ties included, and moves rows with their
+// positions and mass.
+TEST(KvStorage, BackendDecodeEvictionEqualsTheHostRule) {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> coarse(0, 5);  // few distinct masses: many ties
+  for (int trial = 0; trial < 200; ++trial) {
+    const int G = 3, D = 4, budget = 12 + trial % 9, n = budget + 1;
+    const int sinks = trial % 4, recent = trial % 7;
+    KvStorage host(G, D, n + 4, KvType::kF32), backend(G, D, n + 4, KvType::kF32);
+    std::vector<float> k(static_cast<size_t>(n) * G * D), v(k.size());
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; ++t) pos[t] = 3 * t;
+    for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = static_cast<float>(i);
+    for (KvStorage* st : {&host, &backend}) st->append(k.data(), v.data(), pos.data(), n);
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < n; ++j) {
+        const float m = static_cast<float>(coarse(rng));
+        host.mass_accumulator()[g * host.capacity() + j] = m;
+        backend.mass_accumulator()[g * backend.capacity() + j] = m;
+      }
+    std::vector<int> evict;
+    ASSERT_EQ(select_sinks_recent_top(host, budget, sinks, recent, host.mass(0), static_cast<size_t>(host.capacity()), evict), 1);
+    host.evict(evict.data(), 1);
+    backend.evict_one_on_backend(budget, sinks, recent);
+    ASSERT_EQ(backend.count(), host.count());
+    for (int g = 0; g < G; ++g) {
+      std::map<int32_t, std::pair<float, float>> a, b;  // position -> (mass, first V value)
+      for (int j = 0; j < budget; ++j) {
+        a[host.positions(g)[j]] = {host.mass(g)[j], static_cast<const float*>(host.view().v)[(g * host.capacity() + j) * D]};
+        b[backend.positions(g)[j]] = {backend.mass(g)[j],
+                                      static_cast<const float*>(backend.view().v)[(g * backend.capacity() + j) * D]};
+      }
+      ASSERT_EQ(a, b) << "trial " << trial << " head " << g;
     }
   }
 }

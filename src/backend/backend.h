@@ -92,6 +92,11 @@ class Backend {
   // Compaction: for i < n, slot from[i] moves to slot to[i] in K, V, pos and mass (slots over all
   // heads, [0, G * capacity); from, to: host memory).
   virtual void kv_move(const KvArrays& a, const int* from, const int* to, int n) = 0;
+  // A decode step's eviction where the mass lives: for every head, among slots [0, count) whose
+  // position p has keep_below <= p < keep_from, the one with the least mass goes (between equal
+  // masses the newer position), and row count - 1 moves into its hole (K, V, pos, mass).
+  // kv/select.cc's select_sinks_recent_top with one row to evict, run on this backend.
+  virtual void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from) = 0;
   // The device's copy bandwidth in bytes/s (read + written), measured once; 0 where not measured.
   virtual double copy_bandwidth() { return 0.0; }
   // Whether host code may read and write this backend's memory directly (the CPU's).

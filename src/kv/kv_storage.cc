@@ -53,8 +53,22 @@ void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T
   if (T > 0) newest_ = std::max(newest_, pos[T - 1]);
 }
 
-void KvStorage::sync_mass_to_host() {
-  if (!backend_->host_visible()) backend_->download(mass_host_, arrays_.mass, static_cast<size_t>(G_) * capacity_ * sizeof(float));
+void KvStorage::sync_to_host() const {
+  if (backend_->host_visible()) return;
+  const size_t rows = static_cast<size_t>(G_) * capacity_;
+  backend_->download(mass_host_, arrays_.mass, rows * sizeof(float));
+  if (pos_stale_) backend_->download(pos_host_, arrays_.pos, rows * sizeof(int32_t));
+  pos_stale_ = false;
+}
+
+void KvStorage::evict_one_on_backend(int budget, int sinks, int recent) {
+  assert(count_ == budget + 1);
+  // select_sinks_recent_top's protected ranges (kv/select.cc)
+  const int n_sink = std::min(sinks, budget);
+  const int n_recent = std::min(recent, budget - n_sink);
+  backend_->kv_evict_one(arrays_, count_, n_sink, newest_ - n_recent + 1);
+  --count_;
+  if (!backend_->host_visible()) pos_stale_ = true;
 }
 
 void KvStorage::evict(const int* evict, int n_evict) {
@@ -94,7 +108,7 @@ void KvStorage::set_capacity(int capacity) {
   std::vector<uint8_t> k(G_ * n * row), v(k.size());
   std::vector<int32_t> pos(G_ * n);
   std::vector<float> mass(G_ * n);
-  sync_mass_to_host();
+  sync_to_host();
   for (int g = 0; g < G_; ++g) {
     backend_->download(k.data() + g * n * row, k_->as<uint8_t>() + g * old_cap * row, n * row);
     backend_->download(v.data() + g * n * row, v_->as<uint8_t>() + g * old_cap * row, n * row);

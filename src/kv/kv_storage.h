@@ -51,9 +51,15 @@ class KvStorage {
   const float* mass(int g) const { return mass_host_ + static_cast<size_t>(g) * capacity_; }
   // Accumulated attention mass, [G][capacity] in the backend's memory; attention adds to it.
   float* mass_accumulator() { return arrays_.mass; }
-  // Brings the backend's mass to the host metadata (a copy only when the backend's memory is not
-  // host-visible; docs/DESIGN.md says when a device backend needs it).
-  void sync_mass_to_host();
+  // Brings the backend's mass (and, after a device-side eviction, the positions) to the host
+  // metadata: a copy only when the backend's memory is not host-visible (docs/DESIGN.md says when
+  // a device backend needs it). Const: the metadata mirrors what the backend holds.
+  void sync_to_host() const;
+  // A decode step's eviction run by the backend where the mass lives (Backend::kv_evict_one):
+  // one row per head goes, chosen as select_sinks_recent_top(budget, sinks, recent) would;
+  // count must be budget + 1. The host metadata is stale until sync_to_host().
+  void evict_one_on_backend(int budget, int sinks, int recent);
+  bool host_visible() const { return backend_->host_visible(); }
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
 
@@ -67,8 +73,9 @@ class KvStorage {
   int32_t newest_ = -1;
   std::unique_ptr<Buffer> k_, v_, pos_, mass_;  // the backend's arrays (KvArrays)
   KvArrays arrays_;
-  std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible
-  std::vector<float> mass_mirror_;
+  mutable std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible
+  mutable std::vector<float> mass_mirror_;
+  mutable bool pos_stale_ = false;           // positions moved on the backend since the last sync
   int32_t* pos_host_ = nullptr;      // [G][capacity]: the backend's array or the mirror
   float* mass_host_ = nullptr;
   std::vector<int> move_from_, move_to_;  // compaction moves, [G * capacity] at most, reused

@@ -31,7 +31,16 @@ void LayerCache::append(const float* k, const float* v, const int32_t* pos, int 
 }
 
 void LayerCache::end_step() {
-  if (policy_->needs_mass()) storage_.sync_mass_to_host();  // a copy only for a device backend
+  // a decode step one row over the budget, on a device: the policy's decode rule runs where the
+  // mass lives, with no copy to the host (docs/DESIGN.md, "Where selection runs")
+  if (!storage_.host_visible() && last_step_rows_ == 1 && storage_.count() == policy_->budget() + 1 &&
+      storage_.capacity() == capacity_for(policy_->budget())) {
+    if (const auto rule = policy_->decode_rule()) {
+      storage_.evict_one_on_backend(policy_->budget(), rule->sinks, rule->recent);
+      return;
+    }
+  }
+  storage_.sync_to_host();  // a copy only for a device backend
   const int n = policy_->select(storage_, last_step_rows_, evict_);
   if (n > 0) storage_.evict(evict_.data(), n);
   const int cap = capacity_for(policy_->budget());

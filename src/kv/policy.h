@@ -24,6 +24,13 @@ class EvictionPolicy {
   // returns 0 and leaves evict alone when nothing is evicted. step_rows: rows appended this step
   // (> 1 for a prefill chunk).
   virtual int select(const KvStorage& s, int step_rows, std::vector<int>& evict) = 0;
+  // When a decode step (one new row, one row over the budget) evicts exactly as
+  // select_sinks_recent_top(budget, sinks, recent) on the accumulated mass, that rule: a device
+  // backend then runs it where the mass lives (docs/DESIGN.md, "Where selection runs").
+  struct DecodeRule {
+    int sinks = 0, recent = 0;
+  };
+  virtual std::optional<DecodeRule> decode_rule() const { return std::nullopt; }
   // squeeze: the metric the layer must still report in this step (nullopt when none).
   virtual std::optional<SqueezeMetric> pending_metric() const { return std::nullopt; }
   virtual void report_concentration(double /*value*/) {}

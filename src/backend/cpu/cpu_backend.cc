@@ -103,6 +103,21 @@ class CpuBackend final : public Backend {
       a.mass[to[i]] = a.mass[from[i]];
     }
   }
+  void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from) override {
+    for (int g = 0; g < a.G; ++g) {
+      const size_t base = static_cast<size_t>(g) * a.capacity;
+      const int32_t* pos = a.pos + base;
+      const float* m = a.mass + base;
+      int worst = -1;
+      for (int j = 0; j < count; ++j) {
+        if (pos[j] < keep_below || pos[j] >= keep_from) continue;
+        if (worst < 0 || m[j] < m[worst] || (m[j] == m[worst] && pos[j] > pos[worst])) worst = j;
+      }
+      if (worst < 0 || worst == count - 1) continue;
+      const int from = static_cast<int>(base) + count - 1, to = static_cast<int>(base) + worst;
+      kv_move(a, &from, &to, 1);
+    }
+  }
   bool host_visible() const override { return true; }
 
  private:

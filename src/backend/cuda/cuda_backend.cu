@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -54,7 +55,7 @@ __device__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Block-wide sum / max for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+// Block-wide sum for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
 __device__ float block_sum(float v, float* red) {
   v = warp_sum(v);
   const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
@@ -64,15 +65,6 @@ __device__ float block_sum(float v, float* red) {
   v = l < nw ? red[l] : 0.0f;
   return warp_sum(v);
 }
-__device__ float block_max(float v, float* red) {
-  v = warp_max(v);
-  const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
-  __syncthreads();
-  if (l == 0) red[w] = v;
-  __syncthreads();
-  v = l < nw ? red[l] : -INFINITY;
-  return warp_max(v);
-}
 
 // ---- element-wise, norm, rope --------------------------------------------------------------
 
@@ -81,6 +73,7 @@ __global__ void k_rmsnorm(float* out, const float* x, const float* w, int E, flo
   const float* xr = x + static_cast<size_t>(blockIdx.x) * E;
   float* o = out + static_cast<size_t>(blockIdx.x) * E;
   float ss = 0.0f;
+#pragma unroll 4
   for (int i = threadIdx.x; i < E; i += blockDim.x) ss += xr[i] * xr[i];
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(E) + eps);
@@ -122,13 +115,14 @@ __global__ void k_to_bf16(__nv_bfloat16* out, const float* x, int64_t n) {
   if (i < n) out[i] = __float2bfloat16(x[i]);
 }
 
-// ---- decode products: one warp per weight row, T <= kGemvRows activation rows ---------------
+// ---- decode products: T <= kGemvRows activation rows ------------------------------------------
 
 constexpr int kGemvRows = 4;
 
 __device__ inline void load8(const __nv_bfloat16* w, float* f) {
-  const uint4 u = *reinterpret_cast<const uint4*>(w);
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(w));
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float2 p = __bfloat1622float2(h[k]);
     f[2 * k] = p.x;
@@ -136,42 +130,92 @@ __device__ inline void load8(const __nv_bfloat16* w, float* f) {
   }
 }
 __device__ inline void load8(const float* w, float* f) {
-  const float4 a = *reinterpret_cast<const float4*>(w), b = *reinterpret_cast<const float4*>(w + 4);
+  const float4 a = __ldg(reinterpret_cast<const float4*>(w)), b = __ldg(reinterpret_cast<const float4*>(w + 4));
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
 // out[t][r] = x[t] . W[r] (+ bias[r]) for t < T; W [R][C] of WT (bf16 or f32); C % 8 == 0.
-template <typename WT>
-__global__ void k_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-  if (warp >= R) return;
-  const WT* wr = W + static_cast<size_t>(warp) * C;
-  float acc[kGemvRows] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int c = lane * 8; c < C; c += 32 * 8) {
-    float w[8];
-    load8(wr + c, w);
+// A block serves kGemvRowsPerBlock rows with all its warps splitting the columns (so even a
+// 4096-row matrix fills the device with warps): each lane streams 16 bytes of every row per step,
+// two steps in flight, the x values it loads serving all rows; partial sums meet in shared memory.
+constexpr int kGemvRowsPerBlock = 4;
+constexpr int kGemvWarps = 8;
+
+template <typename WT, int T>
+__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = blockIdx.x * kGemvRowsPerBlock;
+  const WT* wr[kGemvRowsPerBlock];
 #pragma unroll
-    for (int t = 0; t < kGemvRows; ++t) {
-      if (t < T) {
-        const float* xt = x + static_cast<size_t>(t) * C + c;
-        const float4 a = *reinterpret_cast<const float4*>(xt), b = *reinterpret_cast<const float4*>(xt + 4);
-        acc[t] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
-      }
+  for (int i = 0; i < kGemvRowsPerBlock; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
+  float acc[kGemvRowsPerBlock][T] = {};
+#pragma unroll 2
+  for (int c = threadIdx.x * 8; c < C; c += kGemvWarps * 32 * 8) {
+    float xv[T][8];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float* xt = x + static_cast<size_t>(t) * C + c;
+      const float4 a = *reinterpret_cast<const float4*>(xt), b = *reinterpret_cast<const float4*>(xt + 4);
+      xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w, xv[t][4] = b.x, xv[t][5] = b.y, xv[t][6] = b.z, xv[t][7] = b.w;
+    }
+#pragma unroll
+    for (int i = 0; i < kGemvRowsPerBlock; ++i) {
+      float w[8];
+      load8(wr[i] + c, w);
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[i][t] += w[k] * xv[t][k];
     }
   }
+  __shared__ float part[kGemvWarps][kGemvRowsPerBlock * T];
 #pragma unroll
-  for (int t = 0; t < kGemvRows; ++t) {
-    if (t < T) {
-      const float s = warp_sum(acc[t]);
-      if (lane == 0) out[static_cast<size_t>(t) * R + warp] = s + (bias != nullptr ? bias[warp] : 0.0f);
+  for (int i = 0; i < kGemvRowsPerBlock; ++i)
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float s = warp_sum(acc[i][t]);
+      if (lane == 0) part[warp][i * T + t] = s;
     }
+  __syncthreads();
+  if (threadIdx.x < kGemvRowsPerBlock * T) {
+    const int i = threadIdx.x / T, t = threadIdx.x % T;
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) s += part[w][threadIdx.x];
+    if (r0 + i < R) out[static_cast<size_t>(t) * R + r0 + i] = s + (bias != nullptr ? bias[r0 + i] : 0.0f);
+  }
+}
+
+template <typename WT>
+void launch_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
+  const unsigned grid = static_cast<unsigned>((R + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock);
+  switch (T) {
+    case 1: k_gemv<WT, 1><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+    case 2: k_gemv<WT, 2><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+    case 3: k_gemv<WT, 3><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+    default: k_gemv<WT, 4><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
   }
 }
 
 // ---- attention --------------------------------------------------------------------------------
+// One block serves one kv head g and a tile of query tokens: its rows are (token, query head of g)
+// pairs, so the heads that share g read each K/V tile once (from shared memory). Keys go in
+// tiles of 32, one per lane; each warp keeps an online softmax for its rows (up to 4). Long key
+// ranges split over blocks (flash-decoding: partial max, sum and output per split, merged after);
+// the split depends on sizes only. The policies' mass and the entropy come from a second kernel
+// over the same scores with the final max and sum (only when asked for).
 
-constexpr int kAttnThreads = 128;  // keys per tile
+constexpr int kAttnWarps = 8;
+constexpr int kRowsPerWarp = 4;
+constexpr int kAttnRows = kAttnWarps * kRowsPerWarp;  // rows per block
+constexpr int kKeyTile = 32;
 constexpr int kMaxHeadDim = 256;
+
+struct AttnShape {
+  int T, H, G, grp, D, N, cap, qt;  // qt: query tokens per block
+  int splits, chunk;                // key range split: chunk keys (a multiple of 32) per split
+  float scale;
+};
 
 template <typename KT>
 __device__ inline float to_f(KT v);
@@ -184,81 +228,190 @@ __device__ inline float to_f<float>(float v) {
   return v;
 }
 
-// grid (H, T), block kAttnThreads. One (query row, head) per block: online softmax over tiles
-// of keys, each thread scoring one key of a tile, threads d < D accumulating output dimension d
-// (and d + blockDim). With mass or entropy wanted, a second pass recomputes the same scores and
-// adds p / (H/G) into mass[g][j] (rows t >= mass_row_begin) and writes H(p)/log(n) per row.
+size_t attn_smem_bytes(int D) {
+  // q rows [rows][D], K tile [32][D + 1] (padded: lanes read different banks), V tile [32][D], positions
+  return sizeof(float) * (static_cast<size_t>(kAttnRows) * D + kKeyTile * (D + 1) + kKeyTile * D) + kKeyTile * sizeof(int);
+}
+
+// Loads the block's query rows (scaled) into qs; returns nothing. Row r = (token t0 + r / grp, head g*grp + r % grp).
+__device__ inline void load_q(float* qs, const float* q, const AttnShape& a, int g, int t0) {
+  for (int i = threadIdx.x; i < kAttnRows * a.D; i += blockDim.x) {
+    const int r = i / a.D, d = i % a.D, t = t0 + r / a.grp, h = g * a.grp + r % a.grp;
+    qs[i] = (r < a.qt * a.grp && t < a.T) ? q[(static_cast<size_t>(t) * a.H + h) * a.D + d] * a.scale : 0.0f;
+  }
+}
+
 template <typename KT>
-__global__ void k_attention(float* out, const float* q, const int32_t* q_pos, int H, KvView kv, float scale,
-                            float* mass, int64_t mass_stride, int64_t mass_row_begin, float* entropy) {
-  const int h = blockIdx.x, t = blockIdx.y, G = kv.n_kv_heads, D = kv.head_dim, N = kv.count;
-  const int g = h / (H / G);
-  __shared__ float qs[kMaxHeadDim];
-  __shared__ float ps[kAttnThreads];
-  __shared__ float red[32];
-  const float* qr = q + (static_cast<size_t>(t) * H + h) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
-  const KT* K = static_cast<const KT*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
-  const KT* V = static_cast<const KT*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D;
-  const int32_t* pos = kv.pos + static_cast<size_t>(g) * kv.capacity;
-  const int32_t qp = q_pos[t];
-  __syncthreads();
-  auto score = [&](int j) -> float {
-    if (j >= N || pos[j] > qp) return -INFINITY;
-    const KT* kr = K + static_cast<size_t>(j) * D;
-    float s = 0.0f;
-    for (int d = 0; d < D; ++d) s += qs[d] * to_f<KT>(kr[d]);
-    return s * scale;
-  };
-  float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
-  int visible = 0;
-  const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
-  for (int start = 0; start < N; start += blockDim.x) {
-    const float s = score(start + threadIdx.x);
-    visible += s > -INFINITY;
-    const float mn = fmaxf(m, block_max(s, red));
-    if (mn == -INFINITY) continue;  // nothing visible yet (uniform across the block)
-    const float p = s > -INFINITY ? expf(s - mn) : 0.0f;
-    const float alpha = m > -INFINITY ? expf(m - mn) : 0.0f;
-    const float tile = block_sum(p, red);
-    ps[threadIdx.x] = p;
-    __syncthreads();
-    l = l * alpha + tile;
-    const int n = min(static_cast<int>(blockDim.x), N - start);
-    if (d0 < D) {
-      float a = 0.0f;
-      for (int jj = 0; jj < n; ++jj) a += ps[jj] * to_f<KT>(V[static_cast<size_t>(start + jj) * D + d0]);
-      acc0 = acc0 * alpha + a;
-    }
-    if (d1 < D) {
-      float a = 0.0f;
-      for (int jj = 0; jj < n; ++jj) a += ps[jj] * to_f<KT>(V[static_cast<size_t>(start + jj) * D + d1]);
-      acc1 = acc1 * alpha + a;
-    }
-    m = mn;
-    __syncthreads();
+__device__ inline void load_tile(float* ks, float* vs, int* ps, const KvView& kv, int g, int start, int end, int D) {
+  const KT* K = static_cast<const KT*>(kv.k) + (static_cast<size_t>(g) * kv.capacity + start) * D;
+  const KT* V = static_cast<const KT*>(kv.v) + (static_cast<size_t>(g) * kv.capacity + start) * D;
+  const int n = min(kKeyTile, end - start);
+  for (int i = threadIdx.x; i < kKeyTile * D; i += blockDim.x) {
+    const int j = i / D, d = i % D;
+    ks[j * (D + 1) + d] = j < n ? to_f<KT>(K[i]) : 0.0f;
+    vs[i] = j < n ? to_f<KT>(V[i]) : 0.0f;
   }
-  float* o = out + (static_cast<size_t>(t) * H + h) * D;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  if (d0 < D) o[d0] = acc0 * inv;
-  if (d1 < D) o[d1] = acc1 * inv;
-  const bool want_mass = mass != nullptr && t >= mass_row_begin;
-  if (!want_mass && entropy == nullptr) return;
-  // second pass: the normalised probabilities of the same scores
-  const float group = static_cast<float>(H / G);
-  float ent = 0.0f;
-  for (int start = 0; start < N; start += blockDim.x) {
-    const int j = start + threadIdx.x;
-    const float s = score(j);
-    if (s == -INFINITY) continue;
-    const float p = expf(s - m) * inv;
-    if (want_mass) atomicAdd(mass + static_cast<size_t>(g) * mass_stride + j, p / group);
-    if (p > 0.0f) ent -= p * logf(p);
+  if (threadIdx.x < kKeyTile) ps[threadIdx.x] = threadIdx.x < n ? kv.pos[static_cast<size_t>(g) * kv.capacity + start + threadIdx.x] : INT_MAX;
+}
+
+// grid (G, ceil(T / qt), splits). Writes, per row (t, h) and split, the partial max, sum and
+// output; with one split the output is final (out) and so are max and sum (ml).
+template <typename KT>
+__global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
+  extern __shared__ float smem[];
+  const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
+  float* qs = smem;
+  float* ks = qs + kAttnRows * D;
+  float* vs = ks + kKeyTile * (D + 1);
+  int* ps = reinterpret_cast<int*>(vs + kKeyTile * D);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  load_q(qs, q, a, g, t0);
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kMaxHeadDim / 32];
+  int qp[kRowsPerWarp];
+  bool live[kRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int r = warp + kAttnWarps * i, t = t0 + r / a.grp;
+    live[i] = r < a.qt * a.grp && t < a.T;
+    qp[i] = live[i] ? q_pos[t] : -1;
+    m[i] = -INFINITY, l[i] = 0.0f;
+#pragma unroll
+    for (int dd = 0; dd < kMaxHeadDim / 32; ++dd) acc[i][dd] = 0.0f;
   }
-  if (entropy != nullptr) {
-    ent = block_sum(ent, red);
-    const float n_vis = block_sum(static_cast<float>(visible), red);
-    if (threadIdx.x == 0) entropy[static_cast<size_t>(t) * H + h] = n_vis >= 2.0f ? ent / logf(n_vis) : -1.0f;
+  const int begin = split * a.chunk, end = min(a.N, begin + a.chunk);
+  for (int start = begin; start < end; start += kKeyTile) {
+    __syncthreads();
+    load_tile<KT>(ks, vs, ps, kv, g, start, end, D);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      if (!live[i]) continue;  // uniform across the warp
+      const float* qr = qs + (warp + kAttnWarps * i) * D;
+      const float* kr = ks + lane * (D + 1);
+      float sc = 0.0f;
+      for (int d = 0; d < D; ++d) sc += qr[d] * kr[d];
+      const bool vis = ps[lane] <= qp[i];
+      sc = vis ? sc : -INFINITY;
+      const float mn = fmaxf(m[i], warp_max(sc));
+      if (mn == -INFINITY) continue;
+      const float p = vis ? __expf(sc - mn) : 0.0f;
+      const float alpha = m[i] > -INFINITY ? __expf(m[i] - mn) : 0.0f;
+      l[i] = l[i] * alpha + warp_sum(p);
+#pragma unroll
+      for (int dd = 0; dd < kMaxHeadDim / 32; ++dd) acc[i][dd] *= alpha;
+      for (int j = 0; j < kKeyTile; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+        const float* vr = vs + j * D + lane;
+#pragma unroll
+        for (int dd = 0; dd < kMaxHeadDim / 32; ++dd)
+          if (dd * 32 + lane < D) acc[i][dd] += pj * vr[dd * 32];
+      }
+      m[i] = mn;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    if (!live[i]) continue;
+    const int r = warp + kAttnWarps * i, t = t0 + r / a.grp, h = g * a.grp + r % a.grp;
+    const size_t row = static_cast<size_t>(t) * a.H + h;
+    if (a.splits == 1) {
+      const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+#pragma unroll
+      for (int dd = 0; dd < kMaxHeadDim / 32; ++dd)
+        if (dd * 32 + lane < D) out[row * D + dd * 32 + lane] = acc[i][dd] * inv;
+      if (lane == 0) ml[2 * row] = m[i], ml[2 * row + 1] = l[i];
+    } else {
+      const size_t prow = static_cast<size_t>(split) * a.T * a.H + row;
+#pragma unroll
+      for (int dd = 0; dd < kMaxHeadDim / 32; ++dd)
+        if (dd * 32 + lane < D) part_acc[prow * D + dd * 32 + lane] = acc[i][dd];
+      if (lane == 0) ml[2 * prow] = m[i], ml[2 * prow + 1] = l[i];
+    }
+  }
+}
+
+// grid T*H, block 32 x (D/32 lanes of output): merges the splits of one row; ml_out [T*H][2].
+__global__ void k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, int splits, int D) {
+  const int row = blockIdx.x;
+  float M = -INFINITY;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, part_ml[2 * (static_cast<size_t>(s) * rows + row)]);
+  float L = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float ms = part_ml[2 * (static_cast<size_t>(s) * rows + row)];
+    if (ms > -INFINITY) L += part_ml[2 * (static_cast<size_t>(s) * rows + row) + 1] * __expf(ms - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float ms = part_ml[2 * (static_cast<size_t>(s) * rows + row)];
+      if (ms > -INFINITY) o += part_acc[(static_cast<size_t>(s) * rows + row) * D + d] * __expf(ms - M);
+    }
+    out[static_cast<size_t>(row) * D + d] = o * inv;
+  }
+  if (threadIdx.x == 0) ml_out[2 * row] = M, ml_out[2 * row + 1] = L;
+}
+
+// The policies' outputs from the final max and sum: mass[g][j] += p / grp over rows with
+// t >= mass_row_begin (summed within the warp first), and per row the entropy sum -p log p and
+// the visible key count (atomically over splits) into ent[row][2].
+template <typename KT>
+__global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_begin, float* ent, const float* ml,
+                             const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
+  extern __shared__ float smem[];
+  const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
+  float* qs = smem;
+  float* ks = qs + kAttnRows * D;
+  float* vs = ks + kKeyTile * (D + 1);
+  int* ps = reinterpret_cast<int*>(vs + kKeyTile * D);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  load_q(qs, q, a, g, t0);
+  float m[kRowsPerWarp], inv[kRowsPerWarp], h_sum[kRowsPerWarp], n_vis[kRowsPerWarp];
+  int qp[kRowsPerWarp];
+  bool live[kRowsPerWarp], to_mass[kRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int r = warp + kAttnWarps * i, t = t0 + r / a.grp, h = g * a.grp + r % a.grp;
+    live[i] = r < a.qt * a.grp && t < a.T;
+    const size_t row = static_cast<size_t>(live[i] ? t : 0) * a.H + h;
+    qp[i] = live[i] ? q_pos[t] : -1;
+    m[i] = live[i] ? ml[2 * row] : 0.0f;
+    inv[i] = live[i] && ml[2 * row + 1] > 0.0f ? 1.0f / ml[2 * row + 1] : 0.0f;
+    to_mass[i] = live[i] && mass != nullptr && t >= mass_row_begin;
+    h_sum[i] = 0.0f, n_vis[i] = 0.0f;
+  }
+  const int begin = split * a.chunk, end = min(a.N, begin + a.chunk);
+  for (int start = begin; start < end; start += kKeyTile) {
+    __syncthreads();
+    load_tile<KT>(ks, vs, ps, kv, g, start, end, D);
+    __syncthreads();
+    float msum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      if (!live[i]) continue;
+      const float* qr = qs + (warp + kAttnWarps * i) * D;
+      const float* kr = ks + lane * (D + 1);
+      float sc = 0.0f;
+      for (int d = 0; d < D; ++d) sc += qr[d] * kr[d];
+      if (ps[lane] > qp[i]) continue;
+      const float p = __expf(sc - m[i]) * inv[i];
+      if (to_mass[i]) msum += p;
+      if (p > 0.0f) h_sum[i] -= p * __logf(p);
+      n_vis[i] += 1.0f;
+    }
+    if (mass != nullptr && msum > 0.0f && start + lane < end)
+      atomicAdd(mass + static_cast<size_t>(g) * mass_stride + start + lane, msum / static_cast<float>(a.grp));
+  }
+  if (ent == nullptr) return;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    if (!live[i]) continue;
+    const float hs = warp_sum(h_sum[i]), nv = warp_sum(n_vis[i]);
+    const int r = warp + kAttnWarps * i, t = t0 + r / a.grp, h = g * a.grp + r % a.grp;
+    if (lane == 0) {
+      atomicAdd(ent + 2 * (static_cast<size_t>(t) * a.H + h), hs);
+      atomicAdd(ent + 2 * (static_cast<size_t>(t) * a.H + h) + 1, nv);
+    }
   }
 }
 
@@ -294,6 +447,38 @@ __global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t
   if (threadIdx.x == 0) P[t] = P[f], M[t] = M[f];
 }
 
+// grid G, block 256: per head the least-mass slot among positions [keep_below, keep_from) (ties:
+// the newer position goes), then row count - 1 into its hole (cpu_backend.cc's loop, in parallel).
+__global__ void k_kv_evict_one(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, int cap, int count,
+                               int32_t keep_below, int32_t keep_from) {
+  const size_t base = static_cast<size_t>(blockIdx.x) * cap;
+  const int32_t* pos = P + base;
+  const float* m = M + base;
+  int worst = -1;
+  for (int j = threadIdx.x; j < count; j += blockDim.x) {
+    if (pos[j] < keep_below || pos[j] >= keep_from) continue;
+    if (worst < 0 || m[j] < m[worst] || (m[j] == m[worst] && pos[j] > pos[worst])) worst = j;
+  }
+  __shared__ int cand[256];
+  cand[threadIdx.x] = worst;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const int a = cand[threadIdx.x], b = cand[threadIdx.x + s];
+      if (b >= 0 && (a < 0 || m[b] < m[a] || (m[b] == m[a] && pos[b] > pos[a]))) cand[threadIdx.x] = b;
+    }
+    __syncthreads();
+  }
+  const int victim = cand[0], last = count - 1;
+  if (victim < 0 || victim == last) return;
+  for (size_t w = threadIdx.x; w < row_words; w += blockDim.x) {
+    K[(base + victim) * row_words + w] = K[(base + last) * row_words + w];
+    V[(base + victim) * row_words + w] = V[(base + last) * row_words + w];
+  }
+  __syncthreads();  // every thread read m/pos of the victim above before they change
+  if (threadIdx.x == 0) P[base + victim] = P[base + last], M[base + victim] = M[base + last];
+}
+
 unsigned blocks_for(int64_t n, int threads = kThreads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 // ---- the backend ------------------------------------------------------------------------------
@@ -308,6 +493,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp p;
     check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
     name_ = p.name;
+    sms_ = p.multiProcessorCount;
     check(cublasCreate(&blas_), "cublasCreate");
     // the exact test mode must not round through TF32
     check(cublasSetMathMode(blas_, opt_.f32_weights ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
@@ -372,11 +558,10 @@ class CudaBackend final : public Backend {
   void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations) override {
     const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
     if (T <= kGemvRows && C % 8 == 0) {
-      const unsigned grid = blocks_for(static_cast<int64_t>(R) * 32);
       if (w.type == DType::BF16)
-        k_gemv<<<grid, kThreads>>>(out, x, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, static_cast<int>(T));
+        launch_gemv(out, x, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, static_cast<int>(T));
       else
-        k_gemv<<<grid, kThreads>>>(out, x, reinterpret_cast<const float*>(w.data), bias, R, C, static_cast<int>(T));
+        launch_gemv(out, x, reinterpret_cast<const float*>(w.data), bias, R, C, static_cast<int>(T));
       check_launch("gemv");
       return;
     }
@@ -402,7 +587,7 @@ class CudaBackend final : public Backend {
   }
 
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
-    k_rmsnorm<<<static_cast<unsigned>(T), kThreads>>>(out, x, w, static_cast<int>(E), eps);
+    k_rmsnorm<<<static_cast<unsigned>(T), 1024>>>(out, x, w, static_cast<int>(E), eps);  // one row: latency-bound
     check_launch("rmsnorm");
   }
   void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq, RopePairing pairing) override {
@@ -421,29 +606,75 @@ class CudaBackend final : public Backend {
 
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                  AttentionProbe* probe) override {
-    if (kv.head_dim > kMaxHeadDim) throw Error("cuda attention: head dim " + std::to_string(kv.head_dim) + " above 256");
-    float* mass = probe != nullptr ? probe->mass : nullptr;
-    const int64_t stride = probe != nullptr && probe->mass_stride > 0 ? probe->mass_stride : kv.count;
-    const int64_t row_begin = probe != nullptr ? probe->mass_row_begin : 0;
-    float* ent = nullptr;
-    if (probe != nullptr && probe->entropy) {
-      const size_t need = static_cast<size_t>(T) * H * sizeof(float);
-      if (!ent_ || ent_->bytes() < need) ent_ = alloc(need);
-      ent = ent_->as<float>();
+    AttnShape a;
+    a.T = static_cast<int>(T), a.H = H, a.G = kv.n_kv_heads, a.grp = H / kv.n_kv_heads, a.D = kv.head_dim, a.N = kv.count;
+    a.cap = kv.capacity;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));
+    if (a.D > kMaxHeadDim) throw Error("cuda attention: head dim " + std::to_string(a.D) + " above 256");
+    if (a.grp > kAttnRows) throw Error("cuda attention: more than 32 query heads per kv head");
+    a.qt = std::max(1, std::min(a.T, kAttnRows / a.grp));
+    const int qtiles = (a.T + a.qt - 1) / a.qt;
+    // split long key ranges when the blocks alone would not fill the device (sizes only)
+    const int blocks = a.G * qtiles;
+    a.splits = 1;
+    if (blocks < 2 * sms_) a.splits = std::max(1, std::min({(2 * sms_) / blocks, (a.N + 255) / 256, 64}));
+    a.chunk = ((a.N + a.splits - 1) / a.splits + kKeyTile - 1) / kKeyTile * kKeyTile;
+    a.splits = a.N > 0 ? (a.N + a.chunk - 1) / a.chunk : 1;
+    const size_t rows = static_cast<size_t>(a.T) * H;
+    grow(ml_, rows * 2 * sizeof(float));
+    if (a.splits > 1) {
+      grow(part_acc_, a.splits * rows * a.D * sizeof(float));
+      grow(part_ml_, a.splits * rows * 2 * sizeof(float));
     }
-    const float scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));
-    const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(T));
-    if (kv.type == KvType::kF16)
-      k_attention<__half><<<grid, kAttnThreads>>>(out, q, q_pos, H, kv, scale, mass, stride, row_begin, ent);
+    const size_t smem = attn_smem_bytes(a.D);
+    const dim3 grid(a.G, qtiles, a.splits);
+    const bool f16 = kv.type == KvType::kF16;
+    if (smem > 48 * 1024 && smem_set_ < smem) {
+      check(cudaFuncSetAttribute(k_attn<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "smem");
+      check(cudaFuncSetAttribute(k_attn<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "smem");
+      check(cudaFuncSetAttribute(k_attn_probe<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "smem");
+      check(cudaFuncSetAttribute(k_attn_probe<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "smem");
+      smem_set_ = smem;
+    }
+    float* part_ml = a.splits > 1 ? part_ml_->as<float>() : ml_->as<float>();
+    float* part_acc = a.splits > 1 ? part_acc_->as<float>() : nullptr;
+    if (f16)
+      k_attn<__half><<<grid, kAttnWarps * 32, smem>>>(out, part_acc, part_ml, q, q_pos, kv, a);
     else
-      k_attention<float><<<grid, kAttnThreads>>>(out, q, q_pos, H, kv, scale, mass, stride, row_begin, ent);
+      k_attn<float><<<grid, kAttnWarps * 32, smem>>>(out, part_acc, part_ml, q, q_pos, kv, a);
     check_launch("attention");
-    if (ent != nullptr) {  // the one step that reports a squeeze metric
-      std::vector<float> e(static_cast<size_t>(T) * H);
-      download(e.data(), ent, e.size() * sizeof(float));
-      for (float v : e)
-        if (v >= 0.0f) probe->entropy_sum += v, ++probe->entropy_rows;
+    if (a.splits > 1) {
+      k_attn_merge<<<static_cast<unsigned>(rows), 32>>>(out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows),
+                                                       a.splits, a.D);
+      check_launch("attention merge");
     }
+    float* mass = probe != nullptr ? probe->mass : nullptr;
+    const bool ent = probe != nullptr && probe->entropy;
+    if (mass == nullptr && !ent) return;  // no second pass unless a policy needs it
+    const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : kv.count;
+    float* e = nullptr;
+    if (ent) {
+      grow(ent_, rows * 2 * sizeof(float));
+      check(cudaMemset(ent_->data(), 0, rows * 2 * sizeof(float)), "memset");
+      e = ent_->as<float>();
+    }
+    if (f16)
+      k_attn_probe<__half><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, e, ml_->as<float>(), q, q_pos, kv, a);
+    else
+      k_attn_probe<float><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, e, ml_->as<float>(), q, q_pos, kv, a);
+    check_launch("attention probe");
+    if (ent) {  // the one step that reports a squeeze metric
+      std::vector<float> h(rows * 2);
+      download(h.data(), e, h.size() * sizeof(float));
+      for (size_t r = 0; r < rows; ++r)
+        if (h[2 * r + 1] >= 2.0f) probe->entropy_sum += h[2 * r] / std::log(h[2 * r + 1]), ++probe->entropy_rows;
+    }
+  }
+
+  void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from) override {
+    k_kv_evict_one<<<static_cast<unsigned>(a.G), 256>>>(static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass,
+                                                          a.row_bytes() / 4, a.capacity, count, keep_below, keep_from);
+    check_launch("kv_evict_one");
   }
 
   double copy_bandwidth() override {
@@ -502,7 +733,13 @@ class CudaBackend final : public Backend {
   CudaOptions opt_;
   std::string name_;
   cublasHandle_t blas_ = nullptr;
-  std::unique_ptr<Buffer> xb_, ent_, moves_;  // scratch: bf16 activations, entropies, compaction moves
+  void grow(std::unique_ptr<Buffer>& b, size_t bytes) {
+    if (!b || b->bytes() < bytes) b = alloc(bytes);
+  }
+  int sms_ = 1;
+  size_t smem_set_ = 0;
+  // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
+  std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_;
   std::vector<float> host_rows_;              // embedding rows on their way up
   double bandwidth_ = 0.0;
 };

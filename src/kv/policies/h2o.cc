@@ -13,6 +13,7 @@ class H2OPolicy final : public EvictionPolicy {
       : budget_(c.budget), sinks_(c.sinks), recent_(recent_window(c.budget, c.sinks, c.recent)) {}
   bool needs_mass() const override { return true; }
   int budget() const override { return budget_; }
+  std::optional<DecodeRule> decode_rule() const override { return DecodeRule{sinks_, recent_}; }
   int select(const KvStorage& s, int, std::vector<int>& evict) override {
     return select_sinks_recent_top(s, budget_, sinks_, recent_, s.mass(0), static_cast<size_t>(s.capacity()), evict);
   }

@@ -19,6 +19,10 @@ class SqueezePolicy final : public EvictionPolicy {
       if (auto b = coord_->resolved_budget(layer_)) return *b;
     return cfg_.budget;
   }
+  std::optional<DecodeRule> decode_rule() const override {
+    const int b = budget();
+    return DecodeRule{cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent)};
+  }
   int select(const KvStorage& s, int, std::vector<int>& evict) override {
     const int b = budget();
     return select_sinks_recent_top(s, b, cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent), s.mass(0),
