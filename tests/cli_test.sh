@@ -38,6 +38,12 @@ expect_error "--kv-type" generate -m "$m" --tokenizer "$tok" -p hi --kv-type f8
 expect_error "--decode-activations" generate -m "$m" --tokenizer "$tok" -p hi --decode-activations int4
 expect_error "--kv-policy" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy lru
 expect_error "--threads" generate -m "$m" --tokenizer "$tok" -p hi -t 0
+expect_error "--device" generate -m "$m" --tokenizer "$tok" -p hi --device gpu
+expect_error "--device-weights" generate -m "$m" --tokenizer "$tok" -p hi --device-weights fp8
+# a build without the CUDA backend, or a machine without a GPU, says so (this test runs without one)
+if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
+expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi
+expect_error "not both" generate --dummy /nonexistent/config.json -m "$m" -p hi
 expect_error "-n" generate -m "$m" --tokenizer "$tok" -p hi -n -5
 expect_error "--ctx" generate -m "$m" --tokenizer "$tok" -p hi --ctx 0
 expect_error "context full" generate -m "$m" --tokenizer "$tok" -p "Once upon a time there was" --ctx 4

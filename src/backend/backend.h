@@ -70,6 +70,12 @@ class Backend {
   // out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null).
   virtual void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
                       Activations act) = 0;
+  // n products of the same input: outs[i][T][R_i] = x[T][C] @ ws[i]^T (+ biases[i], may be null),
+  // as one launch where the backend can (q/k/v, gate/up); by default n matmuls.
+  virtual void matmul_n(float* const* outs, const float* x, const WeightMatrix* const* ws, const float* const* biases,
+                        int n, int64_t T, Activations act) {
+    for (int i = 0; i < n; ++i) matmul(outs[i], x, *ws[i], T, biases[i], act);
+  }
   // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]
   virtual void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) = 0;
   // Rotates x[T][n_heads*D] in place; pos[T] (this backend's memory), inv_freq[D/2].

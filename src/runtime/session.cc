@@ -179,9 +179,10 @@ struct Session::Impl {
       LayerCache& cache = caches.layers[l];
       // attention block
       b.rmsnorm(xn, x, L.attn_norm, T, E, c.norm_eps);
-      b.matmul(q, xn, L.wq, T, L.bq, act);
-      b.matmul(k, xn, L.wk, T, L.bk, act);
-      b.matmul(v, xn, L.wv, T, L.bv, act);
+      const WeightMatrix* qkv[] = {&L.wq, &L.wk, &L.wv};
+      float* const qkv_out[] = {q, k, v};
+      const float* const qkv_bias[] = {L.bq, L.bk, L.bv};
+      b.matmul_n(qkv_out, xn, qkv, qkv_bias, 3, T, act);
       b.rope(q, rpos, T, H, D, dw->inv_freq, pairing);
       b.rope(k, rpos, T, G, D, dw->inv_freq, pairing);
       const std::optional<SqueezeMetric> metric = cache.pending_metric();
@@ -208,8 +209,10 @@ struct Session::Impl {
       if (metric) cache.report_concentration(concentration);
       // feed-forward block (SwiGLU)
       b.rmsnorm(xn, x, L.ffn_norm, T, E, c.norm_eps);
-      b.matmul(gate, xn, L.w_gate, T, nullptr, act);
-      b.matmul(up, xn, L.w_up, T, nullptr, act);
+      const WeightMatrix* gu[] = {&L.w_gate, &L.w_up};
+      float* const gu_out[] = {gate, up};
+      const float* const no_bias[] = {nullptr, nullptr};
+      b.matmul_n(gu_out, xn, gu, no_bias, 2, T, act);
       b.silu_mul(gate, up, static_cast<int64_t>(T) * F);
       b.matmul(tmp, gate, L.w_down, T, nullptr, act);
       b.add(x, tmp, TE);

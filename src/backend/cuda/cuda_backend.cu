@@ -186,6 +186,76 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(float* out, const floa
   }
 }
 
+// Up to 3 matrices with the same input in one launch (q/k/v, gate/up): blocks [first[m],
+// first[m + 1]) serve matrix m.
+struct GemvSet {
+  const void* W[3];
+  float* out[3];
+  const float* bias[3];
+  int R[3];
+  int first[4];
+  int n;
+};
+
+template <typename WT, int T>
+__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv_set(GemvSet set, const float* x, int C) {
+  int m = 0;
+  while (m + 1 < set.n && static_cast<int>(blockIdx.x) >= set.first[m + 1]) ++m;
+  const int blk = blockIdx.x - set.first[m], R = set.R[m];
+  const WT* W = static_cast<const WT*>(set.W[m]);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blk * kGemvRowsPerBlock;
+  const WT* wr[kGemvRowsPerBlock];
+#pragma unroll
+  for (int i = 0; i < kGemvRowsPerBlock; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
+  float acc[kGemvRowsPerBlock][T] = {};
+#pragma unroll 2
+  for (int c = threadIdx.x * 8; c < C; c += kGemvWarps * 32 * 8) {
+    float xv[T][8];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float* xt = x + static_cast<size_t>(t) * C + c;
+      const float4 a = *reinterpret_cast<const float4*>(xt), b = *reinterpret_cast<const float4*>(xt + 4);
+      xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w, xv[t][4] = b.x, xv[t][5] = b.y, xv[t][6] = b.z, xv[t][7] = b.w;
+    }
+#pragma unroll
+    for (int i = 0; i < kGemvRowsPerBlock; ++i) {
+      float w[8];
+      load8(wr[i] + c, w);
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[i][t] += w[k] * xv[t][k];
+    }
+  }
+  __shared__ float part[kGemvWarps][kGemvRowsPerBlock * T];
+#pragma unroll
+  for (int i = 0; i < kGemvRowsPerBlock; ++i)
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float s = warp_sum(acc[i][t]);
+      if (lane == 0) part[warp][i * T + t] = s;
+    }
+  __syncthreads();
+  if (threadIdx.x < kGemvRowsPerBlock * T) {
+    const int i = threadIdx.x / T, t = threadIdx.x % T;
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) s += part[w][threadIdx.x];
+    if (r0 + i < R) set.out[m][static_cast<size_t>(t) * R + r0 + i] = s + (set.bias[m] != nullptr ? set.bias[m][r0 + i] : 0.0f);
+  }
+}
+
+template <typename WT>
+void launch_gemv_set(const GemvSet& set, const float* x, int C, int T) {
+  const unsigned grid = static_cast<unsigned>(set.first[set.n]);
+  switch (T) {
+    case 1: k_gemv_set<WT, 1><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+    case 2: k_gemv_set<WT, 2><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+    case 3: k_gemv_set<WT, 3><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+    default: k_gemv_set<WT, 4><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+  }
+}
+
 template <typename WT>
 void launch_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
   const unsigned grid = static_cast<unsigned>((R + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock);
@@ -235,7 +305,9 @@ size_t attn_smem_bytes(int D) {
 
 // Loads the block's query rows (scaled) into qs; returns nothing. Row r = (token t0 + r / grp, head g*grp + r % grp).
 __device__ inline void load_q(float* qs, const float* q, const AttnShape& a, int g, int t0) {
-  for (int i = threadIdx.x; i < kAttnRows * a.D; i += blockDim.x) {
+  const int live = min(a.qt, a.T - t0) * a.grp * a.D;  // rows past it are never read
+#pragma unroll 4
+  for (int i = threadIdx.x; i < live; i += blockDim.x) {
     const int r = i / a.D, d = i % a.D, t = t0 + r / a.grp, h = g * a.grp + r % a.grp;
     qs[i] = (r < a.qt * a.grp && t < a.T) ? q[(static_cast<size_t>(t) * a.H + h) * a.D + d] * a.scale : 0.0f;
   }
@@ -246,6 +318,7 @@ __device__ inline void load_tile(float* ks, float* vs, int* ps, const KvView& kv
   const KT* K = static_cast<const KT*>(kv.k) + (static_cast<size_t>(g) * kv.capacity + start) * D;
   const KT* V = static_cast<const KT*>(kv.v) + (static_cast<size_t>(g) * kv.capacity + start) * D;
   const int n = min(kKeyTile, end - start);
+#pragma unroll 4
   for (int i = threadIdx.x; i < kKeyTile * D; i += blockDim.x) {
     const int j = i / D, d = i % D;
     ks[j * (D + 1) + d] = j < n ? to_f<KT>(K[i]) : 0.0f;
@@ -584,6 +657,25 @@ class CudaBackend final : public Backend {
       k_add_bias<<<blocks_for(T * R), kThreads>>>(out, bias, T * R, R);
       check_launch("add_bias");
     }
+  }
+
+  void matmul_n(float* const* outs, const float* x, const WeightMatrix* const* ws, const float* const* biases, int n,
+                int64_t T, Activations act) override {
+    const int C = static_cast<int>(ws[0]->cols);
+    bool one = n <= 3 && T <= kGemvRows && C % 8 == 0;
+    for (int i = 0; i < n && one; ++i) one = ws[i]->cols == C && ws[i]->type == ws[0]->type;
+    if (!one) return Backend::matmul_n(outs, x, ws, biases, n, T, act);
+    GemvSet set{};
+    set.n = n;
+    for (int i = 0; i < n; ++i) {
+      set.W[i] = ws[i]->data, set.out[i] = outs[i], set.bias[i] = biases[i], set.R[i] = static_cast<int>(ws[i]->rows);
+      set.first[i + 1] = set.first[i] + (set.R[i] + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock;
+    }
+    if (ws[0]->type == DType::BF16)
+      launch_gemv_set<__nv_bfloat16>(set, x, C, static_cast<int>(T));
+    else
+      launch_gemv_set<float>(set, x, C, static_cast<int>(T));
+    check_launch("gemv set");
   }
 
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
