@@ -78,6 +78,12 @@ class Backend {
   }
   // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]
   virtual void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) = 0;
+  // x[T][E] += y; out = rmsnorm(x) (the residual add and the next norm, one pass where the
+  // backend can; by default the two ops).
+  virtual void add_rmsnorm(float* out, float* x, const float* y, const float* w, int64_t T, int64_t E, float eps) {
+    add(x, y, T * E);
+    rmsnorm(out, x, w, T, E, eps);
+  }
   // Rotates x[T][n_heads*D] in place; pos[T] (this backend's memory), inv_freq[D/2].
   virtual void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq,
                     RopePairing pairing) = 0;

@@ -174,11 +174,11 @@ struct Session::Impl {
     b.upload(rows_pos->data(), rows_pos_host.data(), static_cast<size_t>(T) * sizeof(int32_t));
     const int32_t* rpos = rows_pos->as<int32_t>();
     b.embed(x, dw->tok_embd, tokens, T);
+    b.rmsnorm(xn, x, dw->layers[0].attn_norm, T, E, c.norm_eps);
     for (int l = 0; l < c.n_layers; ++l) {
       const DeviceWeights::Layer& L = dw->layers[l];
       LayerCache& cache = caches.layers[l];
-      // attention block
-      b.rmsnorm(xn, x, L.attn_norm, T, E, c.norm_eps);
+      // attention block (xn: the normed input, from the step's start or the previous layer's end)
       const WeightMatrix* qkv[] = {&L.wq, &L.wk, &L.wv};
       float* const qkv_out[] = {q, k, v};
       const float* const qkv_bias[] = {L.bq, L.bk, L.bv};
@@ -200,26 +200,25 @@ struct Session::Impl {
       probe.entropy = metric == SqueezeMetric::kAttentionEntropy;
       b.attention(att, q, rpos, T, H, kv, &probe);
       b.matmul(tmp, att, L.wo, T, nullptr, act);
-      b.add(x, tmp, TE);
       if (metric == SqueezeMetric::kAttentionEntropy)
         concentration = probe.entropy_rows > 0 ? 1.0 - probe.entropy_sum / static_cast<double>(probe.entropy_rows) : 0.0;
+      // x += attention output; xn = its norm for the feed-forward block (SwiGLU)
+      b.add_rmsnorm(xn, x, tmp, L.ffn_norm, T, E, c.norm_eps);
       if (metric == SqueezeMetric::kResidualCosine)
         concentration = residual_cosine(host_copy(metric_a, x_in->as<float>(), static_cast<size_t>(TE)),
                                         host_copy(metric_b, x, static_cast<size_t>(TE)), T, E);
       if (metric) cache.report_concentration(concentration);
-      // feed-forward block (SwiGLU)
-      b.rmsnorm(xn, x, L.ffn_norm, T, E, c.norm_eps);
       const WeightMatrix* gu[] = {&L.w_gate, &L.w_up};
       float* const gu_out[] = {gate, up};
       const float* const no_bias[] = {nullptr, nullptr};
       b.matmul_n(gu_out, xn, gu, no_bias, 2, T, act);
       b.silu_mul(gate, up, static_cast<int64_t>(T) * F);
       b.matmul(tmp, gate, L.w_down, T, nullptr, act);
-      b.add(x, tmp, TE);
+      // x += feed-forward output; xn = its norm for the next layer (or the output head)
+      b.add_rmsnorm(xn, x, tmp, l + 1 < c.n_layers ? dw->layers[l + 1].attn_norm : dw->out_norm, T, E, c.norm_eps);
     }
     for (LayerCache& cache : caches.layers) cache.end_step();
     pos += T;
-    b.rmsnorm(xn, x, dw->out_norm, T, E, c.norm_eps);
   }
 
   // n floats of backend memory, copied into host (only while a squeeze metric is pending).

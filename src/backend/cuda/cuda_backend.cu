@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -80,6 +81,24 @@ __global__ void k_rmsnorm(float* out, const float* x, const float* w, int E, flo
   for (int i = threadIdx.x; i < E; i += blockDim.x) o[i] = w[i] * (xr[i] * inv);
 }
 
+// x[row] += y[row]; out[row] = rmsnorm(x[row]) (grid T)
+__global__ void k_add_rmsnorm(float* out, float* x, const float* y, const float* w, int E, float eps) {
+  __shared__ float red[32];
+  float* xr = x + static_cast<size_t>(blockIdx.x) * E;
+  const float* yr = y + static_cast<size_t>(blockIdx.x) * E;
+  float* o = out + static_cast<size_t>(blockIdx.x) * E;
+  float ss = 0.0f;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < E; i += blockDim.x) {
+    const float v = xr[i] + yr[i];
+    xr[i] = v;
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(E) + eps);
+  for (int i = threadIdx.x; i < E; i += blockDim.x) o[i] = w[i] * (xr[i] * inv);
+}
+
 // grid (T, n_heads), block D/2 threads (one rotation pair each)
 __global__ void k_rope(float* x, const int32_t* pos, int n_heads, int D, const float* inv_freq, int adjacent) {
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, half = D / 2;
@@ -134,60 +153,14 @@ __device__ inline void load8(const float* w, float* f) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-// out[t][r] = x[t] . W[r] (+ bias[r]) for t < T; W [R][C] of WT (bf16 or f32); C % 8 == 0.
-// A block serves kGemvRowsPerBlock rows with all its warps splitting the columns (so even a
-// 4096-row matrix fills the device with warps): each lane streams 16 bytes of every row per step,
-// two steps in flight, the x values it loads serving all rows; partial sums meet in shared memory.
-constexpr int kGemvRowsPerBlock = 4;
+// outs[m][t][r] = x[t] . W_m[r] (+ bias_m[r]) for t < T, for up to 3 matrices of the same input
+// in one launch (q/k/v, gate/up; one matrix for the rest): blocks [first[m], first[m + 1]) serve
+// matrix m. W_m [R_m][C] of WT (bf16 or f32), C % 8 == 0. A block serves ROWS rows with all its
+// warps splitting the columns (so even a 1024-row matrix fills the device with warps): each lane
+// streams 16 bytes of every row per step, two steps in flight, and the x values it loads serve
+// all rows; partial sums meet in shared memory.
 constexpr int kGemvWarps = 8;
 
-template <typename WT, int T>
-__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r0 = blockIdx.x * kGemvRowsPerBlock;
-  const WT* wr[kGemvRowsPerBlock];
-#pragma unroll
-  for (int i = 0; i < kGemvRowsPerBlock; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
-  float acc[kGemvRowsPerBlock][T] = {};
-#pragma unroll 2
-  for (int c = threadIdx.x * 8; c < C; c += kGemvWarps * 32 * 8) {
-    float xv[T][8];
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const float* xt = x + static_cast<size_t>(t) * C + c;
-      const float4 a = *reinterpret_cast<const float4*>(xt), b = *reinterpret_cast<const float4*>(xt + 4);
-      xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w, xv[t][4] = b.x, xv[t][5] = b.y, xv[t][6] = b.z, xv[t][7] = b.w;
-    }
-#pragma unroll
-    for (int i = 0; i < kGemvRowsPerBlock; ++i) {
-      float w[8];
-      load8(wr[i] + c, w);
-#pragma unroll
-      for (int t = 0; t < T; ++t)
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[i][t] += w[k] * xv[t][k];
-    }
-  }
-  __shared__ float part[kGemvWarps][kGemvRowsPerBlock * T];
-#pragma unroll
-  for (int i = 0; i < kGemvRowsPerBlock; ++i)
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const float s = warp_sum(acc[i][t]);
-      if (lane == 0) part[warp][i * T + t] = s;
-    }
-  __syncthreads();
-  if (threadIdx.x < kGemvRowsPerBlock * T) {
-    const int i = threadIdx.x / T, t = threadIdx.x % T;
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) s += part[w][threadIdx.x];
-    if (r0 + i < R) out[static_cast<size_t>(t) * R + r0 + i] = s + (bias != nullptr ? bias[r0 + i] : 0.0f);
-  }
-}
-
-// Up to 3 matrices with the same input in one launch (q/k/v, gate/up): blocks [first[m],
-// first[m + 1]) serve matrix m.
 struct GemvSet {
   const void* W[3];
   float* out[3];
@@ -197,17 +170,17 @@ struct GemvSet {
   int n;
 };
 
-template <typename WT, int T>
-__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv_set(GemvSet set, const float* x, int C) {
+template <typename WT, int T, int ROWS>
+__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(GemvSet set, const float* x, int C) {
   int m = 0;
   while (m + 1 < set.n && static_cast<int>(blockIdx.x) >= set.first[m + 1]) ++m;
-  const int blk = blockIdx.x - set.first[m], R = set.R[m];
+  const int R = set.R[m];
   const WT* W = static_cast<const WT*>(set.W[m]);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blk * kGemvRowsPerBlock;
-  const WT* wr[kGemvRowsPerBlock];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = (blockIdx.x - set.first[m]) * ROWS;
+  const WT* wr[ROWS];
 #pragma unroll
-  for (int i = 0; i < kGemvRowsPerBlock; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
-  float acc[kGemvRowsPerBlock][T] = {};
+  for (int i = 0; i < ROWS; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
+  float acc[ROWS][T] = {};
 #pragma unroll 2
   for (int c = threadIdx.x * 8; c < C; c += kGemvWarps * 32 * 8) {
     float xv[T][8];
@@ -218,7 +191,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv_set(GemvSet set, const
       xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w, xv[t][4] = b.x, xv[t][5] = b.y, xv[t][6] = b.z, xv[t][7] = b.w;
     }
 #pragma unroll
-    for (int i = 0; i < kGemvRowsPerBlock; ++i) {
+    for (int i = 0; i < ROWS; ++i) {
       float w[8];
       load8(wr[i] + c, w);
 #pragma unroll
@@ -227,16 +200,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv_set(GemvSet set, const
         for (int k = 0; k < 8; ++k) acc[i][t] += w[k] * xv[t][k];
     }
   }
-  __shared__ float part[kGemvWarps][kGemvRowsPerBlock * T];
+  __shared__ float part[kGemvWarps][ROWS * T];
 #pragma unroll
-  for (int i = 0; i < kGemvRowsPerBlock; ++i)
+  for (int i = 0; i < ROWS; ++i)
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       const float s = warp_sum(acc[i][t]);
       if (lane == 0) part[warp][i * T + t] = s;
     }
   __syncthreads();
-  if (threadIdx.x < kGemvRowsPerBlock * T) {
+  if (threadIdx.x < ROWS * T) {
     const int i = threadIdx.x / T, t = threadIdx.x % T;
     float s = 0.0f;
 #pragma unroll
@@ -245,26 +218,24 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv_set(GemvSet set, const
   }
 }
 
-template <typename WT>
-void launch_gemv_set(const GemvSet& set, const float* x, int C, int T) {
+template <typename WT, int ROWS>
+void launch_gemv_rows(GemvSet set, const float* x, int C, int T) {
+  for (int i = 0; i < set.n; ++i) set.first[i + 1] = set.first[i] + (set.R[i] + ROWS - 1) / ROWS;
   const unsigned grid = static_cast<unsigned>(set.first[set.n]);
   switch (T) {
-    case 1: k_gemv_set<WT, 1><<<grid, kGemvWarps * 32>>>(set, x, C); break;
-    case 2: k_gemv_set<WT, 2><<<grid, kGemvWarps * 32>>>(set, x, C); break;
-    case 3: k_gemv_set<WT, 3><<<grid, kGemvWarps * 32>>>(set, x, C); break;
-    default: k_gemv_set<WT, 4><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+    case 1: k_gemv<WT, 1, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+    case 2: k_gemv<WT, 2, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+    case 3: k_gemv<WT, 3, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
+    default: k_gemv<WT, 4, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
   }
 }
 
+// rows: weight rows per block (2, 4 or 8; SQUEEZEKV_CUDA_GEMV_ROWS picks it for tuning runs)
 template <typename WT>
-void launch_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
-  const unsigned grid = static_cast<unsigned>((R + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock);
-  switch (T) {
-    case 1: k_gemv<WT, 1><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
-    case 2: k_gemv<WT, 2><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
-    case 3: k_gemv<WT, 3><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
-    default: k_gemv<WT, 4><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
-  }
+void launch_gemv(const GemvSet& set, const float* x, int C, int T, int rows) {
+  if (rows == 2) return launch_gemv_rows<WT, 2>(set, x, C, T);
+  if (rows == 8) return launch_gemv_rows<WT, 8>(set, x, C, T);
+  launch_gemv_rows<WT, 4>(set, x, C, T);
 }
 
 // ---- attention --------------------------------------------------------------------------------
@@ -567,6 +538,7 @@ class CudaBackend final : public Backend {
     check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
     name_ = p.name;
     sms_ = p.multiProcessorCount;
+    if (const char* e = std::getenv("SQUEEZEKV_CUDA_GEMV_ROWS")) gemv_rows_ = std::atoi(e);
     check(cublasCreate(&blas_), "cublasCreate");
     // the exact test mode must not round through TF32
     check(cublasSetMathMode(blas_, opt_.f32_weights ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
@@ -631,12 +603,10 @@ class CudaBackend final : public Backend {
   void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations) override {
     const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
     if (T <= kGemvRows && C % 8 == 0) {
-      if (w.type == DType::BF16)
-        launch_gemv(out, x, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, static_cast<int>(T));
-      else
-        launch_gemv(out, x, reinterpret_cast<const float*>(w.data), bias, R, C, static_cast<int>(T));
-      check_launch("gemv");
-      return;
+      const WeightMatrix* ws[] = {&w};
+      float* const outs[] = {out};
+      const float* const biases[] = {bias};
+      return matmul_n(outs, x, ws, biases, 1, T, Activations::kF32);
     }
     // column-major view: out (R x T) = W^T-as-stored (C x R, transposed) x x (C x T)
     const float one = 1.0f, zero = 0.0f;
@@ -667,20 +637,22 @@ class CudaBackend final : public Backend {
     if (!one) return Backend::matmul_n(outs, x, ws, biases, n, T, act);
     GemvSet set{};
     set.n = n;
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n; ++i)
       set.W[i] = ws[i]->data, set.out[i] = outs[i], set.bias[i] = biases[i], set.R[i] = static_cast<int>(ws[i]->rows);
-      set.first[i + 1] = set.first[i] + (set.R[i] + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock;
-    }
     if (ws[0]->type == DType::BF16)
-      launch_gemv_set<__nv_bfloat16>(set, x, C, static_cast<int>(T));
+      launch_gemv<__nv_bfloat16>(set, x, C, static_cast<int>(T), gemv_rows_);
     else
-      launch_gemv_set<float>(set, x, C, static_cast<int>(T));
-    check_launch("gemv set");
+      launch_gemv<float>(set, x, C, static_cast<int>(T), gemv_rows_);
+    check_launch("gemv");
   }
 
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
     k_rmsnorm<<<static_cast<unsigned>(T), 1024>>>(out, x, w, static_cast<int>(E), eps);  // one row: latency-bound
     check_launch("rmsnorm");
+  }
+  void add_rmsnorm(float* out, float* x, const float* y, const float* w, int64_t T, int64_t E, float eps) override {
+    k_add_rmsnorm<<<static_cast<unsigned>(T), 1024>>>(out, x, y, w, static_cast<int>(E), eps);
+    check_launch("add_rmsnorm");
   }
   void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq, RopePairing pairing) override {
     k_rope<<<dim3(static_cast<unsigned>(T), n_heads), std::max(32, D / 2)>>>(x, pos, n_heads, D, inv_freq,
@@ -829,6 +801,7 @@ class CudaBackend final : public Backend {
     if (!b || b->bytes() < bytes) b = alloc(bytes);
   }
   int sms_ = 1;
+  int gemv_rows_ = 4;
   size_t smem_set_ = 0;
   // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
   std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_;
