@@ -70,12 +70,6 @@ class Backend {
   // out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null).
   virtual void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
                       Activations act) = 0;
-  // n products of the same input: outs[i][T][R_i] = x[T][C] @ ws[i]^T (+ biases[i], may be null),
-  // as one launch where the backend can (q/k/v, gate/up); by default n matmuls.
-  virtual void matmul_n(float* const* outs, const float* x, const WeightMatrix* const* ws, const float* const* biases,
-                        int n, int64_t T, Activations act) {
-    for (int i = 0; i < n; ++i) matmul(outs[i], x, *ws[i], T, biases[i], act);
-  }
   // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]
   virtual void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) = 0;
   // x[T][E] += y; out = rmsnorm(x) (the residual add and the next norm, one pass where the

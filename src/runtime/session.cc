@@ -179,10 +179,9 @@ struct Session::Impl {
       const DeviceWeights::Layer& L = dw->layers[l];
       LayerCache& cache = caches.layers[l];
       // attention block (xn: the normed input, from the step's start or the previous layer's end)
-      const WeightMatrix* qkv[] = {&L.wq, &L.wk, &L.wv};
-      float* const qkv_out[] = {q, k, v};
-      const float* const qkv_bias[] = {L.bq, L.bk, L.bv};
-      b.matmul_n(qkv_out, xn, qkv, qkv_bias, 3, T, act);
+      b.matmul(q, xn, L.wq, T, L.bq, act);
+      b.matmul(k, xn, L.wk, T, L.bk, act);
+      b.matmul(v, xn, L.wv, T, L.bv, act);
       b.rope(q, rpos, T, H, D, dw->inv_freq, pairing);
       b.rope(k, rpos, T, G, D, dw->inv_freq, pairing);
       const std::optional<SqueezeMetric> metric = cache.pending_metric();
@@ -208,10 +207,8 @@ struct Session::Impl {
         concentration = residual_cosine(host_copy(metric_a, x_in->as<float>(), static_cast<size_t>(TE)),
                                         host_copy(metric_b, x, static_cast<size_t>(TE)), T, E);
       if (metric) cache.report_concentration(concentration);
-      const WeightMatrix* gu[] = {&L.w_gate, &L.w_up};
-      float* const gu_out[] = {gate, up};
-      const float* const no_bias[] = {nullptr, nullptr};
-      b.matmul_n(gu_out, xn, gu, no_bias, 2, T, act);
+      b.matmul(gate, xn, L.w_gate, T, nullptr, act);
+      b.matmul(up, xn, L.w_up, T, nullptr, act);
       b.silu_mul(gate, up, static_cast<int64_t>(T) * F);
       b.matmul(tmp, gate, L.w_down, T, nullptr, act);
       // x += feed-forward output; xn = its norm for the next layer (or the output head)

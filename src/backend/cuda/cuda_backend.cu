@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -153,34 +152,21 @@ __device__ inline void load8(const float* w, float* f) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-// outs[m][t][r] = x[t] . W_m[r] (+ bias_m[r]) for t < T, for up to 3 matrices of the same input
-// in one launch (q/k/v, gate/up; one matrix for the rest): blocks [first[m], first[m + 1]) serve
-// matrix m. W_m [R_m][C] of WT (bf16 or f32), C % 8 == 0. A block serves ROWS rows with all its
-// warps splitting the columns (so even a 1024-row matrix fills the device with warps): each lane
-// streams 16 bytes of every row per step, two steps in flight, and the x values it loads serve
-// all rows; partial sums meet in shared memory.
+// out[t][r] = x[t] . W[r] (+ bias[r]) for t < T; W [R][C] of WT (bf16 or f32); C % 8 == 0.
+// A block serves kGemvRowsPerBlock rows with all its warps splitting the columns (so even a
+// 4096-row matrix fills the device with warps): each lane streams 16 bytes of every row per step,
+// two steps in flight, the x values it loads serving all rows; partial sums meet in shared memory.
+constexpr int kGemvRowsPerBlock = 4;
 constexpr int kGemvWarps = 8;
 
-struct GemvSet {
-  const void* W[3];
-  float* out[3];
-  const float* bias[3];
-  int R[3];
-  int first[4];
-  int n;
-};
-
-template <typename WT, int T, int ROWS>
-__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(GemvSet set, const float* x, int C) {
-  int m = 0;
-  while (m + 1 < set.n && static_cast<int>(blockIdx.x) >= set.first[m + 1]) ++m;
-  const int R = set.R[m];
-  const WT* W = static_cast<const WT*>(set.W[m]);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = (blockIdx.x - set.first[m]) * ROWS;
-  const WT* wr[ROWS];
+template <typename WT, int T>
+__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = blockIdx.x * kGemvRowsPerBlock;
+  const WT* wr[kGemvRowsPerBlock];
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
-  float acc[ROWS][T] = {};
+  for (int i = 0; i < kGemvRowsPerBlock; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
+  float acc[kGemvRowsPerBlock][T] = {};
 #pragma unroll 2
   for (int c = threadIdx.x * 8; c < C; c += kGemvWarps * 32 * 8) {
     float xv[T][8];
@@ -191,7 +177,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(GemvSet set, const flo
       xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w, xv[t][4] = b.x, xv[t][5] = b.y, xv[t][6] = b.z, xv[t][7] = b.w;
     }
 #pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
+    for (int i = 0; i < kGemvRowsPerBlock; ++i) {
       float w[8];
       load8(wr[i] + c, w);
 #pragma unroll
@@ -200,42 +186,33 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(GemvSet set, const flo
         for (int k = 0; k < 8; ++k) acc[i][t] += w[k] * xv[t][k];
     }
   }
-  __shared__ float part[kGemvWarps][ROWS * T];
+  __shared__ float part[kGemvWarps][kGemvRowsPerBlock * T];
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i)
+  for (int i = 0; i < kGemvRowsPerBlock; ++i)
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       const float s = warp_sum(acc[i][t]);
       if (lane == 0) part[warp][i * T + t] = s;
     }
   __syncthreads();
-  if (threadIdx.x < ROWS * T) {
+  if (threadIdx.x < kGemvRowsPerBlock * T) {
     const int i = threadIdx.x / T, t = threadIdx.x % T;
     float s = 0.0f;
 #pragma unroll
     for (int w = 0; w < kGemvWarps; ++w) s += part[w][threadIdx.x];
-    if (r0 + i < R) set.out[m][static_cast<size_t>(t) * R + r0 + i] = s + (set.bias[m] != nullptr ? set.bias[m][r0 + i] : 0.0f);
+    if (r0 + i < R) out[static_cast<size_t>(t) * R + r0 + i] = s + (bias != nullptr ? bias[r0 + i] : 0.0f);
   }
 }
 
-template <typename WT, int ROWS>
-void launch_gemv_rows(GemvSet set, const float* x, int C, int T) {
-  for (int i = 0; i < set.n; ++i) set.first[i + 1] = set.first[i] + (set.R[i] + ROWS - 1) / ROWS;
-  const unsigned grid = static_cast<unsigned>(set.first[set.n]);
-  switch (T) {
-    case 1: k_gemv<WT, 1, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
-    case 2: k_gemv<WT, 2, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
-    case 3: k_gemv<WT, 3, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
-    default: k_gemv<WT, 4, ROWS><<<grid, kGemvWarps * 32>>>(set, x, C); break;
-  }
-}
-
-// rows: weight rows per block (2, 4 or 8; SQUEEZEKV_CUDA_GEMV_ROWS picks it for tuning runs)
 template <typename WT>
-void launch_gemv(const GemvSet& set, const float* x, int C, int T, int rows) {
-  if (rows == 2) return launch_gemv_rows<WT, 2>(set, x, C, T);
-  if (rows == 8) return launch_gemv_rows<WT, 8>(set, x, C, T);
-  launch_gemv_rows<WT, 4>(set, x, C, T);
+void launch_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
+  const unsigned grid = static_cast<unsigned>((R + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock);
+  switch (T) {
+    case 1: k_gemv<WT, 1><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+    case 2: k_gemv<WT, 2><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+    case 3: k_gemv<WT, 3><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+    default: k_gemv<WT, 4><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+  }
 }
 
 // ---- attention --------------------------------------------------------------------------------
@@ -538,7 +515,6 @@ class CudaBackend final : public Backend {
     check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
     name_ = p.name;
     sms_ = p.multiProcessorCount;
-    if (const char* e = std::getenv("SQUEEZEKV_CUDA_GEMV_ROWS")) gemv_rows_ = std::atoi(e);
     check(cublasCreate(&blas_), "cublasCreate");
     // the exact test mode must not round through TF32
     check(cublasSetMathMode(blas_, opt_.f32_weights ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
@@ -603,10 +579,12 @@ class CudaBackend final : public Backend {
   void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations) override {
     const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
     if (T <= kGemvRows && C % 8 == 0) {
-      const WeightMatrix* ws[] = {&w};
-      float* const outs[] = {out};
-      const float* const biases[] = {bias};
-      return matmul_n(outs, x, ws, biases, 1, T, Activations::kF32);
+      if (w.type == DType::BF16)
+        launch_gemv(out, x, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, static_cast<int>(T));
+      else
+        launch_gemv(out, x, reinterpret_cast<const float*>(w.data), bias, R, C, static_cast<int>(T));
+      check_launch("gemv");
+      return;
     }
     // column-major view: out (R x T) = W^T-as-stored (C x R, transposed) x x (C x T)
     const float one = 1.0f, zero = 0.0f;
@@ -627,23 +605,6 @@ class CudaBackend final : public Backend {
       k_add_bias<<<blocks_for(T * R), kThreads>>>(out, bias, T * R, R);
       check_launch("add_bias");
     }
-  }
-
-  void matmul_n(float* const* outs, const float* x, const WeightMatrix* const* ws, const float* const* biases, int n,
-                int64_t T, Activations act) override {
-    const int C = static_cast<int>(ws[0]->cols);
-    bool one = n <= 3 && T <= kGemvRows && C % 8 == 0;
-    for (int i = 0; i < n && one; ++i) one = ws[i]->cols == C && ws[i]->type == ws[0]->type;
-    if (!one) return Backend::matmul_n(outs, x, ws, biases, n, T, act);
-    GemvSet set{};
-    set.n = n;
-    for (int i = 0; i < n; ++i)
-      set.W[i] = ws[i]->data, set.out[i] = outs[i], set.bias[i] = biases[i], set.R[i] = static_cast<int>(ws[i]->rows);
-    if (ws[0]->type == DType::BF16)
-      launch_gemv<__nv_bfloat16>(set, x, C, static_cast<int>(T), gemv_rows_);
-    else
-      launch_gemv<float>(set, x, C, static_cast<int>(T), gemv_rows_);
-    check_launch("gemv");
   }
 
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
@@ -801,7 +762,6 @@ class CudaBackend final : public Backend {
     if (!b || b->bytes() < bytes) b = alloc(bytes);
   }
   int sms_ = 1;
-  int gemv_rows_ = 4;
   size_t smem_set_ = 0;
   // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
   std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_;
