@@ -100,38 +100,34 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
   report.device = session.device_description();
   report.copy_bandwidth = session.device_copy_bandwidth();
   report.device_matrix_bytes = session.device_matrix_bytes();
+  // one test: `repetitions` times, refill the cache to depth d (untimed), then time `timed`
+  auto measure = [&](const char* kind, int n, int d, const auto& timed) {
+    TestResult r;
+    r.kind = kind, r.tokens = n, r.depth = d;
+    for (int rep = 0; rep < o.repetitions; ++rep) {
+      fill(d);
+      const auto t0 = Clock::now();
+      timed();
+      r.tok_s.push_back(n / std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    finish(r, session.kv_stats());
+    if (r.kind == "tg" && report.copy_bandwidth > 0)  // the bytes a step reads: every matrix once and the held KV
+      r.roofline = r.median / (report.copy_bandwidth / static_cast<double>(report.device_matrix_bytes + r.kv_kept_bytes));
+    if (progress) std::fprintf(stderr, "%-18s %10.1f tok/s\n", test_name(r).c_str(), r.median);
+    report.tests.push_back(std::move(r));
+  };
   for (int d : o.depths) {
     for (int P : o.prompt_tokens) {
       if (P == 0) continue;
-      TestResult r;
-      r.kind = "pp", r.tokens = P, r.depth = d;
       const std::vector<int> prompt = token_range(d, P, V);
-      for (int rep = 0; rep < o.repetitions; ++rep) {
-        fill(d);
-        const auto t0 = Clock::now();
-        session.forward(prompt);
-        r.tok_s.push_back(P / std::chrono::duration<double>(Clock::now() - t0).count());
-      }
-      finish(r, session.kv_stats());
-      if (progress) std::fprintf(stderr, "%-18s %10.1f tok/s\n", test_name(r).c_str(), r.median);
-      report.tests.push_back(std::move(r));
+      measure("pp", P, d, [&] { session.forward(prompt); });
     }
     for (int N : o.gen_tokens) {
       if (N == 0) continue;
-      TestResult r;
-      r.kind = "tg", r.tokens = N, r.depth = d;
       const std::vector<int> gen = token_range(d, N, V);
-      for (int rep = 0; rep < o.repetitions; ++rep) {
-        fill(d);
-        const auto t0 = Clock::now();
+      measure("tg", N, d, [&] {
         for (int i = 0; i < N; ++i) session.forward(std::span<const int>(gen.data() + i, 1));
-        r.tok_s.push_back(N / std::chrono::duration<double>(Clock::now() - t0).count());
-      }
-      finish(r, session.kv_stats());
-      if (report.copy_bandwidth > 0)  // the bytes a step reads: every matrix once and the held KV
-        r.roofline = r.median / (report.copy_bandwidth / static_cast<double>(report.device_matrix_bytes + r.kv_kept_bytes));
-      if (progress) std::fprintf(stderr, "%-18s %10.1f tok/s\n", test_name(r).c_str(), r.median);
-      report.tests.push_back(std::move(r));
+      });
     }
   }
   report.peak_rss_bytes = peak_rss_bytes();

@@ -246,8 +246,22 @@ __device__ inline float to_f<float>(float v) {
   return v;
 }
 
+// The block's shared memory: q rows [rows][D], K tile [32][D + 1] (padded: lanes read different
+// banks), V tile [32][D], the tile's positions [32].
+struct AttnSmem {
+  float *q, *k, *v;
+  int* pos;
+};
+__device__ inline AttnSmem carve(float* smem, int D) {
+  AttnSmem s;
+  s.q = smem;
+  s.k = s.q + kAttnRows * D;
+  s.v = s.k + kKeyTile * (D + 1);
+  s.pos = reinterpret_cast<int*>(s.v + kKeyTile * D);
+  return s;
+}
+
 size_t attn_smem_bytes(int D) {
-  // q rows [rows][D], K tile [32][D + 1] (padded: lanes read different banks), V tile [32][D], positions
   return sizeof(float) * (static_cast<size_t>(kAttnRows) * D + kKeyTile * (D + 1) + kKeyTile * D) + kKeyTile * sizeof(int);
 }
 
@@ -281,10 +295,9 @@ template <typename KT>
 __global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
   extern __shared__ float smem[];
   const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
-  float* qs = smem;
-  float* ks = qs + kAttnRows * D;
-  float* vs = ks + kKeyTile * (D + 1);
-  int* ps = reinterpret_cast<int*>(vs + kKeyTile * D);
+  const AttnSmem sm = carve(smem, D);
+  float *qs = sm.q, *ks = sm.k, *vs = sm.v;
+  int* ps = sm.pos;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   load_q(qs, q, a, g, t0);
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kMaxHeadDim / 32];
@@ -381,10 +394,9 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
                              const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
   extern __shared__ float smem[];
   const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
-  float* qs = smem;
-  float* ks = qs + kAttnRows * D;
-  float* vs = ks + kKeyTile * (D + 1);
-  int* ps = reinterpret_cast<int*>(vs + kKeyTile * D);
+  const AttnSmem sm = carve(smem, D);
+  float *qs = sm.q, *ks = sm.k, *vs = sm.v;
+  int* ps = sm.pos;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   load_q(qs, q, a, g, t0);
   float m[kRowsPerWarp], inv[kRowsPerWarp], h_sum[kRowsPerWarp], n_vis[kRowsPerWarp];
