@@ -297,7 +297,11 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
       block_dots(out, R, r0, reinterpret_cast<const float*>(w.row(r0)), nr, x, T, C);
     } else {
       float* buf = row_buffer(static_cast<size_t>(block * C));
-      for (int64_t i = 0; i < nr; ++i) dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
+      // prompt chunks take the SIMD dequantization (within a rounding); decode rows stay exact
+      for (int64_t i = 0; i < nr; ++i) {
+        if (T >= 3) dequantize_row_fast(w.type, w.row(r0 + i), buf + i * C, C);
+        else dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
+      }
       block_dots(out, R, r0, buf, nr, x, T, C);
     }
     if (bias != nullptr) {

@@ -191,12 +191,17 @@ template <> struct Unpack<DType::IQ4_XS> {
   }
 };
 
+// Values per block of a block type, at compile time.
+constexpr int dtype_info_values(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+                 t == DType::IQ4_NL
+             ? 32
+             : 256;
+}
+
 template <DType T>
 float dot_q8_t(const uint8_t* row, const Q8Block* x, int64_t C) {
-  constexpr int kValues = T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 ||
-                                  T == DType::Q5_1 || T == DType::IQ4_NL
-                              ? 32
-                              : 256;
+  constexpr int kValues = dtype_info_values(T);
   const int bytes = dtype_info(T).block_bytes;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc = _mm256_setzero_ps();
@@ -223,6 +228,28 @@ float dot_q8_t(const uint8_t* row, const Q8Block* x, int64_t C) {
   return hsum(acc) + offset;
 }
 
+// The prompt path's dequantization: the same unpacked groups, widened to f32 as sc * q + mn per
+// half in one FMA (within one rounding of dequantize_row, which rounds the product and the sum).
+template <DType T>
+void dequantize_t(const uint8_t* row, float* dst, int64_t n) {
+  constexpr int kValues = dtype_info_values(T);
+  const int bytes = dtype_info(T).block_bytes;
+  Group w;
+  for (int64_t b = 0; b < n / kValues; ++b) {
+    const uint8_t* blk = row + b * bytes;
+    for (int g = 0; g < kValues / 32; ++g, dst += 32) {
+      Unpack<T>::group(blk, g, w);
+      const __m128i half[2] = {_mm256_castsi256_si128(w.q), _mm256_extracti128_si256(w.q, 1)};
+      for (int k = 0; k < 4; ++k) {
+        const __m128i part = k % 2 == 0 ? half[k / 2] : _mm_srli_si128(half[k / 2], 8);
+        const __m256i i32 = Unpack<T>::kSigned ? _mm256_cvtepi8_epi32(part) : _mm256_cvtepu8_epi32(part);
+        _mm256_storeu_ps(dst + 8 * k, _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_set1_ps(w.sc[k / 2]),
+                                                      _mm256_set1_ps(w.mn[k / 2])));
+      }
+    }
+  }
+}
+
 using DotFn = float (*)(const uint8_t*, const Q8Block*, int64_t);
 constexpr DotFn kDots[kDTypeCount] = {
     nullptr, nullptr, nullptr,
@@ -231,7 +258,20 @@ constexpr DotFn kDots[kDTypeCount] = {
     dot_q8_t<DType::IQ4_NL>, dot_q8_t<DType::IQ4_XS>,
 };
 
+using DequantizeFn = void (*)(const uint8_t*, float*, int64_t);
+constexpr DequantizeFn kDequantize[kDTypeCount] = {
+    nullptr, nullptr, nullptr,
+    dequantize_t<DType::Q8_0>, dequantize_t<DType::Q4_0>, dequantize_t<DType::Q4_1>, dequantize_t<DType::Q5_0>,
+    dequantize_t<DType::Q5_1>, dequantize_t<DType::Q2_K>, dequantize_t<DType::Q3_K>, dequantize_t<DType::Q4_K>,
+    dequantize_t<DType::Q5_K>, dequantize_t<DType::Q6_K>, dequantize_t<DType::IQ4_NL>, dequantize_t<DType::IQ4_XS>,
+};
+
 }  // namespace
+
+void dequantize_row_fast(DType t, const uint8_t* row, float* dst, int64_t n) {
+  if (has_q8_dot(t)) return kDequantize[static_cast<int>(t)](row, dst, n);
+  dequantize_row(t, row, dst, n);
+}
 
 void quantize_q8(Q8Block* out, const float* x, int64_t C) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -267,6 +307,7 @@ float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) { return 
 
 #else
 
+void dequantize_row_fast(DType t, const uint8_t* row, float* dst, int64_t n) { dequantize_row(t, row, dst, n); }
 void quantize_q8(Q8Block* out, const float* x, int64_t C) { ref::quantize_q8(out, x, C); }
 float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) { return ref::dot_q8(t, row, x, C); }
 

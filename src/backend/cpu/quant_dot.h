@@ -27,6 +27,11 @@ bool has_q8_dot(DType t);
 // row (C values of type t) . x (C / 32 activation blocks).
 float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C);
 
+// dst[n] <- the n values of type t, for the prompt path's tiles: every block type through the same
+// SIMD unpacking as the integer products (within one rounding of dequantize_row: sc * q + mn in
+// one FMA); other types as dequantize_row.
+void dequantize_row_fast(DType t, const uint8_t* row, float* dst, int64_t n);
+
 namespace ref {
 void quantize_q8(Q8Block* out, const float* x, int64_t C);
 // Through unpack_group, in double: the same integers and scales, summed without rounding.
