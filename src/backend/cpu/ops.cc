@@ -1,7 +1,5 @@
 #include "backend/cpu/ops.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -16,9 +14,6 @@
 #include "backend/cpu/simd.h"
 
 namespace squeezekv::cpu {
-
-void set_threads(int n) { omp_set_num_threads(std::max(1, n)); }
-int threads() { return omp_get_max_threads(); }
 
 namespace ref {
 

@@ -1,7 +1,8 @@
 // CPU math kernels. They know nothing of models: plain arrays with shapes in comments.
 // Letters: T tokens (query rows), R/C matrix rows/cols, H query heads, G kv heads, D head dim,
 // N retained keys. Every fast path has a scalar reference in namespace `ref` that tests compare to.
-// Thread safety: kernels are re-entrant; they use OpenMP threads internally.
+// Thread safety: kernels are re-entrant; they use OpenMP threads internally, as many as the calling
+// thread's OpenMP setting (the CPU backend sets it from its own thread count before each call).
 #pragma once
 #include <cstdint>
 
@@ -11,10 +12,6 @@
 #include "core/weight.h"
 
 namespace squeezekv::cpu {
-
-// Number of OpenMP threads kernels use (process-wide).
-void set_threads(int n);
-int threads();
 
 // a . b over n floats.
 float dot(const float* a, const float* b, int64_t n);
