@@ -137,6 +137,7 @@ expect_error "nothing to measure" bench -m "$m" --tokenizer "$tok" -p 0 -n 0
 expect_error "--ctx" bench -m "$m" --tokenizer "$tok" -p 64 -n 8 -d 100 --ctx 128
 expect_error "--kv-budget" bench -m "$m" --tokenizer "$tok" --kv-policy h2o
 expect_error "--json" bench -m "$m" --tokenizer "$tok" -p 8 -n 2 -r 1 --json /nonexistent/dir/b.json
+expect_error "--kv-stats" bench -m "$m" --tokenizer "$tok" -p 8 -n 2 -r 1 --kv-stats
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

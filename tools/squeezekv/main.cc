@@ -360,6 +360,8 @@ struct BenchArgs {
 
 int run_bench(CommonArgs a, BenchArgs& b) {
   bench::validate(b.opt);
+  if (a.kv_stats || !a.kv_stats_json.empty())
+    throw Error("--kv-stats: not available in bench (its table and --json give the KV bytes of every test)");
   const int need = *std::max_element(b.opt.depths.begin(), b.opt.depths.end()) +
                    std::max(*std::max_element(b.opt.prompt_tokens.begin(), b.opt.prompt_tokens.end()),
                             *std::max_element(b.opt.gen_tokens.begin(), b.opt.gen_tokens.end()));
