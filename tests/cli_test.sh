@@ -44,6 +44,13 @@ expect_error "--device-weights" generate -m "$m" --tokenizer "$tok" -p hi --devi
 if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
 expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi
 expect_error "not both" generate --dummy /nonexistent/config.json -m "$m" -p hi
+big="$(mktemp --suffix=.json)"
+printf '{"model_type": "llama", "hidden_size": 65536, "intermediate_size": 262144, "num_hidden_layers": 96,
+ "num_attention_heads": 512, "num_key_value_heads": 64, "vocab_size": 128000}' > "$big"
+expect_error "more than this machine's memory" generate --dummy "$big" -p hi
+echo '{"model_type": "llama", "hidden_size": 64' > "$big"
+expect_error "not valid JSON" generate --dummy "$big" -p hi
+rm -f "$big"
 expect_error "-n" generate -m "$m" --tokenizer "$tok" -p hi -n -5
 expect_error "--ctx" generate -m "$m" --tokenizer "$tok" -p hi --ctx 0
 expect_error "context full" generate -m "$m" --tokenizer "$tok" -p "Once upon a time there was" --ctx 4

@@ -5,6 +5,7 @@
 // weights depend on the seed only (not on threads or the device). The tokenizer has the 256 byte
 // tokens only: enough for token ids, not for text.
 #include <omp.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -74,6 +75,14 @@ std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t
     specs.push_back({p + "ffn_up.weight", {F, E}});
     specs.push_back({p + "ffn_down.weight", {E, F}});
   }
+  // refuse a shape this machine cannot hold before allocating any of it
+  int64_t values = 0;
+  for (const Spec& sp : specs) values += sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
+  const double need = 2.0 * static_cast<double>(values);
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (have > 0 && need > 0.9 * have)
+    throw Error("--dummy: the weights of '" + config_path + "' take " + std::to_string(static_cast<int64_t>(need / 1e9)) +
+                " GB as BF16, more than this machine's memory (" + std::to_string(static_cast<int64_t>(have / 1e9)) + " GB)");
   // one owned BF16 buffer per tensor, rows filled in parallel from per-row streams
   std::map<std::string, TensorRef> tensors;
   std::vector<std::shared_ptr<void>> keep;
