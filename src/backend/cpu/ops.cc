@@ -41,21 +41,34 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
 using simd::hsum;
 #endif
 
-float dot(const float* a, const float* b, int64_t n) {
 #if SQUEEZEKV_AVX2
+// dot()'s summation: four accumulators of 8 lanes over blocks of 32, then lanes of 8, then the
+// last n % 8 values one by one. load8(i) gives the 8 weights from i as floats, tail(out, i, k)
+// the k < 8 weights from i; any row format whose widening is exact sums bit-identically to dot().
+template <class Load8, class Tail>
+inline float dot_lanes(const Load8& load8, const Tail& tail, const float* b, int64_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
          s3 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    s0 = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(load8(i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(load8(i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(load8(i + 24), _mm256_loadu_ps(b + i + 24), s3);
   }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(b + i), s0);
+  float a[8];
+  tail(a, i, n - i);
   float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (int64_t j = 0; i + j < n; ++j) s += a[j] * b[i + j];
   return s;
+}
+#endif
+
+float dot(const float* a, const float* b, int64_t n) {
+#if SQUEEZEKV_AVX2
+  return dot_lanes([a](int64_t i) { return _mm256_loadu_ps(a + i); },
+                   [a](float* out, int64_t i, int64_t k) { std::copy(a + i, a + i + k, out); }, b, n);
 #else
   return ref::dot(a, b, n);
 #endif
@@ -102,7 +115,7 @@ inline __m256 q_to_ps(__m128i bytes8_as_epi32_src, bool is_signed) {
   return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes8_as_epi32_src) : _mm256_cvtepu8_epi32(bytes8_as_epi32_src));
 }
 
-// F16 / BF16 rows: converted 8 at a time (exactly) and accumulated in dot()'s order, so the result
+// F16 / BF16 rows: converted 8 at a time (exactly) and summed by dot()'s own loop, so the result
 // is bit-identical to dequantize_row + dot.
 inline __m256 load8_half(DType t, const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -110,21 +123,12 @@ inline __m256 load8_half(DType t, const uint16_t* p) {
 }
 
 float dot_half(DType t, const uint16_t* w, const float* x, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    s0 = _mm256_fmadd_ps(load8_half(t, w + i), _mm256_loadu_ps(x + i), s0);
-    s1 = _mm256_fmadd_ps(load8_half(t, w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
-    s2 = _mm256_fmadd_ps(load8_half(t, w + i + 16), _mm256_loadu_ps(x + i + 16), s2);
-    s3 = _mm256_fmadd_ps(load8_half(t, w + i + 24), _mm256_loadu_ps(x + i + 24), s3);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load8_half(t, w + i), _mm256_loadu_ps(x + i), s0);
-  float tail[8];  // the last n % 8 values, as dot() sees them
-  if (t == DType::F16) f16_to_f32_row(tail, w + i, n - i);
-  else bf16_to_f32_row(tail, w + i, n - i);
-  float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  for (int64_t j = 0; i + j < n; ++j) s += tail[j] * x[i + j];
-  return s;
+  return dot_lanes([t, w](int64_t i) { return load8_half(t, w + i); },
+                   [t, w](float* out, int64_t i, int64_t k) {
+                     if (t == DType::F16) f16_to_f32_row(out, w + i, k);
+                     else bf16_to_f32_row(out, w + i, k);
+                   },
+                   x, n);
 }
 
 float dot_stored(DType t, const uint8_t* row, const float* x, int64_t C) {
