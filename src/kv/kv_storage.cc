@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "kv/select.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv {
@@ -65,10 +66,8 @@ void KvStorage::sync_to_host() const {
 
 void KvStorage::evict_one_on_backend(int budget, int sinks, int recent) {
   assert(count_ == budget + 1);
-  // select_sinks_recent_top's protected ranges (kv/select.cc)
-  const int n_sink = std::min(sinks, budget);
-  const int n_recent = std::min(recent, budget - n_sink);
-  backend_->kv_evict_one(arrays_, count_, n_sink, newest_ - n_recent + 1);
+  const EvictableRange range = evictable_range(budget, sinks, recent, newest_);  // the host rule's
+  backend_->kv_evict_one(arrays_, count_, range.keep_below, range.keep_from);
   --count_;
   if (!backend_->host_visible()) pos_stale_ = true;
 }

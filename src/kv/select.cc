@@ -10,18 +10,23 @@ int recent_window(int budget, int sinks, int recent) {
   return std::max(0, std::min(r, budget - sinks));
 }
 
+EvictableRange evictable_range(int budget, int sinks, int recent, int32_t newest_position) {
+  const int n_sink = std::min(sinks, budget);
+  const int n_recent = std::min(recent, budget - n_sink);
+  // the newest n_recent positions are all present (never evicted), so they sit at or above
+  // newest - n_recent + 1; sinks are positions below n_sink
+  return {n_sink, newest_position - n_recent + 1};
+}
+
 int select_sinks_recent_top(const KvStorage& s, int budget, int sinks, int recent, const float* scores, size_t stride,
                             std::vector<int>& evict) {
   const int n = s.count();
   const int n_evict = n - budget;
   if (n_evict <= 0) return 0;
   const int G = s.n_kv_heads();
-  const int n_sink = std::min(sinks, budget);
-  const int n_recent = std::min(recent, budget - n_sink);
   evict.resize(static_cast<size_t>(G) * n_evict);
-  // the newest n_recent positions are all present (never evicted), so they sit at or above
-  // newest - n_recent + 1; sinks are positions below n_sink
-  const int32_t recent_from = s.newest_position() - n_recent + 1;
+  const EvictableRange range = evictable_range(budget, sinks, recent, s.newest_position());
+  const int32_t n_sink = range.keep_below, recent_from = range.keep_from;
   thread_local std::vector<int> middle;
   for (int g = 0; g < G; ++g) {
     const float* sc = scores + g * stride;
