@@ -21,7 +21,15 @@ struct DTypeInfo {
   int block_bytes;   // bytes per block
 };
 
-const DTypeInfo& dtype_info(DType t);
+// Block sizes (GGUF spec, ggml's docs/gguf.md), indexed by DType; constexpr, so kernels can size
+// their loops at compile time.
+inline constexpr DTypeInfo kDTypeInfo[kDTypeCount] = {
+    {"F32", 1, 4},        {"F16", 1, 2},       {"BF16", 1, 2},
+    {"Q8_0", 32, 34},     {"Q4_0", 32, 18},    {"Q4_1", 32, 20},    {"Q5_0", 32, 22},    {"Q5_1", 32, 24},
+    {"Q2_K", 256, 84},    {"Q3_K", 256, 110},  {"Q4_K", 256, 144},  {"Q5_K", 256, 176},  {"Q6_K", 256, 210},
+    {"IQ4_NL", 32, 18},   {"IQ4_XS", 256, 136},
+};
+constexpr const DTypeInfo& dtype_info(DType t) { return kDTypeInfo[static_cast<int>(t)]; }
 
 // Bytes taken by `n` values of type `t`; `n` must be a multiple of the block size.
 inline size_t dtype_bytes(DType t, int64_t n) {

@@ -191,17 +191,9 @@ template <> struct Unpack<DType::IQ4_XS> {
   }
 };
 
-// Values per block of a block type, at compile time.
-constexpr int dtype_info_values(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-                 t == DType::IQ4_NL
-             ? 32
-             : 256;
-}
-
 template <DType T>
 float dot_q8_t(const uint8_t* row, const Q8Block* x, int64_t C) {
-  constexpr int kValues = dtype_info_values(T);
+  constexpr int kValues = dtype_info(T).block_values;
   const int bytes = dtype_info(T).block_bytes;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc = _mm256_setzero_ps();
@@ -232,7 +224,7 @@ float dot_q8_t(const uint8_t* row, const Q8Block* x, int64_t C) {
 // half in one FMA (within one rounding of dequantize_row, which rounds the product and the sum).
 template <DType T>
 void dequantize_t(const uint8_t* row, float* dst, int64_t n) {
-  constexpr int kValues = dtype_info_values(T);
+  constexpr int kValues = dtype_info(T).block_values;
   const int bytes = dtype_info(T).block_bytes;
   Group w;
   for (int64_t b = 0; b < n / kValues; ++b) {
