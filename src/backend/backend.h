@@ -70,6 +70,13 @@ class Backend {
   // out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null).
   virtual void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
                       Activations act) = 0;
+  // The same product over rows of different sequences (RowMode::kIndependent): each row's result
+  // equals a one-row matmul's. By default T one-row products (the weights read T times); a
+  // backend overrides it to read them once.
+  virtual void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
+                           Activations act) {
+    for (int64_t t = 0; t < T; ++t) matmul(out + t * w.rows, x + t * w.cols, w, 1, bias, act);
+  }
   // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]
   virtual void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) = 0;
   // x[T][E] += y; out = rmsnorm(x) (the residual add and the next norm, one pass where the

@@ -13,6 +13,13 @@ namespace squeezekv {
 //          sum|w| * max|x| / 254).
 enum class Activations : uint8_t { kF32, kInt8 };
 
+// How the T rows of a matmul relate.
+//   kChunk:       rows of one prompt chunk: the backend sums in whatever order is fastest.
+//   kIndependent: rows of different sequences (a decode batch): every row gets exactly the
+//                 arithmetic of a one-row product, so a sequence's results do not depend on what
+//                 else shares the batch; the weights are still read once for all rows.
+enum class RowMode : uint8_t { kChunk, kIndependent };
+
 enum class RopePairing : uint8_t {
   kHalves,    // dimension i pairs with i + D/2 (Hugging Face checkpoints, GGUF qwen2)
   kAdjacent,  // dimension 2i pairs with 2i + 1 (GGUF llama, llama2.c)

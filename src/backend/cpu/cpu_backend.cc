@@ -51,6 +51,11 @@ class CpuBackend final : public Backend {
     use_threads();
     cpu::matmul(out, x, w, T, bias, act);
   }
+  void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
+                   Activations act) override {
+    use_threads();
+    cpu::matmul(out, x, w, T, bias, act, RowMode::kIndependent);
+  }
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
     cpu::rmsnorm(out, x, w, T, E, eps);
   }

@@ -258,12 +258,15 @@ void block_dots(float* out, int64_t R, int64_t r0, const float* rows, int64_t nr
 
 }  // namespace
 
-void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) {
+void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act,
+            RowMode rows) {
   const int64_t R = w.rows, C = w.cols;
-  // decode (T < 3): with 8-bit activations, x is rounded once here and every block type takes
-  // integer dots on the stored rows; in f32 (and for F16/BF16 weights always), Q8_0/Q4_0/Q4_1/
-  // F16/BF16 take fused dots; neither needs a dequantization buffer
-  const bool int8 = T < 3 && act == Activations::kInt8 && has_q8_dot(w.type);
+  // decode (T < 3, or rows of different sequences): with 8-bit activations, x is rounded once
+  // here and every block type takes integer dots on the stored rows; in f32 (and for F16/BF16
+  // weights always), Q8_0/Q4_0/Q4_1/F16/BF16 take fused dots; neither needs a dequantization
+  // buffer. Every decode row is summed exactly as a one-row product sums it.
+  const bool decode = T < 3 || rows == RowMode::kIndependent;
+  const bool int8 = decode && act == Activations::kInt8 && has_q8_dot(w.type);
   bool fused = int8;
   const Q8Block* xq = nullptr;
   if (int8) {
@@ -273,9 +276,9 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
     xq = xq_buf.data();
   }
 #if SQUEEZEKV_AVX2
-  fused = fused || (T < 3 && has_fused_dot(w.type));
+  fused = fused || (decode && has_fused_dot(w.type));
 #endif
-  const int64_t block = wide_blocks(T) ? kWideBlock : kRowBlock;
+  const int64_t block = !decode && wide_blocks(T) ? kWideBlock : kRowBlock;
   const int64_t n_blocks = (R + block - 1) / block;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -292,16 +295,23 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
 #endif
           }
         }
-    } else if (w.type == DType::F32) {
-      block_dots(out, R, r0, reinterpret_cast<const float*>(w.row(r0)), nr, x, T, C);
     } else {
-      float* buf = row_buffer(static_cast<size_t>(block * C));
-      // prompt chunks take the SIMD dequantization (within a rounding); decode rows stay exact
-      for (int64_t i = 0; i < nr; ++i) {
-        if (T >= 3) dequantize_row_fast(w.type, w.row(r0 + i), buf + i * C, C);
-        else dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
+      const float* rows_f32 = reinterpret_cast<const float*>(w.row(r0));
+      if (w.type != DType::F32) {
+        float* buf = row_buffer(static_cast<size_t>(block * C));
+        // prompt chunks take the SIMD dequantization (within a rounding); decode rows stay exact
+        for (int64_t i = 0; i < nr; ++i) {
+          if (!decode) dequantize_row_fast(w.type, w.row(r0 + i), buf + i * C, C);
+          else dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
+        }
+        rows_f32 = buf;
       }
-      block_dots(out, R, r0, buf, nr, x, T, C);
+      if (decode) {  // dot() per row: what a one-row product does
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot(rows_f32 + i * C, x + t * C, C);
+      } else {
+        block_dots(out, R, r0, rows_f32, nr, x, T, C);
+      }
     }
     if (bias != nullptr) {
       for (int64_t t = 0; t < T; ++t)

@@ -23,11 +23,13 @@ using squeezekv::AttentionProbe;
 using squeezekv::KvType;
 using squeezekv::KvView;
 using squeezekv::RopePairing;
+using squeezekv::RowMode;
 using squeezekv::f32_to_f16_row;
 
 // out[T][R] = x[T][C] @ W[R][C]^T (+ bias[R] when not null). W is dequantized on the fly.
+// rows: kIndependent sums every row exactly as a one-row product (a decode batch).
 void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias = nullptr,
-            Activations act = Activations::kF32);
+            Activations act = Activations::kF32, RowMode rows = RowMode::kChunk);
 
 // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]   (Hugging Face LlamaRMSNorm order of operations)
 void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps);

@@ -1,0 +1,266 @@
+// The forward pass of Llama-family models (llama, qwen2), as a flat recipe, one op per line, over
+// the rows of one or more sequences (runner.h).
+// Letters: T rows in this step, E hidden, H query heads, G kv heads, D head dim, F ffn, V vocab.
+#include "runtime/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "model/weights.h"
+#include "squeezekv/error.h"
+
+namespace squeezekv {
+
+constexpr int kDefaultMaxTokens = 16384;
+
+namespace {
+
+// The seed's concentration: mean over kv heads of the mean off-diagonal cosine similarity of the
+// step's keys. Exact, via sum_{i != j} cos(k_i, k_j) = |sum_i k_i/|k_i||^2 - n.   k [T][G*D]
+double key_cosine(const float* k, int T, int G, int D) {
+  double total = 0.0;
+  std::vector<double> sum(static_cast<size_t>(D));
+  for (int g = 0; g < G; ++g) {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    int n = 0;
+    for (int t = 0; t < T; ++t) {
+      const float* r = k + (static_cast<size_t>(t) * G + g) * D;
+      double norm = 0.0;
+      for (int d = 0; d < D; ++d) norm += static_cast<double>(r[d]) * r[d];
+      if (norm <= 0.0) continue;
+      norm = 1.0 / std::sqrt(norm);
+      for (int d = 0; d < D; ++d) sum[d] += r[d] * norm;
+      ++n;
+    }
+    if (n < 2) continue;
+    double s2 = 0.0;
+    for (double v : sum) s2 += v * v;
+    total += (s2 - n) / (static_cast<double>(n) * (n - 1));
+  }
+  return total / G;
+}
+
+// The SqueezeAttention paper's layer importance: mean over rows of cos(x, x + attn(norm(x))).
+double residual_cosine(const float* x, const float* y, int T, int E) {
+  double total = 0.0;
+  for (int t = 0; t < T; ++t) {
+    const float* a = x + static_cast<size_t>(t) * E;
+    const float* b = y + static_cast<size_t>(t) * E;
+    double ab = 0.0, aa = 0.0, bb = 0.0;
+    for (int i = 0; i < E; ++i) {
+      ab += static_cast<double>(a[i]) * b[i];
+      aa += static_cast<double>(a[i]) * a[i];
+      bb += static_cast<double>(b[i]) * b[i];
+    }
+    total += aa > 0.0 && bb > 0.0 ? ab / std::sqrt(aa * bb) : 0.0;
+  }
+  return T > 0 ? total / T : 0.0;
+}
+
+}  // namespace
+
+
+
+// The model's weights as the session's backend multiplies them (the CPU: the stored bytes as they
+// are; a device: its own copies). Norm vectors and biases travel as 1 x n F32 matrices.
+struct DeviceWeights {
+  struct Layer {
+    const float* attn_norm = nullptr;                   // [E]
+    WeightMatrix wq, wk, wv, wo;                        // [H*D][E], [G*D][E] x2, [E][H*D]
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // [H*D], [G*D] x2 (qwen2 only)
+    const float* ffn_norm = nullptr;                    // [E]
+    WeightMatrix w_gate, w_up, w_down;                  // [F][E] x2, [E][F]
+  };
+  WeightMatrix tok_embd;  // [V][E] (host: rows are picked by host token ids)
+  WeightMatrix output;    // [V][E]
+  const float* out_norm = nullptr;  // [E]
+  const float* inv_freq = nullptr;  // [D/2]
+  std::vector<Layer> layers;
+  std::vector<std::unique_ptr<Buffer>> keep;  // device copies, when the backend makes them
+
+  DeviceWeights(Backend& b, const ModelWeights& w) {
+    auto matrix = [&](const WeightMatrix& m, Backend::WeightUse use = Backend::WeightUse::kMatrix) {
+      std::unique_ptr<Buffer> hold;
+      WeightMatrix d = b.prepare_weight(m, use, hold);
+      if (hold) keep.push_back(std::move(hold));
+      return d;
+    };
+    auto vec = [&](const std::vector<float>& v) -> const float* {
+      if (v.empty()) return nullptr;
+      const WeightMatrix m{DType::F32, reinterpret_cast<const uint8_t*>(v.data()), 1, static_cast<int64_t>(v.size()),
+                           v.size() * sizeof(float)};
+      return reinterpret_cast<const float*>(matrix(m, Backend::WeightUse::kVector).data);
+    };
+    tok_embd = w.tok_embd;
+    output = matrix(w.output);
+    out_norm = vec(w.out_norm);
+    inv_freq = vec(w.inv_freq);
+    for (const LayerWeights& L : w.layers)
+      layers.push_back({vec(L.attn_norm), matrix(L.wq), matrix(L.wk), matrix(L.wv), matrix(L.wo), vec(L.bq), vec(L.bk),
+                        vec(L.bv), vec(L.ffn_norm), matrix(L.w_gate), matrix(L.w_up), matrix(L.w_down)});
+  }
+};
+
+
+Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m), opt_(o), max_rows_(max_rows) {
+  const ModelConfig& c = m.config();
+  if (opt_.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt_.prefill_chunk));
+  backend_ = make_backend({opt_.device, opt_.threads, opt_.f32_device_weights});
+  dw_ = std::make_unique<DeviceWeights>(*backend_, m.weights());
+  act_ = opt_.decode_activations == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
+  chunk_ = opt_.prefill_chunk;
+  const size_t T = static_cast<size_t>(max_rows_), E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,
+               KD = static_cast<size_t>(c.n_kv_heads) * c.head_dim, F = c.ffn_dim;
+  auto floats = [&](size_t n) { return backend_->alloc(n * sizeof(float)); };
+  x_ = floats(T * E);
+  xn_ = floats(T * E);
+  q_ = floats(T * QD);
+  k_ = floats(T * KD);
+  v_ = floats(T * KD);
+  att_ = floats(T * QD);
+  tmp_ = floats(T * E);
+  gate_ = floats(T * F);
+  up_ = floats(T * F);
+  x_in_ = floats(T * E);
+  rows_pos_ = backend_->alloc(T * sizeof(int32_t));
+  logits_dev_ = floats(c.vocab_size);
+  rows_pos_host_.resize(T);
+  rows_tok_.resize(T);
+}
+
+Runner::~Runner() = default;
+
+int sequence_max_tokens(const ModelConfig& c, const CacheConfig& cache) {
+  // default: the model's context, capped so a 128k-context model does not reserve tens of GB
+  return cache.max_tokens > 0 ? cache.max_tokens : std::min(c.context_length, kDefaultMaxTokens);
+}
+
+SequenceState Runner::new_sequence(const CacheConfig& cache_in) const {
+  const ModelConfig& c = model_.config();
+  CacheConfig cache = cache_in;
+  validate(cache);
+  cache.max_tokens = sequence_max_tokens(c, cache);
+  SequenceState s;
+  s.max_tokens = cache.max_tokens;
+  s.caches = CacheBuilder::for_model(c, cache, std::min(chunk_, s.max_tokens), backend_.get());
+  return s;
+}
+
+void Runner::step(std::span<const Segment> segments) {
+  const ModelConfig& c = model_.config();
+  Backend& b = *backend_;
+  const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim;
+  const int64_t QD = static_cast<int64_t>(H) * D, KD = static_cast<int64_t>(G) * D;
+  const auto pairing = c.rope_adjacent_pairs ? RopePairing::kAdjacent : RopePairing::kHalves;
+  int T = 0;
+  bool independent = true;  // a decode batch: one row per sequence
+  for (const Segment& s : segments) {
+    for (int t = 0; t < s.T; ++t) {
+      rows_pos_host_[T + t] = s.seq->pos + t;
+      rows_tok_[T + t] = s.tokens[t];
+    }
+    T += s.T;
+    independent = independent && s.T == 1;
+  }
+  const int64_t TE = static_cast<int64_t>(T) * E;
+  float *x = x_->as<float>(), *xn = xn_->as<float>(), *q = q_->as<float>(), *k = k_->as<float>(), *v = v_->as<float>(),
+        *att = att_->as<float>(), *tmp = tmp_->as<float>(), *gate = gate_->as<float>(), *up = up_->as<float>();
+  auto matmul = [&](float* out, const float* in, const WeightMatrix& w, const float* bias) {
+    if (independent && T > 1) b.matmul_rows(out, in, w, T, bias, act_);
+    else b.matmul(out, in, w, T, bias, act_);
+  };
+  b.upload(rows_pos_->data(), rows_pos_host_.data(), static_cast<size_t>(T) * sizeof(int32_t));
+  const int32_t* rpos = rows_pos_->as<int32_t>();
+  b.embed(x, dw_->tok_embd, rows_tok_.data(), T);
+  b.rmsnorm(xn, x, dw_->layers[0].attn_norm, T, E, c.norm_eps);
+  metric_.resize(segments.size());
+  concentration_.resize(segments.size());
+  for (int l = 0; l < c.n_layers; ++l) {
+    const DeviceWeights::Layer& L = dw_->layers[l];
+    // attention block (xn: the normed input, from the step's start or the previous layer's end)
+    matmul(q, xn, L.wq, L.bq);
+    matmul(k, xn, L.wk, L.bk);
+    matmul(v, xn, L.wv, L.bv);
+    b.rope(q, rpos, T, H, D, dw_->inv_freq, pairing);
+    b.rope(k, rpos, T, G, D, dw_->inv_freq, pairing);
+    bool residual = false;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      metric_[i] = segments[i].seq->caches.layers[l].pending_metric();
+      residual = residual || metric_[i] == SqueezeMetric::kResidualCosine;
+    }
+    if (residual) b.copy(x_in_->data(), x, static_cast<size_t>(TE) * sizeof(float));
+    // each sequence's rows join its own cache and attend over it
+    for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
+      const Segment& s = segments[i];
+      LayerCache& cache = s.seq->caches.layers[l];
+      concentration_[i] = 0.0;
+      if (metric_[i] == SqueezeMetric::kKeyCosine)
+        concentration_[i] = key_cosine(host_copy(metric_a_, k + r * KD, static_cast<size_t>(s.T) * KD), s.T, G, D);
+      cache.append(k + r * KD, v + r * KD, rows_pos_host_.data() + r, s.T, rpos + r);
+      const KvView kv = cache.view();
+      AttentionProbe probe;
+      if (cache.wants_mass()) {  // attention adds straight into the cache's accumulated mass
+        probe.mass = cache.mass_accumulator();
+        probe.mass_stride = kv.capacity;
+        if (cache.mass_rows() > 0) probe.mass_row_begin = std::max(0, s.T - cache.mass_rows());
+      }
+      probe.entropy = metric_[i] == SqueezeMetric::kAttentionEntropy;
+      b.attention(att + r * QD, q + r * QD, rpos + r, s.T, H, kv, &probe);
+      if (metric_[i] == SqueezeMetric::kAttentionEntropy)
+        concentration_[i] = probe.entropy_rows > 0 ? 1.0 - probe.entropy_sum / static_cast<double>(probe.entropy_rows) : 0.0;
+    }
+    matmul(tmp, att, L.wo, nullptr);
+    // x += attention output; xn = its norm for the feed-forward block (SwiGLU)
+    b.add_rmsnorm(xn, x, tmp, L.ffn_norm, T, E, c.norm_eps);
+    for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
+      if (!metric_[i]) continue;
+      const size_t n = static_cast<size_t>(segments[i].T) * E;
+      if (metric_[i] == SqueezeMetric::kResidualCosine)
+        concentration_[i] = residual_cosine(host_copy(metric_a_, x_in_->as<float>() + static_cast<size_t>(r) * E, n),
+                                            host_copy(metric_b_, x + static_cast<size_t>(r) * E, n), segments[i].T, E);
+      segments[i].seq->caches.layers[l].report_concentration(concentration_[i]);
+    }
+    matmul(gate, xn, L.w_gate, nullptr);
+    matmul(up, xn, L.w_up, nullptr);
+    b.silu_mul(gate, up, static_cast<int64_t>(T) * F);
+    matmul(tmp, gate, L.w_down, nullptr);
+    // x += feed-forward output; xn = its norm for the next layer (or the output head)
+    b.add_rmsnorm(xn, x, tmp, l + 1 < c.n_layers ? dw_->layers[l + 1].attn_norm : dw_->out_norm, T, E, c.norm_eps);
+  }
+  for (const Segment& s : segments) {
+    for (LayerCache& cache : s.seq->caches.layers) cache.end_step();
+    s.seq->pos += s.T;
+  }
+}
+
+std::span<const float> Runner::logits(int first_row, int n, bool independent_rows) {
+  const ModelConfig& c = model_.config();
+  const size_t V = c.vocab_size;
+  if (logits_dev_->bytes() < n * V * sizeof(float)) logits_dev_ = backend_->alloc(n * V * sizeof(float));  // grows once
+  const float* h = xn_->as<float>() + static_cast<size_t>(first_row) * c.dim;
+  if (independent_rows && n > 1) backend_->matmul_rows(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
+  else backend_->matmul(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
+  logits_.resize(n * V);
+  backend_->download(logits_.data(), logits_dev_->data(), n * V * sizeof(float));
+  return {logits_.data(), logits_.size()};
+}
+
+int64_t Runner::matrix_bytes() const {
+  const DeviceWeights& d = *dw_;
+  int64_t b = static_cast<int64_t>(d.output.row_bytes) * d.output.rows;
+  for (const DeviceWeights::Layer& L : d.layers)
+    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      b += static_cast<int64_t>(m->row_bytes) * m->rows;
+  return b;
+}
+
+// n floats of backend memory, copied into host (only while a squeeze metric is pending).
+const float* Runner::host_copy(std::vector<float>& host, const float* src, size_t n) {
+  if (host.size() < n) host.resize(n);
+  backend_->download(host.data(), src, n * sizeof(float));
+  return host.data();
+}
+
+}  // namespace squeezekv

@@ -1,0 +1,87 @@
+// The forward pass shared by Session (one sequence) and Engine (many): one backend, one copy of
+// the device weights and scratch for one step's rows. A step runs the rows of one or more
+// sequences ("segments") through every weight matrix once; each segment attends over its own
+// caches. Letters: T rows in this step, E hidden, H query heads, G kv heads, D head dim, F ffn, V vocab.
+// Thread safety: one thread at a time (the backend's threads run inside each op).
+#pragma once
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/layer_cache.h"
+#include "squeezekv/model.h"
+#include "squeezekv/session.h"
+
+namespace squeezekv {
+
+struct DeviceWeights;
+
+// One sequence's state: its caches and position counter.
+struct SequenceState {
+  SequenceCache caches;
+  int pos = 0;
+  int max_tokens = 0;  // most tokens this sequence may see
+};
+
+// The most tokens a sequence with this cache config may see (the model's context when unset,
+// capped at 16384).
+int sequence_max_tokens(const ModelConfig& model, const CacheConfig& cache);
+
+// Rows [row, row + T) of a step belong to one sequence.
+struct Segment {
+  SequenceState* seq = nullptr;
+  const int* tokens = nullptr;  // [T] host ids
+  int T = 0;
+};
+
+class Runner {
+ public:
+  // options.cache is not used here (each sequence brings its own); max_rows: most rows of a step.
+  Runner(const Model& model, const SessionOptions& options, int max_rows);
+  ~Runner();
+
+  // A sequence with its own caches (config validated, Error naming the flag otherwise).
+  SequenceState new_sequence(const CacheConfig& cache) const;
+
+  // One step over the segments' rows (at most max_rows in all). When every segment is one row
+  // (a decode batch), each row gets exactly a lone sequence's arithmetic (RowMode::kIndependent).
+  // Leaves the final hidden states (after the output norm) in hidden() [T][E].
+  void step(std::span<const Segment> segments);
+  // Logits [n][V] of rows [first_row, first_row + n) of the last step, in host memory;
+  // independent_rows: the rows belong to different sequences (a decode batch).
+  std::span<const float> logits(int first_row, int n, bool independent_rows);
+
+  const Model& model() const { return model_; }
+  Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
+  int max_rows() const { return max_rows_; }
+  int prefill_chunk() const { return chunk_; }
+  int64_t matrix_bytes() const;
+
+ private:
+  const float* host_copy(std::vector<float>& host, const float* src, size_t n);
+
+  const Model& model_;
+  SessionOptions opt_;
+  int max_rows_ = 0;
+  int chunk_ = 0;
+  Activations act_ = Activations::kF32;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<DeviceWeights> dw_;
+  // activations in the backend's memory, sized for max_rows rows
+  std::unique_ptr<Buffer> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_;  // [T][E] x2, [T][H*D], [T][G*D] x2, [T][H*D], [T][E], [T][F] x2
+  std::unique_ptr<Buffer> x_in_;                                        // [T][E] layer input (residual_cosine only)
+  std::unique_ptr<Buffer> rows_pos_;                                    // [T] positions of the step's rows
+  std::unique_ptr<Buffer> logits_dev_;                                  // [n][V]
+  // host side
+  std::vector<int32_t> rows_pos_host_;  // [T]
+  std::vector<int32_t> rows_tok_;       // [T]
+  std::vector<float> metric_a_, metric_b_;                              // squeeze metric inputs, copied down once per schedule
+  std::vector<std::optional<SqueezeMetric>> metric_;                    // [segments] pending metric this layer
+  std::vector<double> concentration_;                                   // [segments]
+  std::vector<float> logits_;
+};
+
+}  // namespace squeezekv
