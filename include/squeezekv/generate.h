@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "squeezekv/session.h"
+#include "squeezekv/tokenizer.h"
 
 namespace squeezekv {
 
@@ -47,7 +48,39 @@ struct GenerateResult {
   int prompt_tokens = 0;
   double prompt_seconds = 0.0;
   double generate_seconds = 0.0;
-  std::string stop_reason;  // "eos", "stop", "length"
+  std::string stop_reason;  // "eos", "stop", "length" (max_tokens or a full context), "cancelled" (on_text said stop), "error"
+  std::string error;        // what failed, when stop_reason is "error"
+};
+
+// One sequence's generation: samples from the logits of each step, stops at an end-of-generation
+// token, a stop string or max_tokens, and emits text in whole UTF-8 characters (holding back what
+// may begin a stop string). generate() and the Scheduler (engine.h) both drive it.
+// Thread safety: one thread at a time.
+class Generation {
+ public:
+  // Validates the options (Error naming the flag). on_text may be empty; when it returns false
+  // the generation ends with stop_reason "cancelled".
+  Generation(const Tokenizer& tok, std::span<const int> prompt, const GenerateOptions& opt,
+             std::function<bool(std::string_view)> on_text = {});
+  // Takes the logits [V] after the last step; returns the token to run next, or -1 when finished.
+  int next(std::span<const float> logits);
+  // Ends the generation early (context full: "length"; "cancelled"; "error"), emitting held text
+  // unless cancelled.
+  void finish(const std::string& reason);
+  bool done() const { return done_; }
+  GenerateResult& result() { return res_; }
+
+ private:
+  void emit(std::string_view s);
+
+  const Tokenizer& tok_;
+  GenerateOptions opt_;
+  std::function<bool(std::string_view)> on_text_;
+  Sampler sampler_;
+  TextStream stream_;
+  std::string held_;  // text not yet emitted because it may begin a stop string
+  GenerateResult res_;
+  bool done_ = false;
 };
 
 // Prefills the prompt, then samples until an end-of-generation token, a stop string or

@@ -70,64 +70,97 @@ int Sampler::sample(std::span<const float> logits) {
   return cand_[n - 1].second;
 }
 
-GenerateResult generate(Session& session, std::span<const int> prompt, const GenerateOptions& opt,
-                        const std::function<void(std::string_view)>& on_text) {
-  using clock = std::chrono::steady_clock;
-  const Tokenizer& tok = session.model().tokenizer();
+Generation::Generation(const Tokenizer& tok, std::span<const int> prompt, const GenerateOptions& opt,
+                       std::function<bool(std::string_view)> on_text)
+    : tok_(tok),
+      opt_(opt),
+      on_text_(std::move(on_text)),
+      sampler_(opt.sampler),
+      // the stream starts "at the text start" when the prompt is just BOS
+      stream_(tok, prompt.size() == 1 && prompt[0] == tok.bos()) {
   if (prompt.empty()) throw Error("generate: empty prompt (nothing to condition on)");
   if (opt.max_tokens < 0) throw Error("-n: must be >= 0");
   for (const auto& s : opt.stop)
     if (s.empty()) throw Error("--stop: empty stop string");
-  GenerateResult res;
-  res.prompt_tokens = static_cast<int>(prompt.size());
-  Sampler sampler(opt.sampler);
+  res_.prompt_tokens = static_cast<int>(prompt.size());
+  res_.stop_reason = "length";
+  if (opt.max_tokens == 0) finish("length");
+}
+
+void Generation::emit(std::string_view s) {
+  if (s.empty() || res_.stop_reason == "cancelled") return;
+  res_.text += s;
+  if (on_text_ && !on_text_(s)) {
+    res_.stop_reason = "cancelled";
+    done_ = true;
+  }
+}
+
+void Generation::finish(const std::string& reason) {
+  if (done_) return;
+  if (reason != "cancelled") {
+    emit(held_ + stream_.flush());
+    held_.clear();
+  }
+  if (res_.stop_reason != "cancelled") res_.stop_reason = reason;
+  done_ = true;
+}
+
+int Generation::next(std::span<const float> logits) {
+  if (done_) return -1;
+  const int id = sampler_.sample(logits);
+  if (tok_.is_end_of_generation(id)) {
+    finish("eos");
+    return -1;
+  }
+  res_.tokens.push_back(id);
+  held_ += stream_.push(id);
+  bool stopped = false;
+  for (const auto& s : opt_.stop) {
+    const size_t at = held_.find(s);
+    if (at != std::string::npos) {
+      held_.resize(at);
+      stopped = true;
+    }
+  }
+  if (stopped) {
+    emit(held_);
+    held_.clear();
+    if (!done_) res_.stop_reason = "stop";
+    done_ = true;
+    return -1;
+  }
+  // keep back the longest suffix that could still grow into a stop string
+  size_t keep = 0;
+  for (const auto& s : opt_.stop)
+    for (size_t k = std::min(s.size() - 1, held_.size()); k > keep; --k)
+      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  emit(std::string_view(held_).substr(0, held_.size() - keep));
+  held_.erase(0, held_.size() - keep);
+  if (done_) return -1;  // cancelled by on_text
+  if (static_cast<int>(res_.tokens.size()) >= opt_.max_tokens) {
+    finish("length");
+    return -1;
+  }
+  return id;
+}
+
+GenerateResult generate(Session& session, std::span<const int> prompt, const GenerateOptions& opt,
+                        const std::function<void(std::string_view)>& on_text) {
+  using clock = std::chrono::steady_clock;
+  Generation g(session.model().tokenizer(), prompt, opt, [&on_text](std::string_view s) {
+    if (on_text) on_text(s);
+    return true;
+  });
   const auto t0 = clock::now();
   std::span<const float> logits = session.forward(prompt);
   const auto t1 = clock::now();
+  for (int id = g.next(logits); id >= 0; id = g.next(logits)) logits = session.forward(std::span<const int>(&id, 1));
+  GenerateResult res = std::move(g.result());
   res.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-  // the stream starts "at the text start" when the prompt is just BOS
-  TextStream stream(tok, prompt.size() == 1 && prompt[0] == tok.bos());
-  std::string held;  // text not yet emitted because it may begin a stop string
-  res.stop_reason = "length";
-  auto emit = [&](std::string_view s) {
-    res.text += s;
-    if (on_text && !s.empty()) on_text(s);
-  };
-  for (int i = 0; i < opt.max_tokens; ++i) {
-    const int id = sampler.sample(logits);
-    if (tok.is_end_of_generation(id)) {
-      res.stop_reason = "eos";
-      break;
-    }
-    res.tokens.push_back(id);
-    held += stream.push(id);
-    bool stopped = false;
-    for (const auto& s : opt.stop) {
-      const size_t at = held.find(s);
-      if (at != std::string::npos) {
-        held.resize(at);
-        stopped = true;
-      }
-    }
-    if (stopped) {
-      emit(held);
-      held.clear();
-      res.stop_reason = "stop";
-      break;
-    }
-    // keep back the longest suffix that could still grow into a stop string
-    size_t keep = 0;
-    for (const auto& s : opt.stop)
-      for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k)
-        if (held.compare(held.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    emit(std::string_view(held).substr(0, held.size() - keep));
-    held.erase(0, held.size() - keep);
-    if (i + 1 < opt.max_tokens) logits = session.forward(std::span<const int>(&id, 1));
-  }
-  emit(held + stream.flush());
   res.generate_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return res;
 }

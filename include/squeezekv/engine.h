@@ -1,0 +1,95 @@
+// Many sequences on one model and one device, for servers and batch jobs. An Engine holds the
+// device weights once and steps sequences that each have their own KV caches (and, for squeeze,
+// their own coordinator); a decode step runs one row of every listed sequence through each
+// weight matrix once, with exactly the arithmetic each sequence gets alone (RowMode::kIndependent),
+// so a sequence's tokens do not depend on what else shares the batch. A Scheduler on top admits
+// generation requests, prefills their prompts one chunk at a time between decode steps, and
+// streams their text through callbacks that can stop them.
+// Thread safety: an Engine and its Scheduler are used by one thread at a time.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "squeezekv/generate.h"
+#include "squeezekv/session.h"
+
+namespace squeezekv {
+
+using SequenceId = int64_t;
+
+class Engine {
+ public:
+  // options: device, threads, prefill chunk and decode arithmetic for every sequence (options.cache
+  // is not used: each sequence brings its own). max_batch: most sequences in one decode step.
+  Engine(const Model& model, const SessionOptions& options, int max_batch);
+  ~Engine();
+
+  // A new sequence with its own caches (cache validated first: Error naming the flag).
+  SequenceId add_sequence(const CacheConfig& cache);
+  void remove_sequence(SequenceId id);
+
+  // Runs up to prefill_chunk() prompt tokens of one sequence; returns the logits [V] of its last row.
+  std::span<const float> prefill(SequenceId id, std::span<const int> tokens);
+  // One token for each listed sequence (at most max_batch, each once); returns logits [n][V] in
+  // the order given.
+  std::span<const float> decode(std::span<const SequenceId> ids, std::span<const int> tokens);
+
+  int position(SequenceId id) const;
+  int max_tokens(SequenceId id) const;  // the most tokens the sequence may see (its --ctx)
+  std::vector<LayerStats> kv_stats(SequenceId id) const;
+  int sequences() const;
+  int max_batch() const;
+  int prefill_chunk() const;
+  const Model& model() const;
+  std::string device_description() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct GenerationRequest {
+  std::vector<int> prompt;  // token ids (not empty)
+  GenerateOptions options;
+  CacheConfig cache;
+  // Text as it is produced (whole UTF-8 characters); returning false stops the request, and its
+  // sequence is freed at once.
+  std::function<bool(std::string_view)> on_text;
+  // Called once when the request ends, however it ends (stop_reason "error" with result.error
+  // when it failed).
+  std::function<void(const GenerateResult&)> on_done;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(Engine& engine);
+  ~Scheduler();
+
+  // Queues a request (its options validated first: Error naming the field); returns its id.
+  int64_t submit(GenerationRequest request);
+  // Stops a request at the next step (on_done gets stop_reason "cancelled"); unknown ids are ignored.
+  void cancel(int64_t id);
+  // One round: requests waiting for a free sequence slot are admitted (first come, first
+  // served); the oldest admitted request still in its prompt runs one prefill chunk; then every
+  // request that is generating runs one decode step together. Returns whether work remains.
+  bool step();
+
+  int running() const;  // admitted requests (in their prompt or generating)
+  int waiting() const;  // queued for a slot
+  // Bytes of K and V held now by every running request, and the f16 bytes the same tokens
+  // would take without eviction.
+  int64_t kv_bytes() const;
+  int64_t kv_full_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace squeezekv

@@ -1,0 +1,261 @@
+// Engine (many sequences on one Runner) and Scheduler (requests over an Engine): engine.h.
+#include "squeezekv/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "runtime/runner.h"
+#include "squeezekv/error.h"
+
+namespace squeezekv {
+
+struct Engine::Impl {
+  Runner runner;
+  int max_batch = 0;
+  SequenceId next_id = 1;
+  std::map<SequenceId, std::unique_ptr<SequenceState>> seqs;
+  std::vector<Segment> segments;  // [max_batch], reused
+
+  Impl(const Model& m, const SessionOptions& o, int batch) : runner(m, o, rows(o, batch)), max_batch(batch) {}
+  static int rows(const SessionOptions& o, int batch) {
+    if (batch < 1) throw Error("engine: the batch must hold at least 1 sequence, got " + std::to_string(batch));
+    if (o.prefill_chunk < 1) throw Error("engine: prefill chunk must be at least 1, got " + std::to_string(o.prefill_chunk));
+    return std::max(o.prefill_chunk, batch);
+  }
+  SequenceState& get(SequenceId id) {
+    auto it = seqs.find(id);
+    if (it == seqs.end()) throw Error("engine: no sequence " + std::to_string(id));
+    return *it->second;
+  }
+};
+
+Engine::Engine(const Model& model, const SessionOptions& options, int max_batch)
+    : impl_(std::make_unique<Impl>(model, options, max_batch)) {}
+Engine::~Engine() = default;
+
+SequenceId Engine::add_sequence(const CacheConfig& cache) {
+  auto s = std::make_unique<SequenceState>(impl_->runner.new_sequence(cache));
+  const SequenceId id = impl_->next_id++;
+  impl_->seqs.emplace(id, std::move(s));
+  return id;
+}
+
+void Engine::remove_sequence(SequenceId id) { impl_->seqs.erase(id); }
+
+std::span<const float> Engine::prefill(SequenceId id, std::span<const int> tokens) {
+  SequenceState& s = impl_->get(id);
+  const int V = impl_->runner.model().config().vocab_size;
+  const int n = static_cast<int>(tokens.size());
+  if (n < 1 || n > std::min(impl_->runner.prefill_chunk(), s.max_tokens))
+    throw Error("engine: prefill of " + std::to_string(n) + " tokens (expected 1 to the prefill chunk, " +
+                std::to_string(impl_->runner.prefill_chunk()) + ")");
+  if (s.pos + n > s.max_tokens)
+    throw Error("engine: context full: " + std::to_string(s.pos + n) + " tokens exceed --ctx " + std::to_string(s.max_tokens));
+  for (int t : tokens)
+    if (t < 0 || t >= V) throw Error("engine: token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+  const Segment seg{&s, tokens.data(), n};
+  impl_->runner.step({&seg, 1});
+  return impl_->runner.logits(n - 1, 1, false);
+}
+
+std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span<const int> tokens) {
+  Impl& m = *impl_;
+  const int V = m.runner.model().config().vocab_size;
+  const int n = static_cast<int>(ids.size());
+  if (n < 1 || n > m.max_batch || tokens.size() != ids.size())
+    throw Error("engine: decode of " + std::to_string(n) + " sequences with " + std::to_string(tokens.size()) +
+                " tokens (expected 1 to " + std::to_string(m.max_batch) + ", one token each)");
+  m.segments.clear();
+  for (int i = 0; i < n; ++i) {
+    SequenceState& s = m.get(ids[i]);
+    for (const Segment& o : m.segments)
+      if (o.seq == &s) throw Error("engine: sequence " + std::to_string(ids[i]) + " appears twice in one decode step");
+    if (s.pos + 1 > s.max_tokens)
+      throw Error("engine: context full: sequence " + std::to_string(ids[i]) + " holds --ctx " + std::to_string(s.max_tokens) + " tokens");
+    if (tokens[i] < 0 || tokens[i] >= V)
+      throw Error("engine: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+    m.segments.push_back({&s, &tokens[i], 1});
+  }
+  m.runner.step(m.segments);
+  return m.runner.logits(0, n, true);
+}
+
+int Engine::position(SequenceId id) const { return impl_->get(id).pos; }
+int Engine::max_tokens(SequenceId id) const { return impl_->get(id).max_tokens; }
+std::vector<LayerStats> Engine::kv_stats(SequenceId id) const {
+  std::vector<LayerStats> out;
+  for (const LayerCache& c : impl_->get(id).caches.layers) out.push_back(c.stats());
+  return out;
+}
+int Engine::sequences() const { return static_cast<int>(impl_->seqs.size()); }
+int Engine::max_batch() const { return impl_->max_batch; }
+int Engine::prefill_chunk() const { return impl_->runner.prefill_chunk(); }
+const Model& Engine::model() const { return impl_->runner.model(); }
+std::string Engine::device_description() const { return impl_->runner.backend().describe(); }
+
+// ---------------------------------------------------------------------------------------------
+
+struct Scheduler::Impl {
+  using clock = std::chrono::steady_clock;
+  struct Request {
+    int64_t id = 0;
+    GenerationRequest r;
+    std::unique_ptr<Generation> gen;
+    SequenceId seq = -1;
+    size_t prefilled = 0;  // prompt tokens run so far
+    int next_token = -1;   // the token the next decode step runs
+    bool cancelled = false;
+    clock::time_point admitted, prompt_done;
+  };
+  Engine& engine;
+  int64_t next_id = 1;
+  std::deque<std::unique_ptr<Request>> waiting;
+  std::vector<std::unique_ptr<Request>> running;  // in admission order
+  std::vector<SequenceId> ids;                    // one decode step's sequences, reused
+  std::vector<int> tokens;
+  std::vector<Request*> batch;
+
+  explicit Impl(Engine& e) : engine(e) {}
+
+  void finish(Request& q, const std::string& reason, const std::string& error = {}) {
+    q.gen->finish(reason);
+    GenerateResult& res = q.gen->result();
+    if (reason == "error") {
+      res.stop_reason = "error";
+      res.error = error;
+    }
+    const auto now = clock::now();
+    if (q.prefilled < q.r.prompt.size()) q.prompt_done = now;
+    res.prompt_seconds = std::chrono::duration<double>(q.prompt_done - q.admitted).count();
+    res.generate_seconds = std::chrono::duration<double>(now - q.prompt_done).count();
+    if (q.seq >= 0) engine.remove_sequence(q.seq);
+    q.seq = -1;
+    if (q.r.on_done) q.r.on_done(res);
+  }
+  // Removes finished requests from running (their on_done has run).
+  void sweep() {
+    running.erase(std::remove_if(running.begin(), running.end(), [](const auto& q) { return q->seq < 0; }), running.end());
+  }
+  // The token after logits; finishes the request when its generation ends.
+  void advance(Request& q, std::span<const float> logits) {
+    q.next_token = q.gen->next(logits);
+    if (q.next_token < 0) finish(q, q.gen->result().stop_reason);
+    else if (engine.position(q.seq) + 1 > engine.max_tokens(q.seq)) finish(q, "length");  // the context is full
+  }
+};
+
+Scheduler::Scheduler(Engine& engine) : impl_(std::make_unique<Impl>(engine)) {}
+Scheduler::~Scheduler() = default;
+
+int64_t Scheduler::submit(GenerationRequest request) {
+  Impl& m = *impl_;
+  validate(request.cache);
+  auto q = std::make_unique<Impl::Request>();
+  q->gen = std::make_unique<Generation>(m.engine.model().tokenizer(), request.prompt, request.options, request.on_text);
+  const int V = m.engine.model().config().vocab_size;
+  for (int t : request.prompt)
+    if (t < 0 || t >= V) throw Error("prompt: token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+  q->id = m.next_id++;
+  q->r = std::move(request);
+  m.waiting.push_back(std::move(q));
+  return m.waiting.back()->id;
+}
+
+void Scheduler::cancel(int64_t id) {
+  for (auto& q : impl_->waiting)
+    if (q->id == id) q->cancelled = true;
+  for (auto& q : impl_->running)
+    if (q->id == id) q->cancelled = true;
+}
+
+bool Scheduler::step() {
+  Impl& m = *impl_;
+  // stops asked for since the last step
+  for (auto& q : m.running)
+    if (q->cancelled) m.finish(*q, "cancelled");
+  m.sweep();
+  for (auto it = m.waiting.begin(); it != m.waiting.end();) {
+    if ((*it)->cancelled) {
+      (*it)->admitted = (*it)->prompt_done = Impl::clock::now();
+      m.finish(**it, "cancelled");
+      it = m.waiting.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // admission, first come first served
+  while (static_cast<int>(m.running.size()) < m.engine.max_batch() && !m.waiting.empty()) {
+    std::unique_ptr<Impl::Request> q = std::move(m.waiting.front());
+    m.waiting.pop_front();
+    q->admitted = Impl::clock::now();
+    try {
+      q->seq = m.engine.add_sequence(q->r.cache);
+      if (static_cast<int>(q->r.prompt.size()) >= m.engine.max_tokens(q->seq))
+        throw Error("prompt: " + std::to_string(q->r.prompt.size()) + " tokens leave no room to generate in a context of " +
+                    std::to_string(m.engine.max_tokens(q->seq)));
+    } catch (const std::exception& e) {
+      m.finish(*q, "error", e.what());
+      continue;
+    }
+    m.running.push_back(std::move(q));
+  }
+  // one prefill chunk for the oldest request still in its prompt
+  for (auto& q : m.running) {
+    if (q->prefilled >= q->r.prompt.size()) continue;
+    const size_t T = std::min(q->r.prompt.size() - q->prefilled, static_cast<size_t>(m.engine.prefill_chunk()));
+    try {
+      const std::span<const float> logits = m.engine.prefill(q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T));
+      q->prefilled += T;
+      if (q->prefilled == q->r.prompt.size()) {
+        q->prompt_done = Impl::clock::now();
+        m.advance(*q, logits);
+      }
+    } catch (const std::exception& e) {
+      m.finish(*q, "error", e.what());
+    }
+    break;
+  }
+  m.sweep();
+  // one decode step for every request that is generating
+  m.ids.clear();
+  m.tokens.clear();
+  m.batch.clear();
+  for (auto& q : m.running)
+    if (q->prefilled == q->r.prompt.size() && q->next_token >= 0 && !q->cancelled) {
+      m.ids.push_back(q->seq);
+      m.tokens.push_back(q->next_token);
+      m.batch.push_back(q.get());
+    }
+  if (!m.batch.empty()) {
+    try {
+      const std::span<const float> logits = m.engine.decode(m.ids, m.tokens);
+      const size_t V = logits.size() / m.batch.size();
+      for (size_t i = 0; i < m.batch.size(); ++i) m.advance(*m.batch[i], logits.subspan(i * V, V));
+    } catch (const std::exception& e) {
+      for (Impl::Request* q : m.batch)
+        if (q->seq >= 0) m.finish(*q, "error", e.what());
+    }
+  }
+  m.sweep();
+  return !m.running.empty() || !m.waiting.empty();
+}
+
+int Scheduler::running() const { return static_cast<int>(impl_->running.size()); }
+int Scheduler::waiting() const { return static_cast<int>(impl_->waiting.size()); }
+
+int64_t Scheduler::kv_bytes() const {
+  int64_t b = 0;
+  for (const auto& q : impl_->running)
+    for (const LayerStats& s : impl_->engine.kv_stats(q->seq)) b += s.kept_bytes;
+  return b;
+}
+
+int64_t Scheduler::kv_full_bytes() const {
+  int64_t b = 0;
+  for (const auto& q : impl_->running)
+    for (const LayerStats& s : impl_->engine.kv_stats(q->seq)) b += s.full_bytes;
+  return b;
+}
+
+}  // namespace squeezekv

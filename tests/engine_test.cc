@@ -1,0 +1,210 @@
+// Engine and Scheduler: batched decode gives every sequence exactly what it gets alone (same
+// tokens and text as generate() on a Session with the same settings), with and without eviction,
+// whatever shares the batch; stops and cancellations free their sequences.
+#include "squeezekv/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "squeezekv/error.h"
+#include "squeezekv/model.h"
+#include "test_paths.h"
+
+namespace squeezekv {
+namespace {
+
+const Model& smollm() {
+  static std::unique_ptr<Model> m = Model::load(test::default_model());
+  return *m;
+}
+
+CacheConfig cache_of(KvPolicy p, int budget) {
+  CacheConfig c;
+  c.policy = p;
+  c.budget = p == KvPolicy::kFull ? 0 : budget;
+  c.max_tokens = 512;
+  return c;
+}
+
+CacheConfig snapkv(int budget, int window) {
+  CacheConfig c = cache_of(KvPolicy::kSnapKV, budget);
+  c.window = window;
+  return c;
+}
+
+struct Case {
+  std::string prompt;
+  CacheConfig cache;
+  int n = 24;
+};
+
+std::vector<Case> cases() {
+  return {
+      {"The quick brown fox", cache_of(KvPolicy::kFull, 0)},
+      {"Once upon a time, in a small village by the sea, there lived an old fisherman who", cache_of(KvPolicy::kH2O, 16)},
+      {"Emma Woodhouse, handsome, clever, and rich, with a comfortable home", cache_of(KvPolicy::kSqueeze, 12)},
+      {"def fibonacci(n):", cache_of(KvPolicy::kWindow, 10)},
+      {"The capital of France is a city that many people", snapkv(12, 4), 30},
+      {"Water boils at", cache_of(KvPolicy::kFull, 0), 5},
+  };
+}
+
+SessionOptions options(DecodeActivations act) {
+  SessionOptions o;
+  o.threads = 2;
+  o.prefill_chunk = 16;  // prompts run in several chunks, interleaved with other requests' decode steps
+  o.decode_activations = act;
+  return o;
+}
+
+GenerateOptions greedy(int n) {
+  GenerateOptions g;
+  g.max_tokens = n;
+  g.sampler.temperature = 0.0f;
+  return g;
+}
+
+class EngineTest : public ::testing::TestWithParam<DecodeActivations> {};
+
+TEST_P(EngineTest, BatchedRequestsEqualLoneGeneration) {
+  const Model& m = smollm();
+  const auto cs = cases();
+  std::vector<GenerateResult> lone;
+  for (const Case& c : cs) {
+    SessionOptions o = options(GetParam());
+    o.cache = c.cache;
+    Session s(m, o);
+    const auto ids = m.tokenizer().encode(c.prompt, true);
+    lone.push_back(generate(s, ids, greedy(c.n)));
+  }
+  Engine engine(m, options(GetParam()), 4);  // 6 requests over 4 slots: two wait, then join running batches
+  Scheduler sched(engine);
+  std::map<int64_t, GenerateResult> done;
+  std::map<int64_t, std::string> streamed;
+  std::vector<int64_t> ids;
+  for (const Case& c : cs) {
+    GenerationRequest r;
+    r.prompt = m.tokenizer().encode(c.prompt, true);
+    r.options = greedy(c.n);
+    r.cache = c.cache;
+    const int64_t id = static_cast<int64_t>(ids.size()) + 1;
+    r.on_text = [&streamed, id](std::string_view s) {
+      streamed[id] += s;
+      return true;
+    };
+    r.on_done = [&done, id](const GenerateResult& res) { done[id] = res; };
+    ids.push_back(sched.submit(std::move(r)));
+    EXPECT_EQ(ids.back(), id);
+  }
+  EXPECT_EQ(sched.waiting(), 6);
+  int steps = 0;
+  int most_running = 0;
+  while (sched.step()) {
+    most_running = std::max(most_running, sched.running());
+    ASSERT_LT(++steps, 10000);
+  }
+  EXPECT_EQ(most_running, 4);
+  EXPECT_EQ(engine.sequences(), 0);
+  EXPECT_EQ(sched.kv_bytes(), 0);
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const GenerateResult& b = done.at(ids[i]);
+    EXPECT_EQ(b.tokens, lone[i].tokens) << "request " << i << ": " << cs[i].prompt;
+    EXPECT_EQ(b.text, lone[i].text) << "request " << i;
+    EXPECT_EQ(streamed[ids[i]], b.text) << "request " << i;
+    EXPECT_EQ(b.stop_reason, lone[i].stop_reason) << "request " << i;
+    EXPECT_FALSE(b.tokens.empty());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, EngineTest, ::testing::Values(DecodeActivations::kF32, DecodeActivations::kInt8));
+
+TEST(Engine, DecodeRowsEqualLoneRowsBitForBit) {
+  // the logits themselves, not only the greedy tokens: three sequences at different positions
+  const Model& m = smollm();
+  const int V = m.config().vocab_size;
+  const std::vector<std::vector<int>> prompts = {m.tokenizer().encode("Hello there", true),
+                                                 m.tokenizer().encode("A long time ago in a galaxy far, far away", true),
+                                                 m.tokenizer().encode("1 2 3 4", true)};
+  const std::vector<int> next = {42, 1000, 7};
+  Engine engine(m, options(DecodeActivations::kF32), 3);
+  std::vector<SequenceId> seqs;
+  for (const auto& p : prompts) {
+    seqs.push_back(engine.add_sequence(cache_of(KvPolicy::kH2O, 6)));
+    engine.prefill(seqs.back(), p);
+  }
+  engine.decode(seqs, next);  // two decode steps: the second one runs over caches that evicted
+  const std::span<const float> out = engine.decode(seqs, next);
+  const std::vector<float> batched(out.begin(), out.end());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SessionOptions o = options(DecodeActivations::kF32);
+    o.cache = cache_of(KvPolicy::kH2O, 6);
+    Session s(m, o);
+    s.forward(prompts[i]);
+    s.forward(std::span<const int>(&next[i], 1));
+    const auto lone = s.forward(std::span<const int>(&next[i], 1));
+    ASSERT_EQ(engine.position(seqs[i]), static_cast<int>(prompts[i].size()) + 2);
+    for (int j = 0; j < V; ++j) ASSERT_EQ(lone[j], batched[i * V + j]) << "sequence " << i << " logit " << j;
+  }
+}
+
+TEST(Scheduler, CancelAndStopFreeTheirSequences) {
+  const Model& m = smollm();
+  Engine engine(m, options(DecodeActivations::kInt8), 2);
+  Scheduler sched(engine);
+  std::vector<std::string> reasons(3);
+  int calls = 0;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r;
+    r.prompt = m.tokenizer().encode("Tell me a story about a dragon", true);
+    r.options = greedy(40);
+    r.cache = cache_of(KvPolicy::kSqueeze, 8);
+    if (i == 0) r.on_text = [&calls](std::string_view) { return ++calls < 3; };  // the client goes away
+    r.on_done = [&reasons, i](const GenerateResult& res) { reasons[i] = res.stop_reason; };
+    sched.submit(std::move(r));
+  }
+  sched.step();
+  sched.cancel(2);  // still in its prompt
+  sched.cancel(3);  // still waiting
+  while (sched.step()) {
+  }
+  EXPECT_EQ(reasons[0], "cancelled");
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(reasons[1], "cancelled");
+  EXPECT_EQ(reasons[2], "cancelled");
+  EXPECT_EQ(engine.sequences(), 0);
+}
+
+TEST(Scheduler, RefusesBadRequestsNamingTheField) {
+  const Model& m = smollm();
+  Engine engine(m, options(DecodeActivations::kInt8), 2);
+  Scheduler sched(engine);
+  GenerationRequest r;
+  r.prompt = {};
+  r.options = greedy(4);
+  EXPECT_THROW(sched.submit(r), Error);
+  r.prompt = {1, 2, 3};
+  r.cache = cache_of(KvPolicy::kH2O, 0);  // an evicting policy needs a budget
+  EXPECT_THROW(sched.submit(r), Error);
+  r.cache = cache_of(KvPolicy::kFull, 0);
+  r.prompt = {m.config().vocab_size};
+  EXPECT_THROW(sched.submit(r), Error);
+  // a prompt that fills the context ends with an error, not a crash
+  r.prompt = std::vector<int>(600, 1);  // --ctx 512
+  std::string reason, error;
+  r.on_done = [&](const GenerateResult& res) {
+    reason = res.stop_reason;
+    error = res.error;
+  };
+  sched.submit(r);
+  while (sched.step()) {
+  }
+  EXPECT_EQ(reason, "error");
+  EXPECT_NE(error.find("context"), std::string::npos) << error;
+  EXPECT_EQ(engine.sequences(), 0);
+}
+
+}  // namespace
+}  // namespace squeezekv
