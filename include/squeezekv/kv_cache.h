@@ -1,7 +1,9 @@
 // KV cache configuration and per-layer accounting (DESIGN.md "Cache architecture").
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "squeezekv/squeeze_coordinator.h"
@@ -52,6 +54,21 @@ SqueezeMetric parse_squeeze_metric(const std::string& name);
 SqueezeAlloc parse_squeeze_alloc(const std::string& name);
 const char* kv_policy_name(KvPolicy p);
 const char* squeeze_metric_name(SqueezeMetric m);
+
+// The KV settings a user can give, one row each: the CLI's flags, the server's per-request "kv"
+// object and the eval sweep config all read this table (no edge has its own copy).
+struct KvOption {
+  enum class Kind : uint8_t { kInt, kReal, kName };
+  const char* key;   // request key ("budget"); a sweep config uses the flag's name ("kv_budget")
+  const char* flag;  // CLI flag ("--kv-budget"); error messages name it
+  Kind kind;
+  const char* help;
+  void (*set)(CacheConfig& c, const std::string& text);  // parses text (Error naming the flag)
+  std::string (*get)(const CacheConfig& c);              // the value as text
+};
+std::span<const KvOption> kv_options();
+// The row whose key or flag (with or without the dashes, '-' or '_') is `name`; null if none.
+const KvOption* find_kv_option(std::string_view name);
 
 // The --kv-stats table and the --kv-stats-json document.
 std::string kv_stats_table(const std::vector<LayerStats>& layers);

@@ -13,6 +13,7 @@
 
 #include "eval/eval.h"
 #include "eval/progress.h"
+#include "common/kv_json.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv::eval {
@@ -42,20 +43,12 @@ struct Run {
 
 PolicySpec parse_policy(const json& j) {
   PolicySpec p;
-  static const std::set<std::string> known = {"label", "kv_policy", "squeeze_metric", "squeeze_alloc", "squeeze_strength",
-                                              "squeeze_p", "kv_sinks", "kv_recent", "snapkv_window", "pyramid_beta"};
-  for (auto& [k, v] : j.items())
-    if (!known.count(k)) throw Error("sweep config: unknown policy key '" + k + "'");
-  p.cache.policy = parse_kv_policy(j.at("kv_policy").get<std::string>());
+  if (!j.is_object() || !j.contains("kv_policy")) throw Error("sweep config: every policy needs \"kv_policy\"");
+  // the KV keys are the table's (kv_options(); flag names such as kv_sinks, snapkv_window);
+  // the budget comes from budget_fractions
+  if (j.contains("kv_budget") || j.contains("budget")) throw Error("sweep config: a policy's budget comes from budget_fractions");
+  tools::kv_from_json(j, p.cache, "sweep config policy", {"label"}, false);  // validated per run
   p.label = j.value("label", std::string(kv_policy_name(p.cache.policy)));
-  if (j.contains("squeeze_metric")) p.cache.squeeze_metric = parse_squeeze_metric(j["squeeze_metric"].get<std::string>());
-  if (j.contains("squeeze_alloc")) p.cache.squeeze_alloc = parse_squeeze_alloc(j["squeeze_alloc"].get<std::string>());
-  p.cache.squeeze_strength = j.value("squeeze_strength", p.cache.squeeze_strength);
-  p.cache.squeeze_p = j.value("squeeze_p", p.cache.squeeze_p);
-  p.cache.sinks = j.value("kv_sinks", p.cache.sinks);
-  p.cache.recent = j.value("kv_recent", p.cache.recent);
-  p.cache.window = j.value("snapkv_window", p.cache.window);
-  p.cache.pyramid_beta = j.value("pyramid_beta", p.cache.pyramid_beta);
   return p;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -38,17 +39,7 @@ struct CommonArgs {
   int ctx = 0;
   int prefill_chunk = 512;
   std::string decode_activations = "int8";
-  std::string kv_type = "f16";
-  std::string kv_policy = "full";
-  int kv_budget = 0;
-  int kv_sinks = 4;
-  int kv_recent = -1;
-  int snapkv_window = 32;
-  double pyramid_beta = 20.0;
-  double squeeze_strength = 1.0;
-  std::string squeeze_metric = "key_cosine";
-  std::string squeeze_alloc = "inverse";
-  double squeeze_p = 0.5;
+  std::map<std::string, std::string> kv;  // KV flag -> value as given (kv_options() rows)
   bool kv_stats = false;
   std::string kv_stats_json;
 };
@@ -93,17 +84,7 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
   app->add_option("--decode-activations", a.decode_activations,
                   "decode arithmetic: int8 (8-bit activations, integer dots; default for generate/chat) | f32 (exact; default for eval)");
-  app->add_option("--kv-type", a.kv_type, "KV cache element type: f16 | f32");
-  app->add_option("--kv-policy", a.kv_policy, "KV cache policy: full | window | h2o | snapkv | pyramidkv | squeeze");
-  app->add_option("--kv-budget", a.kv_budget, "average retained tokens per layer (evicting policies)");
-  app->add_option("--kv-sinks", a.kv_sinks, "first tokens never evicted (default 4)");
-  app->add_option("--kv-recent", a.kv_recent, "recent tokens never evicted (default: budget / 2)");
-  app->add_option("--snapkv-window", a.snapkv_window, "snapkv/pyramidkv observation window (default 32)");
-  app->add_option("--pyramid-beta", a.pyramid_beta, "pyramidkv taper: last layer gets (budget - window) / beta");
-  app->add_option("--squeeze-strength", a.squeeze_strength, "squeeze re-allocation strength in [0, 1] (default 1)");
-  app->add_option("--squeeze-metric", a.squeeze_metric, "key_cosine | attention_entropy | residual_cosine");
-  app->add_option("--squeeze-alloc", a.squeeze_alloc, "inverse (the seed's) | kmeans3 (the paper's)");
-  app->add_option("--squeeze-p", a.squeeze_p, "kmeans3: share of the average budget for the least important cluster");
+  for (const KvOption& o : kv_options()) app->add_option(o.flag, a.kv[o.flag], o.help);
   app->add_flag("--kv-stats", a.kv_stats, "print per-layer KV accounting at the end");
   app->add_option("--kv-stats-json", a.kv_stats_json, "write per-layer KV accounting as JSON to FILE");
 }
@@ -154,18 +135,10 @@ SessionOptions session_options(const CommonArgs& a) {
   so.prefill_chunk = a.prefill_chunk;
   so.decode_activations = parse_decode_activations(a.decode_activations);
   so.cache.max_tokens = a.ctx;
-  so.cache.dtype = parse_kv_dtype(a.kv_type);
-  so.cache.policy = parse_kv_policy(a.kv_policy);
-  so.cache.budget = a.kv_budget;
-  so.cache.sinks = a.kv_sinks;
-  so.cache.recent = a.kv_recent;
-  so.cache.window = a.snapkv_window;
-  so.cache.pyramid_beta = a.pyramid_beta;
-  so.cache.squeeze_strength = a.squeeze_strength;
-  so.cache.squeeze_metric = parse_squeeze_metric(a.squeeze_metric);
-  so.cache.squeeze_alloc = parse_squeeze_alloc(a.squeeze_alloc);
-  so.cache.squeeze_p = a.squeeze_p;
-  if (a.kv_recent < -1) throw Error("--kv-recent: must be >= 0");
+  for (const KvOption& o : kv_options()) {
+    const auto it = a.kv.find(o.flag);
+    if (it != a.kv.end() && !it->second.empty()) o.set(so.cache, it->second);
+  }
   validate(so.cache);
   return so;
 }
@@ -315,7 +288,7 @@ int run_eval_ppl(const CommonArgs& a, EvalArgs& e) {
               static_cast<long long>(r.cost.full_bytes));
   if (!e.json_out.empty())
     write_json_record(e.json_out,
-                      {{"task", "ppl"}, {"policy", a.kv_policy}, {"budget", a.kv_budget}, {"ctx", e.ppl.ctx},
+                      {{"task", "ppl"}, {"policy", kv_policy_name(so.cache.policy)}, {"budget", so.cache.budget}, {"ctx", e.ppl.ctx},
                        {"prefix", e.ppl.prefix}, {"ppl", r.ppl}, {"windows", e.ppl.windows},
                        {"window_ppl", r.window_ppl}, {"tokens", r.tokens}},
                       r.cost);
@@ -344,7 +317,7 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
     nlohmann::json by_depth = nlohmann::json::array();
     for (const auto& [d, acc] : r.by_depth) by_depth.push_back({{"depth", d}, {"accuracy", acc}});
     write_json_record(e.json_out,
-                      {{"task", eval::task_name(e.ret.task)}, {"policy", a.kv_policy}, {"budget", a.kv_budget},
+                      {{"task", eval::task_name(e.ret.task)}, {"policy", kv_policy_name(so.cache.policy)}, {"budget", so.cache.budget},
                        {"ctx", e.ret.ctx}, {"question_aware", e.ret.question_aware}, {"accuracy", r.accuracy},
                        {"by_depth", by_depth}},
                       r.cost);

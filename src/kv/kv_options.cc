@@ -1,0 +1,101 @@
+// The table of user-facing KV settings (kv_cache.h): one row per setting, read by every edge.
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include "squeezekv/error.h"
+#include "squeezekv/kv_cache.h"
+
+namespace squeezekv {
+
+namespace {
+
+int parse_int(const char* flag, const std::string& t) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size())
+    throw Error(std::string(flag) + ": expected an integer, got '" + t + "'");
+  return v;
+}
+
+double parse_real(const char* flag, const std::string& t) {
+  size_t used = 0;
+  double v = 0.0;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (t.empty() || used != t.size() || !std::isfinite(v)) throw Error(std::string(flag) + ": expected a number, got '" + t + "'");
+  return v;
+}
+
+std::string real_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+const char* dtype_name(KvDType t) { return t == KvDType::kF16 ? "f16" : "f32"; }
+const char* alloc_name(SqueezeAlloc a) { return a == SqueezeAlloc::kInverse ? "inverse" : "kmeans3"; }
+
+using K = KvOption::Kind;
+const KvOption kOptions[] = {
+    {"policy", "--kv-policy", K::kName, "KV cache policy: full | window | h2o | snapkv | pyramidkv | squeeze",
+     [](CacheConfig& c, const std::string& t) { c.policy = parse_kv_policy(t); },
+     [](const CacheConfig& c) { return std::string(kv_policy_name(c.policy)); }},
+    {"budget", "--kv-budget", K::kInt, "average retained tokens per layer (evicting policies)",
+     [](CacheConfig& c, const std::string& t) { c.budget = parse_int("--kv-budget", t); },
+     [](const CacheConfig& c) { return std::to_string(c.budget); }},
+    {"type", "--kv-type", K::kName, "KV cache element type: f16 | f32",
+     [](CacheConfig& c, const std::string& t) { c.dtype = parse_kv_dtype(t); },
+     [](const CacheConfig& c) { return std::string(dtype_name(c.dtype)); }},
+    {"sinks", "--kv-sinks", K::kInt, "first tokens never evicted (default 4)",
+     [](CacheConfig& c, const std::string& t) { c.sinks = parse_int("--kv-sinks", t); },
+     [](const CacheConfig& c) { return std::to_string(c.sinks); }},
+    {"recent", "--kv-recent", K::kInt, "recent tokens never evicted (default: budget / 2)",
+     [](CacheConfig& c, const std::string& t) {
+       c.recent = parse_int("--kv-recent", t);
+       if (c.recent < 0) throw Error("--kv-recent: must be >= 0, got " + t);
+     },
+     [](const CacheConfig& c) { return std::to_string(c.recent); }},
+    {"snapkv_window", "--snapkv-window", K::kInt, "snapkv/pyramidkv observation window (default 32)",
+     [](CacheConfig& c, const std::string& t) { c.window = parse_int("--snapkv-window", t); },
+     [](const CacheConfig& c) { return std::to_string(c.window); }},
+    {"pyramid_beta", "--pyramid-beta", K::kReal, "pyramidkv taper: last layer gets (budget - window) / beta",
+     [](CacheConfig& c, const std::string& t) { c.pyramid_beta = parse_real("--pyramid-beta", t); },
+     [](const CacheConfig& c) { return real_text(c.pyramid_beta); }},
+    {"squeeze_strength", "--squeeze-strength", K::kReal, "squeeze re-allocation strength in [0, 1] (default 1)",
+     [](CacheConfig& c, const std::string& t) { c.squeeze_strength = parse_real("--squeeze-strength", t); },
+     [](const CacheConfig& c) { return real_text(c.squeeze_strength); }},
+    {"squeeze_metric", "--squeeze-metric", K::kName, "key_cosine | attention_entropy | residual_cosine",
+     [](CacheConfig& c, const std::string& t) { c.squeeze_metric = parse_squeeze_metric(t); },
+     [](const CacheConfig& c) { return std::string(squeeze_metric_name(c.squeeze_metric)); }},
+    {"squeeze_alloc", "--squeeze-alloc", K::kName, "inverse (the seed's) | kmeans3 (the paper's)",
+     [](CacheConfig& c, const std::string& t) { c.squeeze_alloc = parse_squeeze_alloc(t); },
+     [](const CacheConfig& c) { return std::string(alloc_name(c.squeeze_alloc)); }},
+    {"squeeze_p", "--squeeze-p", K::kReal, "kmeans3: share of the average budget for the least important cluster",
+     [](CacheConfig& c, const std::string& t) { c.squeeze_p = parse_real("--squeeze-p", t); },
+     [](const CacheConfig& c) { return real_text(c.squeeze_p); }},
+};
+
+std::string normalized(std::string_view s) {
+  while (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  std::string out(s);
+  for (char& ch : out)
+    if (ch == '-') ch = '_';
+  return out;
+}
+
+}  // namespace
+
+std::span<const KvOption> kv_options() { return kOptions; }
+
+const KvOption* find_kv_option(std::string_view name) {
+  const std::string n = normalized(name);
+  for (const KvOption& o : kOptions)
+    if (n == o.key || n == normalized(o.flag)) return &o;
+  return nullptr;
+}
+
+}  // namespace squeezekv
