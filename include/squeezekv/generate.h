@@ -88,6 +88,10 @@ class Generation {
 GenerateResult generate(Session& session, std::span<const int> prompt, const GenerateOptions& opt,
                         const std::function<void(std::string_view)>& on_text = {});
 
+// Prompt text -> token ids: BOS first when the model adds one, unless the text already opens with
+// BOS's text (a chat rendering that writes it).
+std::vector<int> encode_prompt(const Model& model, const std::string& text);
+
 // Chat formats detected from a model's template text.
 enum class ChatFormat : uint8_t { kPlain, kChatML, kLlama3 };
 ChatFormat detect_chat_format(const std::string& chat_template);

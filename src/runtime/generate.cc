@@ -165,6 +165,12 @@ GenerateResult generate(Session& session, std::span<const int> prompt, const Gen
   return res;
 }
 
+std::vector<int> encode_prompt(const Model& m, const std::string& text) {
+  const Tokenizer& tok = m.tokenizer();
+  const bool has_bos_text = tok.bos() >= 0 && text.rfind(tok.token_text(tok.bos()), 0) == 0;
+  return tok.encode(text, tok.add_bos() && !has_bos_text);
+}
+
 ChatFormat detect_chat_format(const std::string& t) {
   if (t.find("<|im_start|>") != std::string::npos) return ChatFormat::kChatML;
   if (t.find("<|start_header_id|>") != std::string::npos) return ChatFormat::kLlama3;

@@ -17,6 +17,7 @@
 
 #include "bench/bench.h"
 #include "eval/eval.h"
+#include "server/server.h"
 #include "squeezekv/error.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
@@ -150,12 +151,6 @@ void print_stats(const GenerateResult& r) {
                pps, r.tokens.size(), gps);
 }
 
-std::vector<int> encode_prompt(const Model& m, const std::string& text) {
-  const Tokenizer& tok = m.tokenizer();
-  // a chat rendering that already opens with BOS text must not get a second one
-  const bool has_bos_text = tok.bos() >= 0 && text.rfind(tok.token_text(tok.bos()), 0) == 0;
-  return tok.encode(text, tok.add_bos() && !has_bos_text);
-}
 
 int run_generate(const CommonArgs& a, GenArgs& g) {
   validate(g.sampler);
@@ -359,6 +354,16 @@ int run_bench(CommonArgs a, BenchArgs& b) {
 
 }  // namespace
 
+int run_serve(const CommonArgs& a, server::ServeOptions o) {
+  if (a.kv_stats || !a.kv_stats_json.empty())
+    throw Error("--kv-stats: not available in serve (GET /metrics reports the KV bytes held)");
+  o.session = session_options(a);  // refuse bad flags before loading
+  auto model = load(a);
+  o.model_name = a.dummy.empty() ? fs::path(a.model.empty() ? default_model_path() : a.model).stem().string()
+                                 : fs::path(a.dummy).stem().string();
+  return server::serve(*model, o);
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"squeezekv: LLM inference with a KV cache held to a fixed memory budget"};
   app.require_subcommand(1);
@@ -411,6 +416,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   b->add_flag("--no-warmup", bench_args.no_warmup, "skip the untimed warm-up run");
   b->add_option("--json", bench_args.json_out, "also write the results as JSON to FILE");
+  server::ServeOptions serve_opt;
+  CLI::App* sv = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and completions, streamed or not; KV per request)");
+  add_common(sv, common);
+  sv->add_option("--host", serve_opt.host, "address to listen on")->capture_default_str();
+  sv->add_option("--port", serve_opt.port, "port (0: any free port, printed at start)")->capture_default_str();
+  sv->add_option("--parallel", serve_opt.parallel, "sequences decoded together (one batch per step)")->capture_default_str();
+  sv->add_option("--queue", serve_opt.queue, "requests waiting for a slot; beyond it, 503 with Retry-After")->capture_default_str();
+  sv->add_option("--max-prompt-tokens", serve_opt.max_prompt_tokens, "longest prompt accepted (0: the context less one)");
+  sv->add_option("--api-key", serve_opt.api_key, "require Authorization: Bearer KEY (default: no key)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -422,6 +436,7 @@ int main(int argc, char** argv) {
   try {
     if (g->parsed()) return run_generate(common, gen);
     if (b->parsed()) return run_bench(common, bench_args);
+    if (sv->parsed()) return run_serve(common, serve_opt);
     if (ep->parsed()) return run_eval_ppl(common, ev);
     if (er->parsed()) return run_eval_retrieval(common, ev);
     if (es->parsed()) {

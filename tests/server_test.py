@@ -1,0 +1,336 @@
+"""`squeezekv serve` end to end, on loopback, with the official `openai` client (from PyPI).
+
+What must hold (issue: the server):
+- chat and completions, streamed and not, give the same greedy text as `squeezekv generate` with
+  the same prompt and settings, with and without a KV policy, also while other requests share
+  the batch;
+- 32 concurrent streamed requests on --parallel 8 all finish with that text, and the KV bytes held
+  (GET /metrics, peak over the run) stay within parallel x (budget + prefill chunk) rows per layer;
+- clients that leave mid-stream leave nothing behind (no active sequence, no KV bytes);
+- every bad request gets its status and a message, a full queue answers 503 with Retry-After,
+  and the server keeps serving.
+Usage: server_test.py SQUEEZEKV_BINARY
+"""
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+BIN = sys.argv[1]
+KEY = "test-key-123"
+CTX = 1024
+CHUNK = 64
+BUDGET = 40
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+SERVERS = []
+
+
+class Server:
+    def __init__(self, *flags):
+        SERVERS.append(self)
+        self.proc = subprocess.Popen([BIN, "serve", "--port", "0", "-t", "2", "--ctx", str(CTX), "--prefill-chunk",
+                                      str(CHUNK), *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+        if not m:
+            raise SystemExit("server did not start: " + line + self.proc.stdout.read())
+        self.url = m.group(1)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            rc = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = "killed"
+        return rc
+
+    def raw(self, method, path, body=None, key=KEY, headers=None):
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if key:
+            req.add_header("Authorization", "Bearer " + key)
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.read().decode(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), dict(e.headers)
+
+    def metrics(self):
+        _, text, _ = self.raw("GET", "/metrics")
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+
+def kv_flags(kv):
+    flags = []
+    for k, v in (kv or {}).items():
+        flags += ["--kv-" + k if k in ("policy", "budget", "type", "sinks", "recent") else "--" + k.replace("_", "-"), str(v)]
+    return flags
+
+
+def cli_text(prompt, n, kv=None, chat=False, stop=None):
+    """What `squeezekv generate` prints for the same request (greedy)."""
+    cmd = [BIN, "generate", "-p", prompt, "-n", str(n), "--temp", "0", "-t", "2", "--ctx", str(CTX), "--prefill-chunk",
+           str(CHUNK), *kv_flags(kv)]
+    if chat:
+        cmd.append("--chat")
+    for s in stop or []:
+        cmd += ["--stop", s]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert out.endswith("\n")
+    out = out[:-1]
+    if not chat:
+        assert out.startswith(prompt)
+        out = out[len(prompt):]
+    return out
+
+
+def ask(client, prompt, n, kv=None, chat=True, stream=False, stop=None):
+    extra = {"kv": kv} if kv else None
+    if chat:
+        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}], max_tokens=n,
+                                           temperature=0, stream=stream, extra_body=extra, stop=stop)
+        if not stream:
+            return r.choices[0].message.content, r.choices[0].finish_reason, r.usage
+        text, finish = "", None
+        for c in r:
+            if c.choices:
+                text += c.choices[0].delta.content or ""
+                finish = c.choices[0].finish_reason or finish
+        return text, finish, None
+    r = client.completions.create(model="m", prompt=prompt, max_tokens=n, temperature=0, stream=stream, extra_body=extra,
+                                  stop=stop)
+    if not stream:
+        return r.choices[0].text, r.choices[0].finish_reason, r.usage
+    text, finish = "", None
+    for c in r:
+        text += c.choices[0].text
+        finish = c.choices[0].finish_reason or finish
+    return text, finish, None
+
+
+PROMPTS = ["What is the capital of France?", "Write a short poem about the sea.",
+           "Explain in one sentence why the sky is blue.", "List three fruits."]
+POLICIES = [None, {"policy": "squeeze", "budget": BUDGET}, {"policy": "h2o", "budget": BUDGET},
+            {"policy": "window", "budget": BUDGET}]
+
+
+def main():
+    srv = Server("--parallel", "8", "--queue", "64", "--api-key", KEY)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+    try:
+        # 1. equal to the CLI, every mode, alone
+        expect = {}
+        n = 40
+        for i, p in enumerate(PROMPTS):
+            kv = POLICIES[i % len(POLICIES)]
+            for chat in (True, False):
+                expect[(p, chat, json.dumps(kv))] = cli_text(p, n, kv, chat)
+        for (p, chat, kvs), want in expect.items():
+            kv = json.loads(kvs)
+            for stream in (False, True):
+                got, finish, usage = ask(client, p, n, kv, chat, stream)
+                check(got == want, f"alone: chat={chat} stream={stream} kv={kv}: {got!r} == generate's {want!r}")
+                check(finish in ("stop", "length"), f"finish_reason {finish}")
+                if usage is not None:
+                    check(usage.completion_tokens <= n and usage.prompt_tokens > 0 and
+                          usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, f"usage {usage}")
+        # stop strings as the CLI applies them
+        want = cli_text("List three fruits.", 60, None, True, stop=["\n"])
+        got, finish, _ = ask(client, "List three fruits.", 60, None, True, False, stop=["\n"])
+        check(got == want and "\n" not in got, f"stop string: {got!r} == {want!r}")
+
+        # 2. the same requests while others share the batch: 32 streams at once on --parallel 8
+        _, _, h = srv.raw("GET", "/health")
+        jobs = [(p, chat, kvs) for (p, chat, kvs) in expect] * 4
+        results = [None] * len(jobs)
+        peak = [0.0]
+        done = threading.Event()
+
+        def poll():
+            while not done.is_set():
+                m = srv.metrics()
+                peak[0] = max(peak[0], m.get("squeezekv_kv_bytes", 0))
+                time.sleep(0.05)
+
+        def run(i):
+            p, chat, kvs = jobs[i]
+            try:
+                results[i] = ask(client, p, n, json.loads(kvs), chat, True)[0]
+            except Exception as e:  # noqa: BLE001 - reported as a failure below
+                results[i] = "EXCEPTION " + repr(e)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        t0 = time.time()
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        poller.join()
+        wall = time.time() - t0
+        check(len(jobs) == 32, "32 concurrent requests")
+        bad = [i for i in range(len(jobs)) if results[i] != expect[jobs[i]]]
+        check(not bad, f"32 concurrent streams equal generate's text ({len(jobs) - len(bad)}/32, {wall:.1f} s): "
+                       + "; ".join(f"{jobs[i][0]!r}: {results[i]!r} != {expect[jobs[i]]!r}" for i in bad[:3]))
+        # the bound: 8 sequences x (budget + chunk) rows per layer, f16 row bytes from the CLI's own accounting
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([BIN, "generate", "-p", "hi", "-n", "1", "-t", "2", "--kv-stats-json", tmp + "/kv.json"],
+                           capture_output=True, text=True, check=True)
+            with open(tmp + "/kv.json") as f:
+                layers = json.load(f)["layers"]
+        row_bytes = sum(l["full_bytes"] / l["tokens_seen"] for l in layers)
+        m = srv.metrics()
+        peak_all = m["squeezekv_kv_bytes_peak"]
+        # a full-cache request holds its whole prompt + answer; budgeted ones at most budget + chunk
+        longest = max(len(p) for p in PROMPTS) + 64 + n  # generous token count of a full-cache chat
+        bound = 8 * max(BUDGET + CHUNK, longest) * row_bytes
+        check(0 < peak_all <= bound, f"KV bytes peak {peak_all:.0f} <= 8 x (budget + chunk) rows = {bound:.0f}")
+        check(m["squeezekv_sequences_active"] == 0 and m["squeezekv_kv_bytes"] == 0, "idle after the burst: no sequences, no KV bytes")
+
+        # budgeted requests only: the bound is exactly parallel x (budget + chunk) rows per layer
+        srv2 = Server("--parallel", "8", "--kv-policy", "squeeze", "--kv-budget", str(BUDGET))
+        c2 = openai.OpenAI(base_url=srv2.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        long_prompt = " ".join(["The sea was calm and the sky was clear over the harbour that morning."] * 12)
+        ts = [threading.Thread(target=lambda: ask(c2, long_prompt, 30, None, False, True)) for _ in range(16)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        m2 = srv2.metrics()
+        bound2 = 8 * (BUDGET + CHUNK) * row_bytes
+        check(0 < m2["squeezekv_kv_bytes_peak"] <= bound2,
+              f"squeeze server: KV peak {m2['squeezekv_kv_bytes_peak']:.0f} <= 8 x (budget + chunk) x row = {bound2:.0f}")
+
+        # 3. half of the clients leave mid-stream
+        before = srv2.metrics()["squeezekv_generated_tokens_total"]
+        kept = []
+
+        def leaver(i):
+            s = c2.completions.create(model="m", prompt=long_prompt, max_tokens=300, temperature=0, stream=True)
+            got = 0
+            for c in s:
+                got += 1
+                if i % 2 == 0 and got == 3:
+                    s.close()  # the client goes away
+                    return
+            kept.append(i)
+
+        ts = [threading.Thread(target=leaver, args=(i,)) for i in range(16)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m2 = srv2.metrics()
+            if m2["squeezekv_sequences_active"] == 0 and m2["squeezekv_kv_bytes"] == 0:
+                break
+            time.sleep(0.1)
+        check(len(kept) == 8, f"the 8 clients that stayed got their whole stream ({len(kept)})")
+        check(m2["squeezekv_sequences_active"] == 0 and m2["squeezekv_sequences_queued"] == 0 and m2["squeezekv_kv_bytes"] == 0,
+              f"after clients left: active {m2['squeezekv_sequences_active']}, queued {m2['squeezekv_sequences_queued']}, "
+              f"KV bytes {m2['squeezekv_kv_bytes']}")
+        generated = m2["squeezekv_generated_tokens_total"] - before
+        check(generated < 16 * 300 - 8 * 200, f"the leavers stopped early ({generated:.0f} tokens generated in all)")
+        check(srv2.stop() == 0, "squeeze server exits 0 on SIGTERM")
+
+        # 4. bad requests: status, message, and the server keeps serving
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        cases = [
+            ("bad JSON", "POST", "/v1/chat/completions", b"{not json", KEY, 400, "not valid JSON"),
+            ("not an object", "POST", "/v1/chat/completions", [1, 2], KEY, 400, "JSON object"),
+            ("no messages", "POST", "/v1/chat/completions", {"model": "m"}, KEY, 400, "messages"),
+            ("messages wrong type", "POST", "/v1/chat/completions", {"messages": "hi"}, KEY, 400, "messages"),
+            ("bad role", "POST", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, KEY, 400, "role"),
+            ("max_tokens wrong type", "POST", "/v1/chat/completions", {**chat, "max_tokens": "ten"}, KEY, 400, "max_tokens"),
+            ("negative max_tokens", "POST", "/v1/chat/completions", {**chat, "max_tokens": -1}, KEY, 400, "max_tokens"),
+            ("temperature out of range", "POST", "/v1/chat/completions", {**chat, "temperature": 7}, KEY, 400, "temperature"),
+            ("n = 2", "POST", "/v1/chat/completions", {**chat, "n": 2}, KEY, 400, "n:"),
+            ("stream wrong type", "POST", "/v1/chat/completions", {**chat, "stream": "yes"}, KEY, 400, "stream"),
+            ("empty stop", "POST", "/v1/chat/completions", {**chat, "stop": [""]}, KEY, 400, "stop"),
+            ("unknown KV policy", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "lru", "budget": 64}}, KEY, 400, "kv.policy"),
+            ("KV budget missing", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o"}}, KEY, 400, "kv.budget"),
+            ("KV budget 0", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o", "budget": 0}}, KEY, 400, "kv.budget"),
+            ("KV budget over the context", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o", "budget": 99999}}, KEY, 400, "kv.budget"),
+            ("KV budget wrong type", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o", "budget": "big"}}, KEY, 400, "kv.budget"),
+            ("unknown KV setting", "POST", "/v1/chat/completions", {**chat, "kv": {"colour": 1}}, KEY, 400, "colour"),
+            ("prompt over the limit", "POST", "/v1/completions", {"prompt": "word " * 2000, "max_tokens": 1}, KEY, 400, "exceed"),
+            ("completion without prompt", "POST", "/v1/completions", {"max_tokens": 1}, KEY, 400, "prompt"),
+            ("missing API key", "POST", "/v1/chat/completions", chat, None, 401, "API key"),
+            ("wrong API key", "POST", "/v1/chat/completions", chat, "nope", 401, "API key"),
+            ("unknown route", "GET", "/v2/everything", None, KEY, 404, "no route"),
+        ]
+        for name, method, path, body, key, status, words in cases:
+            code, text, _ = srv.raw(method, path, body, key)
+            try:
+                err = json.loads(text)["error"]
+                msg = err["message"]
+                shaped = isinstance(msg, str) and "type" in err
+            except (ValueError, KeyError, TypeError):
+                msg, shaped = text, False
+            check(code == status and shaped and words in msg, f"{name}: HTTP {code} (want {status}), message {msg!r}")
+        code, text, _ = srv.raw("GET", "/health")
+        check(code == 200, "still serving after the bad requests")
+        got, _, _ = ask(client, PROMPTS[0], n, None, True, False)
+        check(got == expect[(PROMPTS[0], True, "null")], "answers stay right after the bad requests")
+        m = srv.metrics()
+        check(m.get('squeezekv_requests_total{status="400"}', 0) >= 19 and m.get('squeezekv_requests_total{status="401"}', 0) == 2,
+              "metrics count requests by status")
+        code, text, _ = srv.raw("GET", "/v1/models")
+        check(code == 200 and json.loads(text)["data"][0]["object"] == "model", "GET /v1/models")
+        check(srv.stop() == 0, "server exits 0 on SIGTERM")
+
+        # 5. a full queue: --parallel 1 --queue 1, four long requests at once
+        srv3 = Server("--parallel", "1", "--queue", "1")
+        codes = []
+
+        def long_req():
+            code, _, headers = srv3.raw("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0})
+            codes.append((code, headers.get("Retry-After")))
+
+        ts = [threading.Thread(target=long_req) for _ in range(4)]
+        for t in ts:
+            t.start()
+            time.sleep(0.05)
+        for t in ts:
+            t.join()
+        ok = sorted(c for c, _ in codes)
+        check(ok.count(200) == 2 and ok.count(503) == 2 and all(r == "1" for c, r in codes if c == 503),
+              f"queue full: two served, two refused with 503 + Retry-After ({codes})")
+        check(srv3.stop() == 0, "third server exits 0")
+    finally:
+        for s in SERVERS:
+            if s.proc.poll() is None:
+                s.proc.kill()
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,578 @@
+// `squeezekv serve` (server.h): OpenAI-style endpoints, SSE streaming, Prometheus metrics.
+// Threads: cpp-httplib's pool runs the handlers (parse, validate, wait for text, write it); one
+// engine thread owns the Scheduler. They meet in a Job (one per request, its own lock) and in
+// the inbox (the server's lock).
+#include "server/server.h"
+
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/kv_json.h"
+#include "squeezekv/engine.h"
+#include "squeezekv/error.h"
+#include "squeezekv/generate.h"
+
+namespace squeezekv::server {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// A request the client got wrong: answered with `status` in the OpenAI error shape.
+struct HttpError : Error {
+  int status;
+  std::string type, param;
+  HttpError(int s, const std::string& msg, std::string t = "invalid_request_error", std::string p = {})
+      : Error(msg), status(s), type(std::move(t)), param(std::move(p)) {}
+};
+
+json error_body(const std::string& message, const std::string& type, const std::string& param) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", nullptr}}}};
+}
+
+// One request between its HTTP thread and the engine thread.
+struct Job {
+  enum class Kind : uint8_t { kChat, kCompletion };
+  Kind kind = Kind::kChat;
+  GenerationRequest request;  // moved into the Scheduler when admitted to it
+  bool stream = false;
+  bool include_usage = false;
+  std::string id;  // "chatcmpl-N" / "cmpl-N"
+  int64_t created = 0;
+  int64_t scheduler_id = 0;
+  std::atomic<bool> cancelled{false};  // the client went away
+  // guarded by m
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::string> pieces;  // text not yet sent
+  bool done = false;
+  GenerateResult result;
+};
+
+const char* finish_reason(const std::string& stop_reason) {
+  return stop_reason == "length" ? "length" : "stop";  // eos and stop strings are both "stop" in the API
+}
+
+// Typed field access that names the field in its error.
+template <class Check>
+const json* field(const json& body, const char* name, Check ok, const char* expected) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  if (!ok(*it)) throw HttpError(400, std::string(name) + ": expected " + expected + ", got " + it->dump(), "invalid_request_error", name);
+  return &*it;
+}
+bool is_int(const json& v) { return v.is_number_integer(); }
+bool is_num(const json& v) { return v.is_number(); }
+bool is_bool(const json& v) { return v.is_boolean(); }
+bool is_str(const json& v) { return v.is_string(); }
+
+class Server {
+ public:
+  Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_) {
+    ctx_ = o.session.cache.max_tokens > 0 ? o.session.cache.max_tokens
+                                          : std::min(model.config().context_length, 16384);
+    max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : ctx_ - 1;
+    chat_format_ = detect_chat_format(model.chat_template());
+  }
+
+  int run() {
+    // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, before any thread starts)
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that went away is seen as a failed write
+
+    httplib::Server http;
+    // handlers for every running and queued request plus a few for health, metrics and refusals
+    const int threads = opt_.parallel + opt_.queue + 4;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http.set_payload_max_length(16u << 20);
+    routes(http);
+    int port = opt_.port;
+    if (port == 0) {
+      port = http.bind_to_any_port(opt_.host);
+      if (port < 0) throw Error("--host: cannot listen on " + opt_.host);
+    } else if (!http.bind_to_port(opt_.host, port)) {
+      throw Error("--port: cannot listen on " + opt_.host + ":" + std::to_string(port) + " (in use, or not allowed)");
+    }
+    std::thread engine([this] { engine_loop(); });
+    std::thread stopper([&http, sigs] {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      http.stop();
+    });
+    std::printf("squeezekv serve: listening on http://%s:%d (model %s, %s, --parallel %d, --queue %d)\n", opt_.host.c_str(), port,
+                opt_.model_name.c_str(), engine_.device_description().c_str(), opt_.parallel, opt_.queue);
+    std::fflush(stdout);
+    http.listen_after_bind();
+    {
+      std::lock_guard lk(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    engine.join();
+    pthread_kill(stopper.native_handle(), SIGTERM);  // a stop not caused by a signal releases the waiter
+    stopper.join();
+    return 0;
+  }
+
+ private:
+  // ---- engine thread ----------------------------------------------------------------------
+  void engine_loop() {
+    std::map<int64_t, std::shared_ptr<Job>> live;  // scheduler id -> job
+    std::unique_lock lk(mu_);
+    while (true) {
+      wake_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_ || !inbox_.empty() || sched_.running() + sched_.waiting() > 0; });
+      if (stopping_) break;
+      std::deque<std::shared_ptr<Job>> fresh;
+      fresh.swap(inbox_);
+      lk.unlock();
+      for (auto& job : fresh) {
+        Job* j = job.get();
+        j->request.on_text = [j](std::string_view s) {
+          {
+            std::lock_guard g(j->m);
+            j->pieces.emplace_back(s);
+          }
+          j->cv.notify_all();
+          return !j->cancelled.load();
+        };
+        auto on_done = [this, j](const GenerateResult& r) {
+          {
+            std::lock_guard g(j->m);
+            j->result = r;
+            j->done = true;
+          }
+          j->cv.notify_all();
+          record_done(r);
+        };
+        j->request.on_done = on_done;
+        try {
+          j->scheduler_id = sched_.submit(std::move(j->request));
+          live[j->scheduler_id] = job;
+        } catch (const std::exception& e) {  // validated by the handler already; this is a last guard
+          GenerateResult r;
+          r.stop_reason = "error";
+          r.error = e.what();
+          on_done(r);
+        }
+      }
+      for (auto it = live.begin(); it != live.end();) {
+        if (it->second->cancelled) sched_.cancel(it->first);
+        bool done;
+        {
+          std::lock_guard g(it->second->m);
+          done = it->second->done;
+        }
+        it = done ? live.erase(it) : std::next(it);
+      }
+      sched_.step();
+      const int64_t kv = sched_.kv_bytes(), full = sched_.kv_full_bytes();
+      lk.lock();
+      running_ = sched_.running();
+      waiting_ = sched_.waiting();
+      kv_bytes_ = kv;
+      kv_full_bytes_ = full;
+      kv_bytes_peak_ = std::max(kv_bytes_peak_, kv);
+    }
+    // shutting down: every request still open ends now
+    for (auto& [id, job] : live) sched_.cancel(id);
+    lk.unlock();
+    while (sched_.step()) {
+    }
+  }
+
+  void record_done(const GenerateResult& r) {
+    std::lock_guard lk(mu_);
+    prompt_tokens_ += r.prompt_tokens;
+    generated_tokens_ += static_cast<int64_t>(r.tokens.size());
+    const auto now = clock_type::now();
+    recent_.push_back({now, static_cast<int64_t>(r.tokens.size()), r.generate_seconds});
+    while (!recent_.empty() && now - recent_.front().at > std::chrono::seconds(60)) recent_.pop_front();
+  }
+
+  // ---- HTTP threads -----------------------------------------------------------------------
+  void routes(httplib::Server& http) {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (opt_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth != "Bearer " + opt_.api_key) {
+        reply_error(res, HttpError(401, auth.empty() ? "missing API key (send the header Authorization: Bearer KEY)" : "wrong API key",
+                                   "authentication_error"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, Job::Kind::kChat); });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, Job::Kind::kCompletion); });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      reply(res, 200, {{"object", "list"},
+                       {"data", json::array({{{"id", opt_.model_name}, {"object", "model"}, {"created", started_}, {"owned_by", "squeezekv"}}})}});
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) { reply(res, 200, {{"status", "ok"}}); });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      count_status(200);
+      res.set_content(metrics(), "text/plain; version=0.0.4");
+    });
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (res.status == 404) reply_error(res, HttpError(404, "no route " + req.method + " " + req.path, "not_found_error"));
+      else if (res.body.empty()) reply_error(res, HttpError(res.status, "request refused (HTTP " + std::to_string(res.status) + ")"));
+    });
+    http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      reply_error(res, HttpError(500, what, "server_error"));
+    });
+  }
+
+  void count_status(int status) {
+    std::lock_guard lk(mu_);
+    ++requests_by_status_[status];
+  }
+  void reply(httplib::Response& res, int status, const json& body) {
+    count_status(status);
+    res.status = status;
+    res.set_content(body.dump(), "application/json");
+  }
+  void reply_error(httplib::Response& res, const HttpError& e) {
+    if (e.status == 503) res.set_header("Retry-After", "1");
+    reply(res, e.status, error_body(e.what(), e.type, e.param));
+  }
+
+  void handle(const httplib::Request& req, httplib::Response& res, Job::Kind kind) {
+    std::shared_ptr<Job> job;
+    try {
+      job = parse(req, kind);
+      admit(job);
+    } catch (const HttpError& e) {
+      return reply_error(res, e);
+    } catch (const std::exception& e) {  // an Error from the library's validation names the field
+      return reply_error(res, HttpError(400, e.what()));
+    }
+    if (job->stream) return stream(res, job);
+    std::unique_lock lk(job->m);
+    job->cv.wait(lk, [&] { return job->done; });
+    const GenerateResult& r = job->result;
+    if (r.stop_reason == "error") return reply_error(res, HttpError(500, r.error, "server_error"));
+    json choice = {{"index", 0}, {"finish_reason", finish_reason(r.stop_reason)}, {"logprobs", nullptr}};
+    if (kind == Job::Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    else choice["text"] = r.text;
+    reply(res, 200, {{"id", job->id},
+                     {"object", kind == Job::Kind::kChat ? "chat.completion" : "text_completion"},
+                     {"created", job->created},
+                     {"model", opt_.model_name},
+                     {"choices", json::array({choice})},
+                     {"usage", usage(r)}});
+  }
+
+  static json usage(const GenerateResult& r) {
+    const int64_t n = static_cast<int64_t>(r.tokens.size());
+    return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", n}, {"total_tokens", r.prompt_tokens + n}};
+  }
+
+  // Request JSON -> a validated job (HttpError or Error naming the field otherwise).
+  std::shared_ptr<Job> parse(const httplib::Request& req, Job::Kind kind) {
+    json body;
+    try {
+      body = json::parse(req.body);
+    } catch (const json::parse_error& e) {
+      throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
+    }
+    if (!body.is_object()) throw HttpError(400, "request body: expected a JSON object");
+    auto job = std::make_shared<Job>();
+    job->kind = kind;
+    field(body, "model", is_str, "a string");
+    std::string text;
+    if (kind == Job::Kind::kChat) {
+      const json* msgs = field(body, "messages", [](const json& v) { return v.is_array(); }, "an array of messages");
+      if (msgs == nullptr || msgs->empty()) throw HttpError(400, "messages: expected a non-empty array of messages", "invalid_request_error", "messages");
+      std::vector<ChatMessage> chat;
+      for (size_t i = 0; i < msgs->size(); ++i) {
+        const json& m = (*msgs)[i];
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+          throw HttpError(400, where + ": expected an object with a string \"role\"", "invalid_request_error", "messages");
+        const std::string role = m["role"].get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+          throw HttpError(400, where + ".role: expected system, developer, user or assistant, got '" + role + "'", "invalid_request_error", "messages");
+        std::string content;
+        const json c = m.value("content", json(nullptr));
+        if (c.is_string()) {
+          content = c.get<std::string>();
+        } else if (c.is_array()) {  // content parts: text only
+          for (const json& part : c) {
+            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+              throw HttpError(400, where + ".content: only text parts ({\"type\": \"text\", \"text\": ...}) are supported", "invalid_request_error", "messages");
+            content += part["text"].get<std::string>();
+          }
+        } else {
+          throw HttpError(400, where + ".content: expected a string or an array of text parts", "invalid_request_error", "messages");
+        }
+        chat.push_back({role == "developer" ? "system" : role, content});
+      }
+      text = render_chat(chat_format_, model_.chat_template(), chat);
+    } else {
+      const json* p = field(body, "prompt", [](const json& v) { return v.is_string() || (v.is_array() && v.size() == 1 && v[0].is_string()); },
+                            "a string (or an array of one string)");
+      if (p == nullptr) throw HttpError(400, "prompt: required", "invalid_request_error", "prompt");
+      text = p->is_string() ? p->get<std::string>() : (*p)[0].get<std::string>();
+    }
+    GenerationRequest& r = job->request;
+    r.prompt = encode_prompt(model_, text);
+    if (r.prompt.empty()) {
+      if (model_.tokenizer().bos() < 0) throw HttpError(400, "prompt: empty, and the model has no BOS token to start from", "invalid_request_error", "prompt");
+      r.prompt.push_back(model_.tokenizer().bos());
+    }
+    if (static_cast<int>(r.prompt.size()) > max_prompt_)
+      throw HttpError(400, "prompt: " + std::to_string(r.prompt.size()) + " tokens exceed the limit of " + std::to_string(max_prompt_) +
+                               " (--max-prompt-tokens)", "invalid_request_error", kind == Job::Kind::kChat ? "messages" : "prompt");
+    // sampling: the API's defaults (temperature 1, top_p 1, no top-k or min-p) unless given
+    SamplerConfig& s = r.options.sampler;
+    s.temperature = 1.0f;
+    s.top_p = 1.0f;
+    s.top_k = 0;
+    s.min_p = 0.0f;
+    s.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    if (const json* v = field(body, "temperature", is_num, "a number in [0, 2]")) {
+      s.temperature = v->get<float>();
+      if (!(s.temperature >= 0.0f && s.temperature <= 2.0f)) throw HttpError(400, "temperature: expected a number in [0, 2], got " + v->dump(), "invalid_request_error", "temperature");
+    }
+    if (const json* v = field(body, "top_p", is_num, "a number in (0, 1]")) {
+      s.top_p = v->get<float>();
+      if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) throw HttpError(400, "top_p: expected a number in (0, 1], got " + v->dump(), "invalid_request_error", "top_p");
+    }
+    if (const json* v = field(body, "top_k", is_int, "an integer >= 0")) {
+      if (v->get<int64_t>() < 0) throw HttpError(400, "top_k: expected an integer >= 0", "invalid_request_error", "top_k");
+      s.top_k = static_cast<int>(std::min<int64_t>(v->get<int64_t>(), 1 << 30));
+    }
+    if (const json* v = field(body, "min_p", is_num, "a number in [0, 1)")) {
+      s.min_p = v->get<float>();
+      if (!(s.min_p >= 0.0f && s.min_p < 1.0f)) throw HttpError(400, "min_p: expected a number in [0, 1), got " + v->dump(), "invalid_request_error", "min_p");
+    }
+    if (const json* v = field(body, "seed", is_int, "an integer")) s.seed = static_cast<uint64_t>(v->get<int64_t>());
+    if (const json* v = field(body, "n", is_int, "an integer"))
+      if (v->get<int64_t>() != 1) throw HttpError(400, "n: only 1 choice per request is supported, got " + v->dump(), "invalid_request_error", "n");
+    r.options.max_tokens = ctx_ - static_cast<int>(r.prompt.size());  // up to the context when not given
+    for (const char* name : {"max_tokens", "max_completion_tokens"})
+      if (const json* v = field(body, name, is_int, "an integer >= 0")) {
+        if (v->get<int64_t>() < 0) throw HttpError(400, std::string(name) + ": expected an integer >= 0, got " + v->dump(), "invalid_request_error", name);
+        r.options.max_tokens = static_cast<int>(std::min<int64_t>(v->get<int64_t>(), 1 << 30));
+      }
+    if (const json* v = field(body, "stop", [](const json& x) { return x.is_string() || x.is_array(); }, "a string or an array of strings")) {
+      const json list = v->is_string() ? json::array({*v}) : *v;
+      if (list.size() > 4) throw HttpError(400, "stop: at most 4 stop strings, got " + std::to_string(list.size()), "invalid_request_error", "stop");
+      for (const json& x : list) {
+        if (!x.is_string() || x.get<std::string>().empty()) throw HttpError(400, "stop: expected non-empty strings, got " + x.dump(), "invalid_request_error", "stop");
+        r.options.stop.push_back(x.get<std::string>());
+      }
+    }
+    if (const json* v = field(body, "stream", is_bool, "true or false")) job->stream = v->get<bool>();
+    if (const json* v = field(body, "stream_options", [](const json& x) { return x.is_object(); }, "an object")) {
+      if (v->contains("include_usage") && !(*v)["include_usage"].is_boolean())
+        throw HttpError(400, "stream_options.include_usage: expected true or false", "invalid_request_error", "stream_options");
+      job->include_usage = v->value("include_usage", false);
+    }
+    // the KV extension: {"kv": {"policy": "squeeze", "budget": 256, ...}} over the server's defaults
+    r.cache = opt_.session.cache;
+    if (const json* v = field(body, "kv", [](const json& x) { return x.is_object(); }, "an object of KV settings")) {
+      try {
+        tools::kv_from_json(*v, r.cache, "kv");
+      } catch (const Error& e) {
+        throw HttpError(400, e.what(), "invalid_request_error", "kv");
+      }
+      if (r.cache.max_tokens == 0) r.cache.max_tokens = ctx_;
+      if (r.cache.budget > ctx_)
+        throw HttpError(400, "kv.budget: " + std::to_string(r.cache.budget) + " exceeds the context of " + std::to_string(ctx_) + " tokens (--ctx)",
+                        "invalid_request_error", "kv");
+    }
+    validate(r.options.sampler);
+    const int64_t n = next_id_.fetch_add(1);
+    job->id = std::string(kind == Job::Kind::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
+    job->created = static_cast<int64_t>(std::time(nullptr));
+    return job;
+  }
+
+  // Into the inbox, or 503 when the queue is full.
+  void admit(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard lk(mu_);
+      const int free_slots = std::max(0, opt_.parallel - running_);
+      const int queued = static_cast<int>(inbox_.size()) + waiting_;
+      if (queued >= opt_.queue + free_slots)
+        throw HttpError(503, "server busy: " + std::to_string(running_) + " requests running and " + std::to_string(queued) +
+                                 " queued (--parallel " + std::to_string(opt_.parallel) + ", --queue " + std::to_string(opt_.queue) + "); retry later",
+                        "server_busy");
+      inbox_.push_back(job);
+    }
+    wake_.notify_all();
+  }
+
+  // Server-sent events: one chunk per piece of text, a last chunk with the finish reason, usage
+  // when asked, then [DONE]. A failed write means the client left: the request is cancelled.
+  void stream(httplib::Response& res, const std::shared_ptr<Job>& job) {
+    count_status(200);
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    auto started = std::make_shared<bool>(false);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job, started](size_t, httplib::DataSink& sink) {
+          auto send = [&](const json& j) {
+            const std::string ev = "data: " + j.dump() + "\n\n";
+            return sink.write(ev.data(), ev.size());
+          };
+          const bool chat = job->kind == Job::Kind::kChat;
+          auto chunk = [&](const json& delta_or_text, const json& finish) {
+            json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+            if (chat) choice["delta"] = delta_or_text;
+            else choice["text"] = delta_or_text;
+            json c = {{"id", job->id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", job->created},
+                      {"model", opt_.model_name}, {"choices", json::array({choice})}};
+            if (job->include_usage) c["usage"] = nullptr;
+            return c;
+          };
+          if (!*started) {
+            *started = true;
+            if (chat && !send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return cancel(job);
+          }
+          std::deque<std::string> pieces;
+          bool done;
+          GenerateResult result;
+          {
+            std::unique_lock lk(job->m);
+            job->cv.wait_for(lk, std::chrono::milliseconds(250), [&] { return job->done || !job->pieces.empty(); });
+            pieces.swap(job->pieces);
+            done = job->done;
+            if (done) result = job->result;
+          }
+          for (const std::string& p : pieces)
+            if (!send(chunk(chat ? json{{"content", p}} : json(p), nullptr))) return cancel(job);
+          if (!done) return true;
+          if (result.stop_reason == "error") {
+            send(error_body(result.error, "server_error", ""));
+          } else {
+            send(chunk(chat ? json::object() : json(""), finish_reason(result.stop_reason)));
+            if (job->include_usage) {
+              json u = chunk(json::object(), nullptr);
+              u["choices"] = json::array();
+              u["usage"] = usage(result);
+              send(u);
+            }
+          }
+          const std::string end = "data: [DONE]\n\n";
+          sink.write(end.data(), end.size());
+          sink.done();
+          return true;
+        },
+        [this, job](bool success) {
+          if (!success) cancel(job);
+        });
+  }
+
+  bool cancel(const std::shared_ptr<Job>& job) {
+    job->cancelled = true;
+    wake_.notify_all();
+    return false;
+  }
+
+  std::string metrics() {
+    std::lock_guard lk(mu_);
+    std::string m;
+    auto line = [&m](const std::string& name, const std::string& help, const char* type, const std::string& body) {
+      m += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + body;
+    };
+    std::string by_status;
+    for (const auto& [status, n] : requests_by_status_)
+      by_status += "squeezekv_requests_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+    if (by_status.empty()) by_status = "squeezekv_requests_total{status=\"200\"} 0\n";
+    line("squeezekv_requests_total", "HTTP requests answered, by status", "counter", by_status);
+    line("squeezekv_prompt_tokens_total", "prompt tokens of finished requests", "counter", "squeezekv_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n");
+    line("squeezekv_generated_tokens_total", "tokens generated by finished requests", "counter",
+         "squeezekv_generated_tokens_total " + std::to_string(generated_tokens_) + "\n");
+    // generation rate over the last minute: tokens of the requests that finished in it over the
+    // wall time they span
+    double rate = 0.0;
+    if (!recent_.empty()) {
+      int64_t n = 0;
+      for (const auto& r : recent_) n += r.tokens;
+      const auto first_start = recent_.front().at - std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(recent_.front().seconds));
+      const double span = std::chrono::duration<double>(recent_.back().at - first_start).count();
+      rate = span > 0 ? static_cast<double>(n) / span : 0.0;
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f", rate);
+    line("squeezekv_generation_tokens_per_second", "generated tokens per second over the requests finished in the last minute", "gauge",
+         std::string("squeezekv_generation_tokens_per_second ") + buf + "\n");
+    line("squeezekv_sequences_active", "requests decoding or in their prompt", "gauge", "squeezekv_sequences_active " + std::to_string(running_) + "\n");
+    line("squeezekv_sequences_queued", "requests waiting for a sequence slot", "gauge",
+         "squeezekv_sequences_queued " + std::to_string(waiting_ + static_cast<int>(inbox_.size())) + "\n");
+    line("squeezekv_kv_bytes", "bytes of K and V held now by all sequences", "gauge", "squeezekv_kv_bytes " + std::to_string(kv_bytes_) + "\n");
+    line("squeezekv_kv_bytes_peak", "most bytes of K and V held after any step since the start", "gauge",
+         "squeezekv_kv_bytes_peak " + std::to_string(kv_bytes_peak_) + "\n");
+    line("squeezekv_kv_full_bytes", "f16 bytes the same sequences' tokens would take without eviction", "gauge",
+         "squeezekv_kv_full_bytes " + std::to_string(kv_full_bytes_) + "\n");
+    return m;
+  }
+
+  const Model& model_;
+  ServeOptions opt_;
+  Engine engine_;
+  Scheduler sched_;  // the engine thread's only
+  int ctx_ = 0;
+  int max_prompt_ = 0;
+  ChatFormat chat_format_ = ChatFormat::kPlain;
+  int64_t started_ = static_cast<int64_t>(std::time(nullptr));
+  std::atomic<int64_t> next_id_{1};
+  // guarded by mu_
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> inbox_;
+  bool stopping_ = false;
+  int running_ = 0, waiting_ = 0;
+  int64_t kv_bytes_ = 0, kv_full_bytes_ = 0, kv_bytes_peak_ = 0;
+  int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  std::map<int, int64_t> requests_by_status_;
+  struct Finished {
+    clock_type::time_point at;
+    int64_t tokens;
+    double seconds;
+  };
+  std::deque<Finished> recent_;
+};
+
+}  // namespace
+
+int serve(const Model& model, const ServeOptions& o) {
+  if (o.parallel < 1 || o.parallel > 256) throw Error("--parallel: expected 1 to 256 sequences, got " + std::to_string(o.parallel));
+  if (o.queue < 0 || o.queue > 4096) throw Error("--queue: expected 0 to 4096 waiting requests, got " + std::to_string(o.queue));
+  if (o.port < 0 || o.port > 65535) throw Error("--port: expected 0 to 65535, got " + std::to_string(o.port));
+  if (o.max_prompt_tokens < 0) throw Error("--max-prompt-tokens: must be >= 0, got " + std::to_string(o.max_prompt_tokens));
+  validate(o.session.cache);
+  Server s(model, o);
+  return s.run();
+}
+
+}  // namespace squeezekv::server
