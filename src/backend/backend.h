@@ -98,6 +98,12 @@ class Backend {
   virtual void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                          AttentionProbe* probe) = 0;
 
+  // Several sequences' attention (a decode batch), each call exactly as attention() computes it;
+  // by default one call after another, a backend may run them together.
+  virtual void attention_batch(AttentionCall* calls, int n) {
+    for (int i = 0; i < n; ++i) attention(calls[i].out, calls[i].q, calls[i].q_pos, calls[i].T, calls[i].H, calls[i].kv, calls[i].probe);
+  }
+
   // KV rows (one layer's arrays, KvArrays). kv_write puts the T new rows into slots
   // [at, at + T) of every head: k, v [T][G*D] (f32, this backend's memory) into K and V, their
   // positions rows_pos[T] (this backend's memory) into pos, and 0 into mass.

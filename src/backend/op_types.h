@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/kv_view.h"
+
 namespace squeezekv {
 
 // How a decode product (T < 3) treats the activations.
@@ -35,6 +37,18 @@ struct AttentionProbe {
   bool entropy = false;        // accumulate 1 - H(p)/log(n) ... as sums below (rows with n >= 2)
   double entropy_sum = 0.0;    // out: sum over heads and rows of H(p) / log(n)
   int64_t entropy_rows = 0;    // out: rows counted
+};
+
+// One sequence's attention in a batch of them (Backend::attention_batch): the arguments of
+// Backend::attention.
+struct AttentionCall {
+  float* out = nullptr;            // [T][H*D]
+  const float* q = nullptr;        // [T][H*D]
+  const int32_t* q_pos = nullptr;  // [T]
+  int64_t T = 0;
+  int H = 0;
+  KvView kv;
+  AttentionProbe* probe = nullptr;
 };
 
 }  // namespace squeezekv

@@ -177,6 +177,7 @@ void Runner::step(std::span<const Segment> segments) {
   b.rmsnorm(xn, x, dw_->layers[0].attn_norm, T, E, c.norm_eps);
   metric_.resize(segments.size());
   concentration_.resize(segments.size());
+  probes_.resize(segments.size());
   for (int l = 0; l < c.n_layers; ++l) {
     const DeviceWeights::Layer& L = dw_->layers[l];
     // attention block (xn: the normed input, from the step's start or the previous layer's end)
@@ -191,7 +192,8 @@ void Runner::step(std::span<const Segment> segments) {
       residual = residual || metric_[i] == SqueezeMetric::kResidualCosine;
     }
     if (residual) b.copy(x_in_->data(), x, static_cast<size_t>(TE) * sizeof(float));
-    // each sequence's rows join its own cache and attend over it
+    // each sequence's rows join its own cache and attend over it (all sequences in one call)
+    calls_.clear();
     for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
       const Segment& s = segments[i];
       LayerCache& cache = s.seq->caches.layers[l];
@@ -199,18 +201,22 @@ void Runner::step(std::span<const Segment> segments) {
       if (metric_[i] == SqueezeMetric::kKeyCosine)
         concentration_[i] = key_cosine(host_copy(metric_a_, k + r * KD, static_cast<size_t>(s.T) * KD), s.T, G, D);
       cache.append(k + r * KD, v + r * KD, rows_pos_host_.data() + r, s.T, rpos + r);
+      AttentionProbe& probe = probes_[i];
+      probe = AttentionProbe{};
       const KvView kv = cache.view();
-      AttentionProbe probe;
       if (cache.wants_mass()) {  // attention adds straight into the cache's accumulated mass
         probe.mass = cache.mass_accumulator();
         probe.mass_stride = kv.capacity;
         if (cache.mass_rows() > 0) probe.mass_row_begin = std::max(0, s.T - cache.mass_rows());
       }
       probe.entropy = metric_[i] == SqueezeMetric::kAttentionEntropy;
-      b.attention(att + r * QD, q + r * QD, rpos + r, s.T, H, kv, &probe);
-      if (metric_[i] == SqueezeMetric::kAttentionEntropy)
-        concentration_[i] = probe.entropy_rows > 0 ? 1.0 - probe.entropy_sum / static_cast<double>(probe.entropy_rows) : 0.0;
+      calls_.push_back({att + r * QD, q + r * QD, rpos + r, s.T, H, kv, &probe});
     }
+    if (calls_.size() == 1) b.attention(calls_[0].out, calls_[0].q, calls_[0].q_pos, calls_[0].T, H, calls_[0].kv, calls_[0].probe);
+    else b.attention_batch(calls_.data(), static_cast<int>(calls_.size()));
+    for (size_t i = 0; i < segments.size(); ++i)
+      if (metric_[i] == SqueezeMetric::kAttentionEntropy)
+        concentration_[i] = probes_[i].entropy_rows > 0 ? 1.0 - probes_[i].entropy_sum / static_cast<double>(probes_[i].entropy_rows) : 0.0;
     matmul(tmp, att, L.wo, nullptr);
     // x += attention output; xn = its norm for the feed-forward block (SwiGLU)
     b.add_rmsnorm(xn, x, tmp, L.ffn_norm, T, E, c.norm_eps);

@@ -81,6 +81,8 @@ class Runner {
   std::vector<float> metric_a_, metric_b_;                              // squeeze metric inputs, copied down once per schedule
   std::vector<std::optional<SqueezeMetric>> metric_;                    // [segments] pending metric this layer
   std::vector<double> concentration_;                                   // [segments]
+  std::vector<AttentionProbe> probes_;                                  // [segments]
+  std::vector<AttentionCall> calls_;                                    // [segments]
   std::vector<float> logits_;
 };
 

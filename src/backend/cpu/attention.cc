@@ -360,41 +360,90 @@ void merge_segments(const TiledArgs& a, TileJob& job, const SegmentPart* parts, 
 // only, never on the thread count, so results do not either.
 constexpr int kFewTiles = 8, kSegmentKeys = 1024, kMaxSegments = 64;
 
+// One attention call planned as tiles: its arguments, tile geometry and key segments.
+struct TiledPlan {
+  TiledArgs a;
+  int G = 0, N = 0, S = 1;
+  int64_t rows_per_head = 0, tiles_per_head = 0, n_tiles = 0;
+  bool f16 = true;
+};
+
+TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+                     const AttentionProbe* probe) {
+  TiledPlan p;
+  p.G = kv.n_kv_heads;
+  p.N = kv.count;
+  const int group = H / p.G;
+  p.a = TiledArgs{q, out, q_pos, H, group, kv.head_dim, p.N, kv.capacity, kv.k, kv.v, kv.pos,
+                  1.0f / std::sqrt(static_cast<float>(kv.head_dim)), probe != nullptr ? probe->mass_row_begin : 0,
+                  probe != nullptr && probe->mass != nullptr, probe != nullptr && probe->entropy};
+  p.rows_per_head = T * group;
+  p.tiles_per_head = (p.rows_per_head + kRowTile - 1) / kRowTile;
+  p.n_tiles = p.tiles_per_head * p.G;
+  if (p.n_tiles <= kFewTiles && kv.head_dim <= 256)
+    p.S = static_cast<int>(std::clamp<int64_t>(p.N / kSegmentKeys, 1, kMaxSegments));
+  p.f16 = kv.type == KvType::kF16;
+  return p;
+}
+
+// The plan's tiles into jobs[n_tiles]; their mass rows from scratch (n_tiles * N floats).
+void make_jobs(const TiledPlan& p, TileJob* jobs, float* scratch) {
+  for (int64_t i = 0; i < p.n_tiles; ++i) {
+    jobs[i] = TileJob{};
+    jobs[i].g = static_cast<int>(i / p.tiles_per_head);
+    jobs[i].row0 = (i % p.tiles_per_head) * kRowTile;
+    jobs[i].rows = static_cast<int>(std::min<int64_t>(kRowTile, p.rows_per_head - jobs[i].row0));
+    if (p.a.want_mass) {
+      jobs[i].mass = scratch + i * p.N;
+      std::fill(jobs[i].mass, jobs[i].mass + p.N, 0.0f);
+    }
+  }
+}
+
+// Per-tile mass and entropy combined in tile order (so results do not depend on the threads).
+void finish_tiled(const TiledPlan& p, const TileJob* jobs, AttentionProbe* probe, const float* scratch) {
+  if (p.a.entropy) {
+    for (int64_t i = 0; i < p.n_tiles; ++i) {
+      probe->entropy_sum += jobs[i].entropy_sum;
+      probe->entropy_rows += jobs[i].entropy_rows;
+    }
+  }
+  if (p.a.want_mass) {
+    const float inv_group = 1.0f / static_cast<float>(p.a.group);
+    const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : p.N;
+    for (int g = 0; g < p.G; ++g) {
+      float* mg = probe->mass + g * stride;
+      for (int64_t tile = 0; tile < p.tiles_per_head; ++tile) {
+        const float* m = scratch + (g * p.tiles_per_head + tile) * p.N;
+        for (int n = 0; n < p.N; ++n) mg[n] += m[n] * inv_group;
+      }
+    }
+  }
+}
+
+// A tile over all its keys (one segment).
+void run_whole_tile(const TiledArgs& a, TileJob& job, bool f16) {
+  thread_local std::vector<float> score_buf;  // [kRowTile][N], grown once per thread
+  if (score_buf.size() < static_cast<size_t>(kRowTile) * a.N) score_buf.resize(static_cast<size_t>(kRowTile) * a.N);
+  if (f16) run_tile<uint16_t>(a, job, 0, a.N, score_buf.data(), nullptr);
+  else run_tile<float>(a, job, 0, a.N, score_buf.data(), nullptr);
+}
+
 void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                      AttentionProbe* probe, float* scratch) {
-  const int G = kv.n_kv_heads, group = H / G, N = kv.count;
-  TiledArgs a{q, out, q_pos, H, group, kv.head_dim, N, kv.capacity, kv.k, kv.v, kv.pos,
-              1.0f / std::sqrt(static_cast<float>(kv.head_dim)), probe != nullptr ? probe->mass_row_begin : 0,
-              probe != nullptr && probe->mass != nullptr, probe != nullptr && probe->entropy};
-  const int64_t rows_per_head = T * group;
-  const int64_t tiles_per_head = (rows_per_head + kRowTile - 1) / kRowTile;
-  const int64_t n_tiles = tiles_per_head * G;
-  int S = 1;
-  if (n_tiles <= kFewTiles && kv.head_dim <= 256)
-    S = static_cast<int>(std::clamp<int64_t>(N / kSegmentKeys, 1, kMaxSegments));
+  const TiledPlan p = plan_tiled(out, q, q_pos, T, H, kv, probe);
+  const TiledArgs& a = p.a;
+  const int N = p.N, S = p.S;
+  const int64_t n_tiles = p.n_tiles;
   thread_local std::vector<TileJob> jobs_of_caller;  // grown once; worker threads use them by pointer
   thread_local std::vector<SegmentPart> parts_of_caller;
   thread_local std::vector<float> scores_of_caller;
-  jobs_of_caller.assign(static_cast<size_t>(n_tiles), TileJob{});
+  jobs_of_caller.resize(static_cast<size_t>(n_tiles));
   TileJob* const jobs = jobs_of_caller.data();
-  for (int64_t i = 0; i < n_tiles; ++i) {
-    jobs[i].g = static_cast<int>(i / tiles_per_head);
-    jobs[i].row0 = (i % tiles_per_head) * kRowTile;
-    jobs[i].rows = static_cast<int>(std::min<int64_t>(kRowTile, rows_per_head - jobs[i].row0));
-    if (a.want_mass) {
-      jobs[i].mass = scratch + i * N;
-      std::fill(jobs[i].mass, jobs[i].mass + N, 0.0f);
-    }
-  }
-  const bool f16 = kv.type == KvType::kF16;
+  make_jobs(p, jobs, scratch);
   if (S == 1) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n_tiles; ++i) {
-      thread_local std::vector<float> score_buf;  // [kRowTile][N], grown once per thread
-      if (score_buf.size() < static_cast<size_t>(kRowTile) * N) score_buf.resize(static_cast<size_t>(kRowTile) * N);
-      if (f16) run_tile<uint16_t>(a, jobs[i], 0, N, score_buf.data(), nullptr);
-      else run_tile<float>(a, jobs[i], 0, N, score_buf.data(), nullptr);
-    }
+    for (int64_t i = 0; i < n_tiles; ++i) run_whole_tile(a, jobs[i], p.f16);
   } else {
     // segment bounds: multiples of 4, the last one takes the rest
     int bounds[kMaxSegments + 1];
@@ -411,30 +460,55 @@ void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
       const int64_t tile = i / S;
       const int j = static_cast<int>(i % S);
       float* s = scores + tile * kRowTile * N;
-      if (f16) run_tile<uint16_t>(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i);
+      if (p.f16) run_tile<uint16_t>(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i);
       else run_tile<float>(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i);
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t tile = 0; tile < n_tiles; ++tile)
       merge_segments(a, jobs[tile], parts + tile * S, bounds, S, scores + tile * kRowTile * N);
   }
-  if (a.entropy) {
-    for (int64_t i = 0; i < n_tiles; ++i) {
-      probe->entropy_sum += jobs[i].entropy_sum;
-      probe->entropy_rows += jobs[i].entropy_rows;
-    }
+  finish_tiled(p, jobs, probe, scratch);
+}
+
+// Several calls (a decode batch: one per sequence) whose tiles all run in one parallel loop, so
+// that a few tiles per call (one per kv head) still keep every thread busy. Each tile computes
+// exactly what it computes in a call of its own; calls whose keys are split into segments (long
+// contexts) run on their own.
+void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
+  thread_local std::vector<TiledPlan> plans;
+  thread_local std::vector<float*> scratch_of;
+  thread_local std::vector<int64_t> first_job;  // [n + 1] each pooled call's first job
+  thread_local std::vector<TileJob> jobs;
+  thread_local std::vector<int> call_of;
+  plans.clear();
+  scratch_of.clear();
+  first_job.assign(1, 0);
+  float* next = scratch;
+  for (int c = 0; c < n; ++c) {
+    const AttentionCall& k = calls[c];
+    plans.push_back(plan_tiled(k.out, k.q, k.q_pos, k.T, k.H, k.kv, k.probe));
+    scratch_of.push_back(next);
+    next += attention_scratch_floats(k.T, k.H, k.kv.capacity);
+    first_job.push_back(first_job.back() + (plans[c].S == 1 ? plans[c].n_tiles : 0));
   }
-  if (a.want_mass) {
-    const float inv_group = 1.0f / static_cast<float>(group);
-    const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : N;
-    for (int g = 0; g < G; ++g) {
-      float* mg = probe->mass + g * stride;
-      for (int64_t tile = 0; tile < tiles_per_head; ++tile) {
-        const float* m = scratch + (g * tiles_per_head + tile) * N;
-        for (int n = 0; n < N; ++n) mg[n] += m[n] * inv_group;
-      }
+  jobs.resize(static_cast<size_t>(first_job.back()));
+  call_of.resize(jobs.size());
+  for (int c = 0; c < n; ++c) {
+    if (plans[c].S != 1) {
+      attention_tiled(calls[c].out, calls[c].q, calls[c].q_pos, calls[c].T, calls[c].H, calls[c].kv, calls[c].probe, scratch_of[c]);
+      continue;
     }
+    make_jobs(plans[c], jobs.data() + first_job[c], scratch_of[c]);
+    std::fill(call_of.begin() + first_job[c], call_of.begin() + first_job[c + 1], c);
   }
+  const int64_t n_jobs = first_job.back();
+  TileJob* const all = jobs.data();
+  const int* const owner = call_of.data();
+  const TiledPlan* const plan = plans.data();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n_jobs; ++i) run_whole_tile(plan[owner[i]].a, all[i], plan[owner[i]].f16);
+  for (int c = 0; c < n; ++c)
+    if (plans[c].S == 1) finish_tiled(plans[c], all + first_job[c], calls[c].probe, scratch_of[c]);
 }
 #endif
 
@@ -509,6 +583,18 @@ void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int 
   if (kv.head_dim % 16 == 0) return attention_tiled(out, q, q_pos, T, H, kv, probe, scratch);
 #endif
   attention_rows(out, q, q_pos, T, H, kv, probe, scratch);
+}
+
+void attention_batch(const AttentionCall* calls, int n, float* scratch) {
+#if SQUEEZEKV_AVX2
+  bool tiled = true;
+  for (int c = 0; c < n; ++c) tiled = tiled && calls[c].kv.head_dim % 16 == 0;
+  if (tiled) return attention_batch_tiled(calls, n, scratch);
+#endif
+  for (int c = 0; c < n; ++c) {
+    attention(calls[c].out, calls[c].q, calls[c].q_pos, calls[c].T, calls[c].H, calls[c].kv, calls[c].probe, scratch);
+    scratch += attention_scratch_floats(calls[c].T, calls[c].H, calls[c].kv.capacity);
+  }
 }
 
 void ref::attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,

@@ -74,6 +74,13 @@ class CpuBackend final : public Backend {
     if (scratch_.size() < need) scratch_.resize(need);
     cpu::attention(out, q, q_pos, T, H, kv, probe, scratch_.data());
   }
+  void attention_batch(AttentionCall* calls, int n) override {
+    use_threads();
+    size_t need = 0;
+    for (int i = 0; i < n; ++i) need += static_cast<size_t>(cpu::attention_scratch_floats(calls[i].T, calls[i].H, calls[i].kv.capacity));
+    if (scratch_.size() < need) scratch_.resize(need);
+    cpu::attention_batch(calls, n, scratch_.data());
+  }
 
   void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
     const size_t eb = kv_type_bytes(a.type);

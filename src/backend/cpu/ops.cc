@@ -284,17 +284,14 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t r0 = b * block;
     const int64_t nr = std::min(block, R - r0);
-    if (fused) {
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < nr; ++i) {
-          if (xq != nullptr) {
-            out[t * R + r0 + i] = dot_q8(w.type, w.row(r0 + i), xq + t * (C / 32), C);
-          } else {
+    if (xq != nullptr) {  // each weight row unpacked once for all T rows
+      for (int64_t i = 0; i < nr; ++i)
+        dot_q8_rows(w.type, w.row(r0 + i), xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
+    } else if (fused) {
 #if SQUEEZEKV_AVX2
-            out[t * R + r0 + i] = dot_stored(w.type, w.row(r0 + i), x + t * C, C);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot_stored(w.type, w.row(r0 + i), x + t * C, C);
 #endif
-          }
-        }
     } else {
       const float* rows_f32 = reinterpret_cast<const float*>(w.row(r0));
       if (w.type != DType::F32) {

@@ -19,6 +19,7 @@ float dot(const float* a, const float* b, int64_t n);
 // The op parameter types are shared by every backend (backend/op_types.h, core/kv_view.h); these
 // names keep the CPU kernels' spelling.
 using squeezekv::Activations;
+using squeezekv::AttentionCall;
 using squeezekv::AttentionProbe;
 using squeezekv::KvType;
 using squeezekv::KvView;
@@ -48,6 +49,9 @@ void silu_mul(float* gate, const float* up, int64_t n);
 void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                AttentionProbe* probe, float* scratch);
 int64_t attention_scratch_floats(int64_t T, int H, int N);
+// Several calls at once (a decode batch, one per sequence), each with exactly its own call's
+// results; scratch: the sum of attention_scratch_floats(T, H, kv.capacity) over the calls.
+void attention_batch(const AttentionCall* calls, int n, float* scratch);
 
 namespace ref {
 float dot(const float* a, const float* b, int64_t n);

@@ -28,6 +28,7 @@ void quantize_q8(Q8Block* out, const float* x, int64_t C) {
     out[b].d = d;
     out[b].s[0] = d * static_cast<float>(sum[0]);
     out[b].s[1] = d * static_cast<float>(sum[1]);
+    out[b].st = d * static_cast<float>(sum[0] + sum[1]);
   }
 }
 
@@ -191,33 +192,66 @@ template <> struct Unpack<DType::IQ4_XS> {
   }
 };
 
+// Formats whose two halves of a group share one scale and one offset (Unpack sets them with same()).
 template <DType T>
-float dot_q8_t(const uint8_t* row, const Q8Block* x, int64_t C) {
+constexpr bool kUniform = !(T == DType::Q2_K || T == DType::Q3_K || T == DType::Q6_K);
+// Formats with an offset term (a min, or a constant moved into it).
+template <DType T>
+constexpr bool kOffset = dtype_has_min(T) || T == DType::Q4_0 || T == DType::Q5_0 || T == DType::Q3_K || T == DType::Q6_K;
+
+// row . x for N activation rows at once (x + n * x_stride blocks -> out[n * out_stride]): each
+// weight group is unpacked once and multiplied with every row. Each row's sums are formed by the
+// same operations in the same order for every N, so a row's result does not depend on N (a
+// decode batch gives each sequence what it gets alone).
+template <DType T, int N>
+void dot_q8_n(const uint8_t* row, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
   constexpr int kValues = dtype_info(T).block_values;
   const int bytes = dtype_info(T).block_bytes;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0.0f;
+  __m256 acc[N];
+  float offset[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps(), offset[n] = 0.0f;
   Group w;
   for (int64_t b = 0; b < C / kValues; ++b) {
     const uint8_t* blk = row + b * bytes;
     for (int g = 0; g < kValues / 32; ++g, ++x) {
       Unpack<T>::group(blk, g, w);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->q));
-      __m256i p16;
-      if constexpr (Unpack<T>::kSigned) {  // maddubs wants an unsigned operand: |w| . (x with w's sign)
-        p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w.q, w.q), _mm256_sign_epi8(q, w.q));
-      } else {
-        p16 = _mm256_maddubs_epi16(w.q, q);
+      __m256i wq = w.q;
+      if constexpr (Unpack<T>::kSigned) wq = _mm256_sign_epi8(w.q, w.q);  // maddubs wants an unsigned operand: |w|
+      const __m256 sc = kUniform<T> ? _mm256_set1_ps(w.sc[0]) : _mm256_set_m128(_mm_set1_ps(w.sc[1]), _mm_set1_ps(w.sc[0]));
+#pragma GCC unroll 4
+      for (int n = 0; n < N; ++n) {
+        const Q8Block* xn = x + n * x_stride;
+        __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xn->q));
+        if constexpr (Unpack<T>::kSigned) q = _mm256_sign_epi8(q, w.q);  // x with w's sign
+        const __m256i p16 = _mm256_maddubs_epi16(wq, q);
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));  // lanes 0-3: half 0, 4-7: half 1
+        acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_broadcast_ss(&xn->d)), p, acc[n]);
+        if constexpr (kUniform<T> && kOffset<T>) offset[n] += w.mn[0] * xn->st;
+        else if constexpr (kOffset<T>) offset[n] += w.mn[0] * xn->s[0] + w.mn[1] * xn->s[1];
       }
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));  // lanes 0-3: half 0, 4-7: half 1
-      const __m256 scale = _mm256_set_m128(_mm_set1_ps(w.sc[1] * x->d), _mm_set1_ps(w.sc[0] * x->d));
-      acc = _mm256_fmadd_ps(scale, p, acc);
-      if constexpr (dtype_has_min(T) || T == DType::Q4_0 || T == DType::Q5_0 || T == DType::Q3_K || T == DType::Q6_K)
-        offset += w.mn[0] * x->s[0] + w.mn[1] * x->s[1];
     }
   }
-  return hsum(acc) + offset;
+  for (int n = 0; n < N; ++n) out[n * out_stride] = hsum(acc[n]) + offset[n];
+}
+
+template <DType T>
+float dot_q8_t(const uint8_t* row, const Q8Block* x, int64_t C) {
+  float out;
+  dot_q8_n<T, 1>(row, x, 0, C, &out, 0);
+  return out;
+}
+
+// Up to 4 activation rows per call.
+template <DType T>
+void dot_q8_rows_t(const uint8_t* row, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out, int64_t out_stride) {
+  for (; n >= 4; n -= 4, x += 4 * x_stride, out += 4 * out_stride) dot_q8_n<T, 4>(row, x, x_stride, C, out, out_stride);
+  switch (n) {
+    case 3: return dot_q8_n<T, 3>(row, x, x_stride, C, out, out_stride);
+    case 2: return dot_q8_n<T, 2>(row, x, x_stride, C, out, out_stride);
+    case 1: return dot_q8_n<T, 1>(row, x, x_stride, C, out, out_stride);
+    default: return;
+  }
 }
 
 // The prompt path's dequantization: the same unpacked groups, widened to f32 as sc * q + mn per
@@ -248,6 +282,14 @@ constexpr DotFn kDots[kDTypeCount] = {
     dot_q8_t<DType::Q8_0>, dot_q8_t<DType::Q4_0>, dot_q8_t<DType::Q4_1>, dot_q8_t<DType::Q5_0>, dot_q8_t<DType::Q5_1>,
     dot_q8_t<DType::Q2_K>, dot_q8_t<DType::Q3_K>, dot_q8_t<DType::Q4_K>, dot_q8_t<DType::Q5_K>, dot_q8_t<DType::Q6_K>,
     dot_q8_t<DType::IQ4_NL>, dot_q8_t<DType::IQ4_XS>,
+};
+
+using DotRowsFn = void (*)(const uint8_t*, const Q8Block*, int64_t, int, int64_t, float*, int64_t);
+constexpr DotRowsFn kDotRows[kDTypeCount] = {
+    nullptr, nullptr, nullptr,
+    dot_q8_rows_t<DType::Q8_0>, dot_q8_rows_t<DType::Q4_0>, dot_q8_rows_t<DType::Q4_1>, dot_q8_rows_t<DType::Q5_0>,
+    dot_q8_rows_t<DType::Q5_1>, dot_q8_rows_t<DType::Q2_K>, dot_q8_rows_t<DType::Q3_K>, dot_q8_rows_t<DType::Q4_K>,
+    dot_q8_rows_t<DType::Q5_K>, dot_q8_rows_t<DType::Q6_K>, dot_q8_rows_t<DType::IQ4_NL>, dot_q8_rows_t<DType::IQ4_XS>,
 };
 
 using DequantizeFn = void (*)(const uint8_t*, float*, int64_t);
@@ -292,16 +334,26 @@ void quantize_q8(Q8Block* out, const float* x, int64_t C) {
     out[b].d = d;
     out[b].s[0] = d * static_cast<float>(_mm_cvtsi128_si32(lo));
     out[b].s[1] = d * static_cast<float>(_mm_cvtsi128_si32(hi));
+    out[b].st = d * static_cast<float>(_mm_cvtsi128_si32(lo) + _mm_cvtsi128_si32(hi));
   }
 }
 
 float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) { return kDots[static_cast<int>(t)](row, x, C); }
+
+void dot_q8_rows(DType t, const uint8_t* row, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
+                 int64_t out_stride) {
+  kDotRows[static_cast<int>(t)](row, x, x_stride, n, C, out, out_stride);
+}
 
 #else
 
 void dequantize_row_fast(DType t, const uint8_t* row, float* dst, int64_t n) { dequantize_row(t, row, dst, n); }
 void quantize_q8(Q8Block* out, const float* x, int64_t C) { ref::quantize_q8(out, x, C); }
 float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) { return ref::dot_q8(t, row, x, C); }
+void dot_q8_rows(DType t, const uint8_t* row, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
+                 int64_t out_stride) {
+  for (int i = 0; i < n; ++i) out[i * out_stride] = ref::dot_q8(t, row, x + i * x_stride, C);
+}
 
 #endif
 

@@ -11,10 +11,12 @@
 
 namespace squeezekv::cpu {
 
-// 32 activations as int8: x[i] ~ d * q[i]; s[h] = d * (sum of q over half h), for the offsets.
+// 32 activations as int8: x[i] ~ d * q[i]; s[h] = d * (sum of q over half h) and st = d * (sum
+// of all q), for the offsets (per half where the weights' offset differs by half, else st).
 struct Q8Block {
   float d = 0.0f;
   float s[2] = {0.0f, 0.0f};
+  float st = 0.0f;
   int8_t q[32];
 };
 
@@ -26,6 +28,11 @@ bool has_q8_dot(DType t);
 
 // row (C values of type t) . x (C / 32 activation blocks).
 float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C);
+
+// out[i * out_stride] = row . (x + i * x_stride) for n activation rows: the weights are unpacked
+// once for all rows, and each result is bit-identical to dot_q8 of that row alone.
+void dot_q8_rows(DType t, const uint8_t* row, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
+                 int64_t out_stride);
 
 // dst[n] <- the n values of type t, for the prompt path's tiles: every block type through the same
 // SIMD unpacking as the integer products (within one rounding of dequantize_row: sc * q + mn in
