@@ -82,6 +82,19 @@ bool is_num(const json& v) { return v.is_number(); }
 bool is_bool(const json& v) { return v.is_boolean(); }
 bool is_str(const json& v) { return v.is_string(); }
 
+// SIGINT and SIGTERM, blocked in the calling thread (and so in every thread it starts after
+// this): one thread waits for them with sigwait. Called before the engine starts, because a device
+// runtime (CUDA) starts threads of its own that would otherwise take the signal and die with it.
+sigset_t stop_signals() {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away is seen as a failed write
+  return sigs;
+}
+
 class Server {
  public:
   Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_) {
@@ -92,13 +105,7 @@ class Server {
   }
 
   int run() {
-    // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, before any thread starts)
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-    signal(SIGPIPE, SIG_IGN);  // a client that went away is seen as a failed write
+    sigset_t sigs = stop_signals();
 
     httplib::Server http;
     // handlers for every running and queued request plus a few for health, metrics and refusals
@@ -571,6 +578,7 @@ int serve(const Model& model, const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) throw Error("--port: expected 0 to 65535, got " + std::to_string(o.port));
   if (o.max_prompt_tokens < 0) throw Error("--max-prompt-tokens: must be >= 0, got " + std::to_string(o.max_prompt_tokens));
   validate(o.session.cache);
+  stop_signals();  // before the engine (and a device runtime's threads) start
   Server s(model, o);
   return s.run();
 }
