@@ -17,6 +17,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/tile8.h"
 #include "core/quant.h"
 #include "core/half.h"
 #include "squeezekv/generate.h"
@@ -261,6 +262,76 @@ TEST(Matmul, Int8DotMatchesScalarReferenceForEveryBlockType) {
 }
 
 // The prompt path's SIMD dequantization stays within one rounding of the exact one, every type.
+// 8-row tiles (the int8 decode layout of Q4_0/Q4_1/Q8_0): the layout loses nothing, the SIMD
+// products equal their scalar statement bit for bit and stay within the activations' rounding of
+// the exact products, every pair's result is the same whatever shares its tile, and matmul over
+// tiles equals matmul over rows where the arithmetic is the same (prompt chunks).
+TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
+  std::mt19937 rng(47);
+  std::normal_distribution<float> nd;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    for (int64_t C : {32, 96, 576}) {
+      const int64_t R = 24;
+      auto data = random_rows(t, R, C, rng);
+      const WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
+      ASSERT_TRUE(cpu::can_tile8(w));
+      std::vector<uint8_t> tiled_bytes(cpu::tile8_bytes(w));
+      ASSERT_EQ(tiled_bytes.size(), static_cast<size_t>(R) * w.row_bytes);  // the same size as the rows
+      const WeightMatrix tw = cpu::make_tile8(w, tiled_bytes.data());
+      std::vector<float> got(8 * C), want(C);
+      for (int64_t tile = 0; tile < R / 8; ++tile) {
+        for (bool fast : {false, true}) {
+          cpu::dequantize_tile8(t, cpu::tile8_at(tw, tile), C, got.data(), fast);
+          for (int r = 0; r < 8; ++r) {
+            if (fast) cpu::dequantize_row_fast(t, w.row(8 * tile + r), want.data(), C);
+            else dequantize_row(t, w.row(8 * tile + r), want.data(), C);
+            ASSERT_EQ(0, std::memcmp(got.data() + r * C, want.data(), C * sizeof(float))) << dtype_info(t).name << " C=" << C;
+          }
+        }
+      }
+      // products: n activation rows at once vs the scalar statement, vs one row at a time, vs exact
+      for (int n : {1, 2, 3, 4, 5, 9}) {
+        std::vector<float> x(n * C), simd(n * 8), scalar(n * 8), one(8), row(C);
+        for (auto& v : x) v = nd(rng) * (1.0f + 4.0f * (rng() % 9 == 0));
+        std::vector<cpu::Q8Block> xq(n * (C / 32));
+        for (int i = 0; i < n; ++i) cpu::quantize_q8(xq.data() + i * (C / 32), x.data() + i * C, C);
+        for (int64_t tile = 0; tile < R / 8; ++tile) {
+          const uint8_t* tp = cpu::tile8_at(tw, tile);
+          cpu::dot_q8_tile8(t, tp, xq.data(), C / 32, n, C, simd.data(), 8);
+          cpu::ref::dot_q8_tile8(t, tp, xq.data(), C / 32, n, C, scalar.data(), 8);
+          ASSERT_EQ(0, std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(float))) << dtype_info(t).name << " n=" << n;
+          for (int i = 0; i < n; ++i) {
+            cpu::dot_q8_tile8(t, tp, xq.data() + i * (C / 32), C / 32, 1, C, one.data(), 8);
+            ASSERT_EQ(0, std::memcmp(one.data(), simd.data() + i * 8, 8 * sizeof(float))) << "row " << i << " of " << n;
+            for (int r = 0; r < 8; ++r) {
+              const float exact = cpu::ref::dot_q8(t, w.row(8 * tile + r), xq.data() + i * (C / 32), C);
+              dequantize_row(t, w.row(8 * tile + r), row.data(), C);
+              double mag = 0.0;
+              for (int64_t c = 0; c < C; ++c) mag += std::fabs(double(row[c]) * x[i * C + c]);
+              ASSERT_NEAR(one[r], exact, 2e-6 * (1.0 + mag)) << dtype_info(t).name;
+            }
+          }
+        }
+      }
+      // matmul over tiles: prompt chunks (dequantized) bit-identical to rows; int8 decode within
+      // the rounding bound of the f32 product (checked above per pair) and independent of T
+      for (int64_t T : {1, 3, 7}) {
+        std::vector<float> x(T * C), bias(R), a(T * R), b(T * R);
+        for (auto& v : x) v = nd(rng);
+        for (auto& v : bias) v = nd(rng);
+        cpu::matmul(a.data(), x.data(), tw, T, bias.data(), cpu::Activations::kF32);
+        cpu::matmul(b.data(), x.data(), w, T, bias.data(), cpu::Activations::kF32);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << dtype_info(t).name << " T=" << T;
+        cpu::matmul(a.data(), x.data(), tw, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kIndependent);
+        for (int64_t tt = 0; tt < T; ++tt) {
+          cpu::matmul(b.data(), x.data() + tt * C, tw, 1, bias.data(), cpu::Activations::kInt8);
+          ASSERT_EQ(0, std::memcmp(a.data() + tt * R, b.data(), R * sizeof(float))) << "decode row " << tt << " of " << T;
+        }
+      }
+    }
+  }
+}
+
 TEST(Quant, FastDequantizationWithinOneRounding) {
   std::mt19937 rng(41);
   for (DType t : kBlockTypes) {

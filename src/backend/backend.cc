@@ -25,7 +25,7 @@ bool device_available(Device d) {
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
-  if (o.device == Device::kCpu) return make_cpu_backend(o.threads);
+  if (o.device == Device::kCpu) return make_cpu_backend(o.threads, o.decode == Activations::kInt8);
 #if SQUEEZEKV_CUDA
   CudaOptions co;
   co.f32_weights = o.f32_device_weights;

@@ -124,12 +124,15 @@ class Backend {
 
 // The CPU backend with `threads` OpenMP threads (0: all cores). The threads belong to the object:
 // two backends with different counts may run side by side on different host threads.
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+// tile8_weights: Q4_0/Q4_1/Q8_0 matrices are laid out as 8-row tiles for the int8 decode kernels
+// (backend/cpu/tile8.h; a copy of the same size), as sessions with 8-bit decode activations want.
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool tile8_weights = false);
 
 struct BackendOptions {
   Device device = Device::kCpu;
   int threads = 0;                 // CPU threads (0: all cores)
   bool f32_device_weights = false; // a device's exact test mode (matrices in f32, not bf16)
+  Activations decode = Activations::kF32;  // the decode arithmetic the session asks for (the CPU lays weights out for it)
 };
 // The backend for options.device; a device this build lacks is refused with a message naming
 // --device.

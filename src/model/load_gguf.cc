@@ -118,6 +118,7 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
     TensorRef r;
     r.type = t->type;
     r.data = t->data;
+    r.file_backed = true;  // the mmap of the file
     r.shape.assign(t->dims.rbegin(), t->dims.rend());  // PyTorch order
     r.bytes = t->bytes;
     return r;

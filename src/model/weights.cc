@@ -43,6 +43,7 @@ class Builder {
     w.rows = rows;
     w.cols = cols;
     w.row_bytes = dtype_bytes(t.type, cols);
+    w.file_backed = t.file_backed;
     return w;
   }
 

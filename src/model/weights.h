@@ -41,6 +41,7 @@ struct TensorRef {
   const uint8_t* data = nullptr;
   std::vector<int64_t> shape;
   size_t bytes = 0;
+  bool file_backed = false;  // data is in a read-only file mapping
 };
 
 // Looks a tensor up by its GGUF name ("blk.3.attn_q.weight"); nullopt when absent.

@@ -107,9 +107,9 @@ struct DeviceWeights {
 Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m), opt_(o), max_rows_(max_rows) {
   const ModelConfig& c = m.config();
   if (opt_.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt_.prefill_chunk));
-  backend_ = make_backend({opt_.device, opt_.threads, opt_.f32_device_weights});
-  dw_ = std::make_unique<DeviceWeights>(*backend_, m.weights());
   act_ = opt_.decode_activations == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
+  backend_ = make_backend({opt_.device, opt_.threads, opt_.f32_device_weights, act_});
+  dw_ = std::make_unique<DeviceWeights>(*backend_, m.weights());
   chunk_ = opt_.prefill_chunk;
   const size_t T = static_cast<size_t>(max_rows_), E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,
                KD = static_cast<size_t>(c.n_kv_heads) * c.head_dim, F = c.ffn_dim;

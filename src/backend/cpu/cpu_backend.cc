@@ -2,6 +2,8 @@
 // first sets this backend's thread count for the calling thread (an OpenMP per-thread setting),
 // so the count belongs to the object rather than to the process.
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/tile8.h"
 #include "core/quant.h"
 #include "squeezekv/error.h"
 
@@ -32,8 +35,9 @@ class HostBuffer final : public Buffer {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads)
-      : threads_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+  CpuBackend(int threads, bool tile8_weights)
+      : threads_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
+        tile8_(tile8_weights) {}
 
   Device kind() const override { return Device::kCpu; }
   std::string describe() const override { return "cpu, " + std::to_string(threads_) + " threads"; }
@@ -42,7 +46,20 @@ class CpuBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse, std::unique_ptr<Buffer>&) override { return w; }
+  // The stored bytes as they are, or (int8 decode) Q4_0/Q4_1/Q8_0 matrices as 8-row tiles.
+  WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
+    if (!tile8_ || use != WeightUse::kMatrix || !cpu::can_tile8(w)) return w;
+    use_threads();
+    keep = std::make_unique<HostBuffer>(cpu::tile8_bytes(w));
+    const WeightMatrix tiled = cpu::make_tile8(w, keep->as<uint8_t>());
+    if (w.file_backed) {  // the file's pages of this matrix are not read again: memory holds one copy
+      const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+      const uintptr_t begin = (reinterpret_cast<uintptr_t>(w.data) + page - 1) / page * page;
+      const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
+      if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
+    return tiled;
+  }
 
   void embed(float* x, const WeightMatrix& table, const int32_t* tokens, int T) override {
     for (int t = 0; t < T; ++t) dequantize_row(table.type, table.row(tokens[t]), x + static_cast<size_t>(t) * table.cols, table.cols);
@@ -135,11 +152,14 @@ class CpuBackend final : public Backend {
  private:
   void use_threads() const { omp_set_num_threads(threads_); }
   int threads_;
+  bool tile8_;                  // int8 decode: Q4_0/Q4_1/Q8_0 matrices as 8-row tiles
   std::vector<float> scratch_;  // attention
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool tile8_weights) {
+  return std::make_unique<CpuBackend>(threads, tile8_weights);
+}
 
 }  // namespace squeezekv

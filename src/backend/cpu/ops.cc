@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/tile8.h"
 #include "core/quant.h"
 #include "core/half.h"
 #if SQUEEZEKV_AVX512_KERNEL
@@ -267,6 +268,7 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
   // buffer. Every decode row is summed exactly as a one-row product sums it.
   const bool decode = T < 3 || rows == RowMode::kIndependent;
   const bool int8 = decode && act == Activations::kInt8 && has_q8_dot(w.type);
+  const bool tiled = w.layout == WeightLayout::kTiles8;  // blocks of rows are multiples of 8
   bool fused = int8;
   const Q8Block* xq = nullptr;
   if (int8) {
@@ -276,7 +278,7 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
     xq = xq_buf.data();
   }
 #if SQUEEZEKV_AVX2
-  fused = fused || (decode && has_fused_dot(w.type));
+  fused = fused || (decode && has_fused_dot(w.type) && !tiled);
 #endif
   const int64_t block = !decode && wide_blocks(T) ? kWideBlock : kRowBlock;
   const int64_t n_blocks = (R + block - 1) / block;
@@ -284,9 +286,21 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t r0 = b * block;
     const int64_t nr = std::min(block, R - r0);
-    if (xq != nullptr) {  // each weight row unpacked once for all T rows
+    if (xq != nullptr && tiled) {  // 8-row tiles: each block read once for all T rows
+      for (int64_t i = 0; i < nr; i += 8)
+        dot_q8_tile8(w.type, tile8_at(w, (r0 + i) / 8), xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
+    } else if (xq != nullptr) {  // each weight row unpacked once for all T rows
       for (int64_t i = 0; i < nr; ++i)
         dot_q8_rows(w.type, w.row(r0 + i), xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
+    } else if (tiled) {  // f32 activations or a prompt chunk over 8-row tiles: dequantized first
+      float* buf = row_buffer(static_cast<size_t>(block * C));
+      for (int64_t i = 0; i < nr; i += 8) dequantize_tile8(w.type, tile8_at(w, (r0 + i) / 8), C, buf + i * C, !decode);
+      if (decode) {
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot(buf + i * C, x + t * C, C);
+      } else {
+        block_dots(out, R, r0, buf, nr, x, T, C);
+      }
     } else if (fused) {
 #if SQUEEZEKV_AVX2
       for (int64_t t = 0; t < T; ++t)
