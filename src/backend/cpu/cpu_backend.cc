@@ -49,7 +49,6 @@ class CpuBackend final : public Backend {
   // The stored bytes as they are, or (int8 decode) Q4_0/Q4_1/Q8_0 matrices as 8-row tiles.
   WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
     if (!tile8_ || use != WeightUse::kMatrix || !cpu::can_tile8(w)) return w;
-    use_threads();
     keep = std::make_unique<HostBuffer>(cpu::tile8_bytes(w));
     const WeightMatrix tiled = cpu::make_tile8(w, keep->as<uint8_t>());
     if (w.file_backed) {  // the file's pages of this matrix are not read again: memory holds one copy

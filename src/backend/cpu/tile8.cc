@@ -50,7 +50,9 @@ WeightMatrix make_tile8(const WeightMatrix& w, uint8_t* dst) {
   const RowBlock rb = row_block(w.type);
   const int tb = tile8_block_bytes(w.type), qa = tile_q_at(w.type);
   const int64_t nb = w.cols / 32;
-#pragma omp parallel for schedule(static)
+  // one thread on purpose: an OpenMP team started here (the loading thread) would stay alive
+  // beside the team of the thread that runs the steps (a server's engine thread), and libgomp
+  // stops spinning between parallel regions once it manages more threads than there are cores
   for (int64_t t = 0; t < w.rows / 8; ++t) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = dst + (t * nb + b) * tb;
