@@ -10,6 +10,8 @@
 
 #include "backend/cpu/gemm_avx512.h"
 
+#include "backend/cpu/cpu_features.h"
+
 namespace squeezekv::cpu::avx512 {
 namespace {
 
@@ -38,7 +40,7 @@ inline void gemm_mx32(float* out, int64_t ldo, const float* x, int64_t ldx, cons
 
 }  // namespace
 
-bool available() { return __builtin_cpu_supports("avx512f"); }
+bool available() { return cpu_features().avx512f; }
 
 void gemm_panel32(float* out, int64_t ldo, const float* x, int64_t T, int64_t C, const float* panel) {
   constexpr int kM = 12;  // 24 of the 32 registers accumulate

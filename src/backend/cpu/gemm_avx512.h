@@ -4,7 +4,7 @@
 
 namespace squeezekv::cpu::avx512 {
 
-// True when this CPU runs AVX-512F (and the kernel was built).
+// True when this CPU runs AVX-512F, the kernel was built, and SQUEEZEKV_CPU allows it (cpu_features.h).
 bool available();
 
 // out[t * ldo + 0..32) = sum_c x[t * C + c] * panel[c * 32 + 0..32) for t in [0, T).

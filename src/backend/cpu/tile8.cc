@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/simd.h"
 #include "core/quant.h"
 
@@ -122,95 +123,30 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
 #if SQUEEZEKV_AVX2
 namespace {
 
-__attribute__((always_inline)) inline __m256i chunk_of(const int8_t* q, int c) {
-  int32_t four;
-  std::memcpy(&four, q + 4 * c, 4);
-  return _mm256_set1_epi32(four);
-}
-__attribute__((always_inline)) inline __m256 f16x8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-__attribute__((always_inline)) inline __m256i load_chunk(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-// Q4_0 / Q4_1, N activation rows. Chunk c < 4: low nibbles of q[c]; c >= 4: high nibbles of q[c - 4].
-template <bool kQ41, int N>
-void tile_q4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  constexpr int kBlock = kQ41 ? 160 : 144, kQ = kQ41 ? 32 : 16;
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  __m256 acc[N];
-  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
-    __m256i sum16[N];  // every int16 lane sums at most 8 chunks x 2 x 15 x 127 = 30480: no overflow
-    for (int n = 0; n < N; ++n) sum16[n] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m256i q = load_chunk(tile + kQ + 32 * k);
-      const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-      for (int n = 0; n < N; ++n) {
-        const int8_t* xq = x[n * x_stride].q;
-        sum16[n] = _mm256_add_epi16(sum16[n], _mm256_maddubs_epi16(lo, chunk_of(xq, k)));
-        sum16[n] = _mm256_add_epi16(sum16[n], _mm256_maddubs_epi16(hi, chunk_of(xq, k + 4)));
-      }
-    }
-    const __m256 d = f16x8(tile);
-    const __m256 mn = kQ41 ? f16x8(tile + 16) : _mm256_mul_ps(_mm256_set1_ps(-8.0f), d);
-    for (int n = 0; n < N; ++n) {
-      const Q8Block& xn = x[n * x_stride];
-      const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[n], ones));
-      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), isum, acc[n]);
-      acc[n] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xn.st), acc[n]);
-    }
+// AVX2 integer dots: Q4 products summed in int16 lanes (8 chunks x 2 x 15 x 127 = 30480 fits),
+// widened once per block; Q8_0 products widened per chunk (2 x 127 x 127 per lane leaves no room).
+struct MaddubsQ4 {
+  static __m256i zero() { return _mm256_setzero_si256(); }
+  static __m256i add(__m256i acc, __m256i w, __m256i x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x)); }
+  static __m256i finish(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
+};
+struct MaddubsQ8 {
+  static __m256i zero() { return _mm256_setzero_si256(); }
+  static __m256i add(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
   }
-  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
-}
-
-// Q8_0, N activation rows: maddubs takes |w| and x with w's sign; int32 sums per chunk.
-template <int N>
-void tile_q8(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  constexpr int kBlock = 272, kQ = 16;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[N];
-  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
-    __m256i sum32[N];
-    for (int n = 0; n < N; ++n) sum32[n] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const __m256i w = load_chunk(tile + kQ + 32 * c);
-      const __m256i wabs = _mm256_sign_epi8(w, w);
-      for (int n = 0; n < N; ++n) {
-        const __m256i xs = _mm256_sign_epi8(chunk_of(x[n * x_stride].q, c), w);
-        sum32[n] = _mm256_add_epi32(sum32[n], _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xs), ones));
-      }
-    }
-    const __m256 d = f16x8(tile);
-    for (int n = 0; n < N; ++n)
-      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[n * x_stride].d)), _mm256_cvtepi32_ps(sum32[n]), acc[n]);
-  }
-  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
-}
-
-template <int N>
-void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  if (t == DType::Q4_0) tile_q4<false, N>(tile, x, x_stride, C, out, out_stride);
-  else if (t == DType::Q4_1) tile_q4<true, N>(tile, x, x_stride, C, out, out_stride);
-  else tile_q8<N>(tile, x, x_stride, C, out, out_stride);
-}
+  static __m256i finish(__m256i acc) { return acc; }
+};
 
 }  // namespace
+#include "backend/cpu/tile8_kernel.h"
 
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                   int64_t out_stride) {
-  int i = 0;
-  for (; i + 4 <= n; i += 4) tile_n<4>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-  switch (n - i) {
-    case 3: return tile_n<3>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-    case 2: return tile_n<2>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-    case 1: return tile_n<1>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-    default: return;
-  }
+#if SQUEEZEKV_VNNI_KERNEL
+  if (cpu_features().avx512vnni) return vnni::dot_q8_tile8(t, tile, x, x_stride, n, C, out, out_stride);
+#endif
+  tile8_products<MaddubsQ4, MaddubsQ8>(t, tile, x, x_stride, n, C, out, out_stride);
 }
 
 #else

@@ -38,6 +38,13 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
 // The tile's 8 rows into dst[8][C]: exact (as dequantize_row) or fast (as dequantize_row_fast).
 void dequantize_tile8(DType t, const uint8_t* tile, int64_t C, float* dst, bool fast);
 
+namespace vnni {
+// The same products with AVX-512 VNNI (tile8_vnni.cc); dot_q8_tile8 calls it where
+// cpu_features().avx512vnni (SQUEEZEKV_CPU=avx2 turns it off).
+void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
+                  int64_t out_stride);
+}  // namespace vnni
+
 namespace ref {
 // The same products in scalar code, with the same operations in the same order (bit-identical).
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,

@@ -1,0 +1,17 @@
+// Which optional instruction sets the CPU kernels use, decided once at run time: what the CPU
+// runs (and the build compiled), capped by the environment variable SQUEEZEKV_CPU so that tests
+// can run every path on one machine: "avx2" turns the AVX-512 kernels off; unset or "native"
+// uses all the CPU has. AVX2 + FMA + F16C is the baseline the build targets.
+// Thread safety: read-only after the first call.
+#pragma once
+
+namespace squeezekv::cpu {
+
+struct CpuFeatures {
+  bool avx512f = false;     // the AVX-512 prompt tiles (gemm_avx512.cc)
+  bool avx512vnni = false;  // AVX-512 VNNI (+VL) integer dots for the 8-row tiles (tile8_vnni.cc)
+};
+
+const CpuFeatures& cpu_features();
+
+}  // namespace squeezekv::cpu

@@ -1,0 +1,101 @@
+#pragma once
+// The 8-row tile products (tile8.h) as templates over the integer dot of 4-byte groups, included
+// by tile8.cc (AVX2 maddubs) and tile8_vnni.cc (AVX-512 VNNI dpbusd). Everything here has
+// internal linkage: each including file, compiled for its own instruction set, has its own copy
+// (a shared inline copy could be taken from the AVX-512 file into an AVX2-only path).
+// A Dot policy: zero(), add(acc, w_unsigned_bytes, x_signed_bytes) summing each 4-byte group's
+// products into its 32-bit lane (exactly), finish(acc) -> the int32 lane sums.
+// Include after <immintrin.h> inside namespace squeezekv::cpu.
+namespace {
+
+__attribute__((always_inline)) inline __m256i chunk_of(const int8_t* q, int c) {
+  int32_t four;
+  std::memcpy(&four, q + 4 * c, 4);
+  return _mm256_set1_epi32(four);
+}
+__attribute__((always_inline)) inline __m256 f16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+__attribute__((always_inline)) inline __m256i load_chunk(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Q4_0 / Q4_1, N activation rows. Chunk c < 4: low nibbles of q[c]; c >= 4: high nibbles of q[c - 4].
+template <class Dot, bool kQ41, int N>
+void tile_q4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  constexpr int kBlock = kQ41 ? 160 : 144, kQ = kQ41 ? 32 : 16;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256 acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
+    __m256i sum[N];
+    for (int n = 0; n < N; ++n) sum[n] = Dot::zero();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = load_chunk(tile + kQ + 32 * k);
+      const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+      for (int n = 0; n < N; ++n) {
+        const int8_t* xq = x[n * x_stride].q;
+        sum[n] = Dot::add(sum[n], lo, chunk_of(xq, k));
+        sum[n] = Dot::add(sum[n], hi, chunk_of(xq, k + 4));
+      }
+    }
+    const __m256 d = f16x8(tile);
+    const __m256 mn = kQ41 ? f16x8(tile + 16) : _mm256_mul_ps(_mm256_set1_ps(-8.0f), d);
+    for (int n = 0; n < N; ++n) {
+      const Q8Block& xn = x[n * x_stride];
+      const __m256 isum = _mm256_cvtepi32_ps(Dot::finish(sum[n]));
+      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), isum, acc[n]);
+      acc[n] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xn.st), acc[n]);
+    }
+  }
+  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
+}
+
+// Q8_0, N activation rows: maddubs takes |w| and x with w's sign; int32 sums per chunk.
+template <class Dot, int N>
+void tile_q8(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  constexpr int kBlock = 272, kQ = 16;
+  __m256 acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
+    __m256i sum32[N];
+    for (int n = 0; n < N; ++n) sum32[n] = Dot::zero();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m256i w = load_chunk(tile + kQ + 32 * c);
+      const __m256i wabs = _mm256_sign_epi8(w, w);
+      for (int n = 0; n < N; ++n) {
+        const __m256i xs = _mm256_sign_epi8(chunk_of(x[n * x_stride].q, c), w);
+        sum32[n] = Dot::add(sum32[n], wabs, xs);
+      }
+    }
+    const __m256 d = f16x8(tile);
+    for (int n = 0; n < N; ++n)
+      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[n * x_stride].d)), _mm256_cvtepi32_ps(Dot::finish(sum32[n])), acc[n]);
+  }
+  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
+}
+
+template <class DotQ4, class DotQ8, int N>
+void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  if (t == DType::Q4_0) tile_q4<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::Q4_1) tile_q4<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
+  else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
+}
+
+// n activation rows in tiles of up to 4.
+template <class DotQ4, class DotQ8>
+void tile8_products(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
+                    int64_t out_stride) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) tile_n<DotQ4, DotQ8, 4>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+  switch (n - i) {
+    case 3: return tile_n<DotQ4, DotQ8, 3>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+    case 2: return tile_n<DotQ4, DotQ8, 2>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+    case 1: return tile_n<DotQ4, DotQ8, 1>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+    default: return;
+  }
+}
+
+}  // namespace
