@@ -84,6 +84,16 @@ class Server:
         return out
 
 
+def wait_idle(srv, seconds=30):
+    """/metrics once no sequence is active and no KV byte held (or after `seconds`)."""
+    deadline = time.time() + seconds
+    while True:
+        m = srv.metrics()
+        if (m["squeezekv_sequences_active"] == 0 and m["squeezekv_kv_bytes"] == 0) or time.time() > deadline:
+            return m
+        time.sleep(0.05)
+
+
 def kv_flags(kv):
     flags = []
     for k, v in (kv or {}).items():
@@ -205,7 +215,7 @@ def main():
             with open(tmp + "/kv.json") as f:
                 layers = json.load(f)["layers"]
         row_bytes = sum(l["full_bytes"] / l["tokens_seen"] for l in layers)
-        m = srv.metrics()
+        m = wait_idle(srv)  # the last answer may arrive just before the engine publishes its state
         peak_all = m["squeezekv_kv_bytes_peak"]
         # a full-cache request holds its whole prompt + answer; budgeted ones at most budget + chunk
         longest = max(len(p) for p in PROMPTS) + 64 + n  # generous token count of a full-cache chat
@@ -246,12 +256,7 @@ def main():
             t.start()
         for t in ts:
             t.join()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            m2 = srv2.metrics()
-            if m2["squeezekv_sequences_active"] == 0 and m2["squeezekv_kv_bytes"] == 0:
-                break
-            time.sleep(0.1)
+        m2 = wait_idle(srv2)
         check(len(kept) == 8, f"the 8 clients that stayed got their whole stream ({len(kept)})")
         check(m2["squeezekv_sequences_active"] == 0 and m2["squeezekv_sequences_queued"] == 0 and m2["squeezekv_kv_bytes"] == 0,
               f"after clients left: active {m2['squeezekv_sequences_active']}, queued {m2['squeezekv_sequences_queued']}, "
@@ -306,18 +311,21 @@ def main():
         check(code == 200 and json.loads(text)["data"][0]["object"] == "model", "GET /v1/models")
         check(srv.stop() == 0, "server exits 0 on SIGTERM")
 
-        # 5. a full queue: --parallel 1 --queue 1, four long requests at once
+        # 5. a full queue: --parallel 1 --queue 1, four long requests at once (the first is still in
+        # its prompt when the last arrives)
         srv3 = Server("--parallel", "1", "--queue", "1")
         codes = []
 
         def long_req():
-            code, _, headers = srv3.raw("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0})
+            # a long prompt: its prefill alone takes many steps of --prefill-chunk rows
+            code, _, headers = srv3.raw("POST", "/v1/completions", {"prompt": "The sea was calm. " * 180, "max_tokens": 50,
+                                                                    "temperature": 0})
             codes.append((code, headers.get("Retry-After")))
 
         ts = [threading.Thread(target=long_req) for _ in range(4)]
         for t in ts:
             t.start()
-            time.sleep(0.05)
+            time.sleep(0.02)
         for t in ts:
             t.join()
         ok = sorted(c for c, _ in codes)

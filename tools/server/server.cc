@@ -195,7 +195,6 @@ class Server {
       const int64_t kv = sched_.kv_bytes(), full = sched_.kv_full_bytes();
       lk.lock();
       running_ = sched_.running();
-      waiting_ = sched_.waiting();
       kv_bytes_ = kv;
       kv_full_bytes_ = full;
       kv_bytes_peak_ = std::max(kv_bytes_peak_, kv);
@@ -209,6 +208,7 @@ class Server {
 
   void record_done(const GenerateResult& r) {
     std::lock_guard lk(mu_);
+    --in_flight_;
     prompt_tokens_ += r.prompt_tokens;
     generated_tokens_ += static_cast<int64_t>(r.tokens.size());
     const auto now = clock_type::now();
@@ -426,12 +426,13 @@ class Server {
   void admit(const std::shared_ptr<Job>& job) {
     {
       std::lock_guard lk(mu_);
-      const int free_slots = std::max(0, opt_.parallel - running_);
-      const int queued = static_cast<int>(inbox_.size()) + waiting_;
-      if (queued >= opt_.queue + free_slots)
-        throw HttpError(503, "server busy: " + std::to_string(running_) + " requests running and " + std::to_string(queued) +
-                                 " queued (--parallel " + std::to_string(opt_.parallel) + ", --queue " + std::to_string(opt_.queue) + "); retry later",
+      // every request accepted and not yet finished holds a slot or a queue place (counted here,
+      // not from the engine's last published state, which lags by a step)
+      if (in_flight_ >= opt_.parallel + opt_.queue)
+        throw HttpError(503, "server busy: " + std::to_string(in_flight_) + " requests running or queued (--parallel " +
+                                 std::to_string(opt_.parallel) + ", --queue " + std::to_string(opt_.queue) + "); retry later",
                         "server_busy");
+      ++in_flight_;
       inbox_.push_back(job);
     }
     wake_.notify_all();
@@ -535,7 +536,7 @@ class Server {
          std::string("squeezekv_generation_tokens_per_second ") + buf + "\n");
     line("squeezekv_sequences_active", "requests decoding or in their prompt", "gauge", "squeezekv_sequences_active " + std::to_string(running_) + "\n");
     line("squeezekv_sequences_queued", "requests waiting for a sequence slot", "gauge",
-         "squeezekv_sequences_queued " + std::to_string(waiting_ + static_cast<int>(inbox_.size())) + "\n");
+         "squeezekv_sequences_queued " + std::to_string(std::max(0, in_flight_ - running_)) + "\n");
     line("squeezekv_kv_bytes", "bytes of K and V held now by all sequences", "gauge", "squeezekv_kv_bytes " + std::to_string(kv_bytes_) + "\n");
     line("squeezekv_kv_bytes_peak", "most bytes of K and V held after any step since the start", "gauge",
          "squeezekv_kv_bytes_peak " + std::to_string(kv_bytes_peak_) + "\n");
@@ -558,7 +559,8 @@ class Server {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> inbox_;
   bool stopping_ = false;
-  int running_ = 0, waiting_ = 0;
+  int running_ = 0;                // the engine's running requests after its last step
+  int in_flight_ = 0;              // requests accepted and not finished (running, queued or in the inbox)
   int64_t kv_bytes_ = 0, kv_full_bytes_ = 0, kv_bytes_peak_ = 0;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   std::map<int, int64_t> requests_by_status_;

@@ -20,17 +20,34 @@
 namespace squeezekv {
 namespace {
 
+// Zeroed host memory, 64-byte aligned. Large buffers (a sequence's KV cache sized for its whole
+// context) are mapped pages that the kernel zeroes when first touched, so a cache costs memory and
+// time only for the rows it actually holds; small ones come from the heap.
 class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t bytes) {
     bytes_ = bytes;
-    // 64-byte aligned, zeroed; at least one byte so data() is never null
+    constexpr size_t kMapFrom = 1u << 20;
+    if (bytes >= kMapFrom) {
+      mapped_ = (bytes + 4095) / 4096 * 4096;
+      void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw Error("cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
+      data_ = p;
+      return;
+    }
+    // at least one byte so data() is never null
     const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
     data_ = std::aligned_alloc(64, rounded);
     if (data_ == nullptr) throw Error("cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
     std::memset(data_, 0, rounded);
   }
-  ~HostBuffer() override { std::free(data_); }
+  ~HostBuffer() override {
+    if (mapped_ > 0) ::munmap(data_, mapped_);
+    else std::free(data_);
+  }
+
+ private:
+  size_t mapped_ = 0;  // bytes mapped (0: heap)
 };
 
 class CpuBackend final : public Backend {
