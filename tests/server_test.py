@@ -11,6 +11,7 @@ What must hold (issue: the server):
   and the server keeps serving.
 Usage: server_test.py SQUEEZEKV_BINARY
 """
+import http.client
 import json
 import re
 import subprocess
@@ -41,9 +42,9 @@ SERVERS = []
 
 
 class Server:
-    def __init__(self, *flags):
+    def __init__(self, *flags, ctx=CTX):
         SERVERS.append(self)
-        self.proc = subprocess.Popen([BIN, "serve", "--port", "0", "-t", "2", "--ctx", str(CTX), "--prefill-chunk",
+        self.proc = subprocess.Popen([BIN, "serve", "--port", "0", "-t", "2", "--ctx", str(ctx), "--prefill-chunk",
                                       str(CHUNK), *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on (http://[\d.]+:\d+)", line)
@@ -60,7 +61,7 @@ class Server:
             rc = "killed"
         return rc
 
-    def raw(self, method, path, body=None, key=KEY, headers=None):
+    def raw(self, method, path, body=None, key=KEY, headers=None, timeout=120):
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -69,7 +70,7 @@ class Server:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=120) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.read().decode(), dict(r.headers)
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(), dict(e.headers)
@@ -142,6 +143,7 @@ def ask(client, prompt, n, kv=None, chat=True, stream=False, stop=None):
     return text, finish, None
 
 
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # greedy decoding keeps counting: long answers without an end token
 PROMPTS = ["What is the capital of France?", "Write a short poem about the sea.",
            "Explain in one sentence why the sky is blue.", "List three fruits."]
 POLICIES = [None, {"policy": "squeeze", "budget": BUDGET}, {"policy": "h2o", "budget": BUDGET},
@@ -310,6 +312,31 @@ def main():
         code, text, _ = srv.raw("GET", "/v1/models")
         check(code == 200 and json.loads(text)["data"][0]["object"] == "model", "GET /v1/models")
         check(srv.stop() == 0, "server exits 0 on SIGTERM")
+
+        # 4b. a non-streamed client that gives up: its sequence is freed too (the response keeps
+        # the connection alive with whitespace after 2 s, and that write fails)
+        srv4 = Server("--parallel", "2", ctx=8192)
+        t0 = time.time()
+        host, port = srv4.url[len("http://"):].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=3.5)
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": COUNTING, "max_tokens": 6000, "temperature": 0}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()  # after 2 s: 200 and a body that starts with keep-alive spaces
+        gave_up = r.status == 200 and r.read(1) == b" "
+        r.close()
+        conn.close()  # the client goes away
+        m4 = wait_idle(srv4, 20)
+        idle_after = time.time() - t0
+        check(gave_up and m4["squeezekv_sequences_active"] == 0 and idle_after < 10 and
+              m4["squeezekv_generated_tokens_total"] < 6000,
+              f"a non-streamed client that left was stopped: idle after {idle_after:.1f} s, "
+              f"{m4['squeezekv_generated_tokens_total']:.0f} tokens generated")
+        code, text, _ = srv4.raw("POST", "/v1/completions", {"prompt": COUNTING, "max_tokens": 1500, "temperature": 0})
+        body = json.loads(text)
+        check(code == 200 and text.startswith(" ") and body["usage"]["completion_tokens"] > 0,
+              f"a long non-streamed answer (sent after keep-alive spaces) is valid JSON: HTTP {code}, "
+              f"{body['usage']['completion_tokens']} tokens")
+        check(srv4.stop() == 0, "fourth server exits 0")
 
         # 5. a full queue: --parallel 1 --queue 1, four long requests at once (the first is still in
         # its prompt when the last arrives)

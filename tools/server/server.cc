@@ -95,6 +95,10 @@ sigset_t stop_signals() {
   return sigs;
 }
 
+// How long a non-streamed request is answered as a whole (with its true status) before the
+// response starts with keep-alive whitespace.
+constexpr auto kPatience = std::chrono::seconds(2);
+
 class Server {
  public:
   Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_) {
@@ -155,11 +159,13 @@ class Server {
       for (auto& job : fresh) {
         Job* j = job.get();
         j->request.on_text = [j](std::string_view s) {
-          {
-            std::lock_guard g(j->m);
-            j->pieces.emplace_back(s);
+          if (j->stream) {  // a non-streamed answer takes the whole text from the result
+            {
+              std::lock_guard g(j->m);
+              j->pieces.emplace_back(s);
+            }
+            j->cv.notify_all();
           }
-          j->cv.notify_all();
           return !j->cancelled.load();
         };
         auto on_done = [this, j](const GenerateResult& r) {
@@ -280,19 +286,52 @@ class Server {
       return reply_error(res, HttpError(400, e.what()));
     }
     if (job->stream) return stream(res, job);
-    std::unique_lock lk(job->m);
-    job->cv.wait(lk, [&] { return job->done; });
-    const GenerateResult& r = job->result;
-    if (r.stop_reason == "error") return reply_error(res, HttpError(500, r.error, "server_error"));
+    {
+      std::unique_lock lk(job->m);
+      if (job->cv.wait_for(lk, kPatience, [&] { return job->done; })) {
+        const GenerateResult& r = job->result;
+        if (r.stop_reason == "error") return reply_error(res, HttpError(500, r.error, "server_error"));
+        return reply(res, 200, completion(*job, r));
+      }
+    }
+    // A long answer: the response starts now with a space (JSON allows leading whitespace) and
+    // another every second, so a client that went away is seen by a failed write and its
+    // sequence freed, as for a stream.
+    count_status(200);
+    res.status = 200;
+    res.set_chunked_content_provider(
+        "application/json",
+        [this, job](size_t, httplib::DataSink& sink) {
+          GenerateResult r;
+          {
+            std::unique_lock lk(job->m);
+            if (!job->cv.wait_for(lk, std::chrono::seconds(1), [&] { return job->done; })) {
+              lk.unlock();
+              return sink.write(" ", 1) ? true : cancel(job);
+            }
+            r = job->result;
+          }
+          const std::string body = r.stop_reason == "error" ? error_body(r.error, "server_error", "").dump() : completion(*job, r).dump();
+          sink.write(body.data(), body.size());
+          sink.done();
+          return true;
+        },
+        [this, job](bool success) {
+          if (!success) cancel(job);
+        });
+  }
+
+  // The non-streamed answer.
+  json completion(const Job& job, const GenerateResult& r) const {
     json choice = {{"index", 0}, {"finish_reason", finish_reason(r.stop_reason)}, {"logprobs", nullptr}};
-    if (kind == Job::Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    if (job.kind == Job::Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
     else choice["text"] = r.text;
-    reply(res, 200, {{"id", job->id},
-                     {"object", kind == Job::Kind::kChat ? "chat.completion" : "text_completion"},
-                     {"created", job->created},
-                     {"model", opt_.model_name},
-                     {"choices", json::array({choice})},
-                     {"usage", usage(r)}});
+    return {{"id", job.id},
+            {"object", job.kind == Job::Kind::kChat ? "chat.completion" : "text_completion"},
+            {"created", job.created},
+            {"model", opt_.model_name},
+            {"choices", json::array({choice})},
+            {"usage", usage(r)}};
   }
 
   static json usage(const GenerateResult& r) {
