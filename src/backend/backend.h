@@ -77,6 +77,15 @@ class Backend {
                            Activations act) {
     for (int64_t t = 0; t < T; ++t) matmul(out + t * w.rows, x + t * w.cols, w, 1, bias, act);
   }
+  // Products of one input x[T][C] with up to 4 matrices (q, k, v; gate, up), each result equal to
+  // its own matmul (rows: kIndependent as matmul_rows). By default one call after another; a
+  // backend may run them as one pass.
+  virtual void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) {
+    for (int i = 0; i < n; ++i) {
+      if (rows == RowMode::kIndependent && T > 1) matmul_rows(parts[i].out, x, *parts[i].w, T, parts[i].bias, act);
+      else matmul(parts[i].out, x, *parts[i].w, T, parts[i].bias, act);
+    }
+  }
   // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]
   virtual void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) = 0;
   // x[T][E] += y; out = rmsnorm(x) (the residual add and the next norm, one pass where the

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/kv_view.h"
+#include "core/weight.h"
 
 namespace squeezekv {
 
@@ -49,6 +50,13 @@ struct AttentionCall {
   int H = 0;
   KvView kv;
   AttentionProbe* probe = nullptr;
+};
+
+// One product of a group that shares its input (Backend::matmuls): out[T][w->rows] = x @ w^T + bias.
+struct MatmulPart {
+  float* out = nullptr;
+  const WeightMatrix* w = nullptr;
+  const float* bias = nullptr;  // null: none
 };
 
 }  // namespace squeezekv

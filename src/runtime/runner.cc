@@ -167,6 +167,7 @@ void Runner::step(std::span<const Segment> segments) {
   const int64_t TE = static_cast<int64_t>(T) * E;
   float *x = x_->as<float>(), *xn = xn_->as<float>(), *q = q_->as<float>(), *k = k_->as<float>(), *v = v_->as<float>(),
         *att = att_->as<float>(), *tmp = tmp_->as<float>(), *gate = gate_->as<float>(), *up = up_->as<float>();
+  const RowMode mode = independent ? RowMode::kIndependent : RowMode::kChunk;
   auto matmul = [&](float* out, const float* in, const WeightMatrix& w, const float* bias) {
     if (independent && T > 1) b.matmul_rows(out, in, w, T, bias, act_);
     else b.matmul(out, in, w, T, bias, act_);
@@ -181,9 +182,8 @@ void Runner::step(std::span<const Segment> segments) {
   for (int l = 0; l < c.n_layers; ++l) {
     const DeviceWeights::Layer& L = dw_->layers[l];
     // attention block (xn: the normed input, from the step's start or the previous layer's end)
-    matmul(q, xn, L.wq, L.bq);
-    matmul(k, xn, L.wk, L.bk);
-    matmul(v, xn, L.wv, L.bv);
+    const MatmulPart qkv[3] = {{q, &L.wq, L.bq}, {k, &L.wk, L.bk}, {v, &L.wv, L.bv}};
+    b.matmuls(qkv, 3, xn, T, act_, mode);
     b.rope(q, rpos, T, H, D, dw_->inv_freq, pairing);
     b.rope(k, rpos, T, G, D, dw_->inv_freq, pairing);
     bool residual = false;
@@ -228,8 +228,8 @@ void Runner::step(std::span<const Segment> segments) {
                                             host_copy(metric_b_, x + static_cast<size_t>(r) * E, n), segments[i].T, E);
       segments[i].seq->caches.layers[l].report_concentration(concentration_[i]);
     }
-    matmul(gate, xn, L.w_gate, nullptr);
-    matmul(up, xn, L.w_up, nullptr);
+    const MatmulPart gate_up[2] = {{gate, &L.w_gate, nullptr}, {up, &L.w_up, nullptr}};
+    b.matmuls(gate_up, 2, xn, T, act_, mode);
     b.silu_mul(gate, up, static_cast<int64_t>(T) * F);
     matmul(tmp, gate, L.w_down, nullptr);
     // x += feed-forward output; xn = its norm for the next layer (or the output head)

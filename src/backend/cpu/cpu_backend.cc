@@ -84,6 +84,10 @@ class CpuBackend final : public Backend {
     use_threads();
     cpu::matmul(out, x, w, T, bias, act);
   }
+  void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) override {
+    use_threads();
+    cpu::matmul_parts(parts, n, x, T, act, rows);
+  }
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
                    Activations act) override {
     use_threads();

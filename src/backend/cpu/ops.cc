@@ -259,76 +259,113 @@ void block_dots(float* out, int64_t R, int64_t r0, const float* rows, int64_t nr
 
 }  // namespace
 
-void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act,
-            RowMode rows) {
+namespace {
+
+// How one matrix of a matmul_parts call is multiplied (decided once per call).
+struct PartPlan {
+  bool int8 = false, tiled = false, fused = false;
+  int64_t block = kRowBlock, n_blocks = 0;
+};
+
+// Rows [r0, r0 + nr) of one part for every one of the T input rows.
+void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const Q8Block* xq, int64_t T, bool decode,
+                int64_t r0, int64_t nr) {
+  const WeightMatrix& w = *p.w;
+  float* out = p.out;
   const int64_t R = w.rows, C = w.cols;
+  if (plan.int8 && plan.tiled) {  // 8-row tiles: each block read once for all T rows
+    for (int64_t i = 0; i < nr; i += 8)
+      dot_q8_tile8(w.type, tile8_at(w, (r0 + i) / 8), xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
+  } else if (plan.int8) {  // each weight row unpacked once for all T rows
+    for (int64_t i = 0; i < nr; ++i)
+      dot_q8_rows(w.type, w.row(r0 + i), xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
+  } else if (plan.tiled) {  // f32 activations or a prompt chunk over 8-row tiles: dequantized first
+    float* buf = row_buffer(static_cast<size_t>(plan.block * C));
+    for (int64_t i = 0; i < nr; i += 8) dequantize_tile8(w.type, tile8_at(w, (r0 + i) / 8), C, buf + i * C, !decode);
+    if (decode) {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot(buf + i * C, x + t * C, C);
+    } else {
+      block_dots(out, R, r0, buf, nr, x, T, C);
+    }
+  } else if (plan.fused) {
+#if SQUEEZEKV_AVX2
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot_stored(w.type, w.row(r0 + i), x + t * C, C);
+#endif
+  } else {
+    const float* rows_f32 = reinterpret_cast<const float*>(w.row(r0));
+    if (w.type != DType::F32) {
+      float* buf = row_buffer(static_cast<size_t>(plan.block * C));
+      // prompt chunks take the SIMD dequantization (within a rounding); decode rows stay exact
+      for (int64_t i = 0; i < nr; ++i) {
+        if (!decode) dequantize_row_fast(w.type, w.row(r0 + i), buf + i * C, C);
+        else dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
+      }
+      rows_f32 = buf;
+    }
+    if (decode) {  // dot() per row: what a one-row product does
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot(rows_f32 + i * C, x + t * C, C);
+    } else {
+      block_dots(out, R, r0, rows_f32, nr, x, T, C);
+    }
+  }
+  if (p.bias != nullptr) {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] += p.bias[r0 + i];
+  }
+}
+
+}  // namespace
+
+void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) {
   // decode (T < 3, or rows of different sequences): with 8-bit activations, x is rounded once
-  // here and every block type takes integer dots on the stored rows; in f32 (and for F16/BF16
-  // weights always), Q8_0/Q4_0/Q4_1/F16/BF16 take fused dots; neither needs a dequantization
-  // buffer. Every decode row is summed exactly as a one-row product sums it.
+  // here for every part and every block type takes integer dots on the stored rows (or 8-row
+  // tiles); in f32 (and for F16/BF16 weights always), Q8_0/Q4_0/Q4_1/F16/BF16 take fused dots;
+  // neither needs a dequantization buffer. Every decode row is summed exactly as a one-row
+  // product sums it, and every block of rows exactly as in a call of its own.
   const bool decode = T < 3 || rows == RowMode::kIndependent;
-  const bool int8 = decode && act == Activations::kInt8 && has_q8_dot(w.type);
-  const bool tiled = w.layout == WeightLayout::kTiles8;  // blocks of rows are multiples of 8
-  bool fused = int8;
+  constexpr int kMaxParts = 4;
+  PartPlan plan[kMaxParts];
+  int64_t first_block[kMaxParts + 1] = {0};
+  bool any_int8 = false;
+  for (int i = 0; i < n; ++i) {
+    const WeightMatrix& w = *parts[i].w;
+    PartPlan& p = plan[i];
+    p.int8 = decode && act == Activations::kInt8 && has_q8_dot(w.type);
+    p.tiled = w.layout == WeightLayout::kTiles8;  // blocks of rows are multiples of 8
+    p.fused = p.int8;
+#if SQUEEZEKV_AVX2
+    p.fused = p.fused || (decode && has_fused_dot(w.type) && !p.tiled);
+#endif
+    p.block = !decode && wide_blocks(T) ? kWideBlock : kRowBlock;
+    p.n_blocks = (w.rows + p.block - 1) / p.block;
+    first_block[i + 1] = first_block[i] + p.n_blocks;
+    any_int8 = any_int8 || p.int8;
+  }
+  const int64_t C = parts[0].w->cols;
   const Q8Block* xq = nullptr;
-  if (int8) {
+  if (any_int8) {  // one rounding of x for every part
     thread_local std::vector<Q8Block> xq_buf;  // grown once
     xq_buf.resize(static_cast<size_t>(T * (C / 32)));
     for (int64_t t = 0; t < T; ++t) quantize_q8(xq_buf.data() + t * (C / 32), x + t * C, C);
     xq = xq_buf.data();
   }
-#if SQUEEZEKV_AVX2
-  fused = fused || (decode && has_fused_dot(w.type) && !tiled);
-#endif
-  const int64_t block = !decode && wide_blocks(T) ? kWideBlock : kRowBlock;
-  const int64_t n_blocks = (R + block - 1) / block;
+  const int64_t total = first_block[n];
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t r0 = b * block;
-    const int64_t nr = std::min(block, R - r0);
-    if (xq != nullptr && tiled) {  // 8-row tiles: each block read once for all T rows
-      for (int64_t i = 0; i < nr; i += 8)
-        dot_q8_tile8(w.type, tile8_at(w, (r0 + i) / 8), xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
-    } else if (xq != nullptr) {  // each weight row unpacked once for all T rows
-      for (int64_t i = 0; i < nr; ++i)
-        dot_q8_rows(w.type, w.row(r0 + i), xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
-    } else if (tiled) {  // f32 activations or a prompt chunk over 8-row tiles: dequantized first
-      float* buf = row_buffer(static_cast<size_t>(block * C));
-      for (int64_t i = 0; i < nr; i += 8) dequantize_tile8(w.type, tile8_at(w, (r0 + i) / 8), C, buf + i * C, !decode);
-      if (decode) {
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot(buf + i * C, x + t * C, C);
-      } else {
-        block_dots(out, R, r0, buf, nr, x, T, C);
-      }
-    } else if (fused) {
-#if SQUEEZEKV_AVX2
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot_stored(w.type, w.row(r0 + i), x + t * C, C);
-#endif
-    } else {
-      const float* rows_f32 = reinterpret_cast<const float*>(w.row(r0));
-      if (w.type != DType::F32) {
-        float* buf = row_buffer(static_cast<size_t>(block * C));
-        // prompt chunks take the SIMD dequantization (within a rounding); decode rows stay exact
-        for (int64_t i = 0; i < nr; ++i) {
-          if (!decode) dequantize_row_fast(w.type, w.row(r0 + i), buf + i * C, C);
-          else dequantize_row(w.type, w.row(r0 + i), buf + i * C, C);
-        }
-        rows_f32 = buf;
-      }
-      if (decode) {  // dot() per row: what a one-row product does
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] = dot(rows_f32 + i * C, x + t * C, C);
-      } else {
-        block_dots(out, R, r0, rows_f32, nr, x, T, C);
-      }
-    }
-    if (bias != nullptr) {
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] += bias[r0 + i];
-    }
+  for (int64_t g = 0; g < total; ++g) {
+    int i = 0;
+    while (g >= first_block[i + 1]) ++i;
+    const int64_t r0 = (g - first_block[i]) * plan[i].block;
+    part_block(parts[i], plan[i], x, xq, T, decode, r0, std::min(plan[i].block, parts[i].w->rows - r0));
   }
+}
+
+void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act,
+            RowMode rows) {
+  const MatmulPart part{out, &w, bias};
+  matmul_parts(&part, 1, x, T, act, rows);
 }
 
 void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) {

@@ -21,6 +21,7 @@ float dot(const float* a, const float* b, int64_t n);
 using squeezekv::Activations;
 using squeezekv::AttentionCall;
 using squeezekv::AttentionProbe;
+using squeezekv::MatmulPart;
 using squeezekv::KvType;
 using squeezekv::KvView;
 using squeezekv::RopePairing;
@@ -38,6 +39,13 @@ void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, f
 // Rotates x[T][n_heads*D] in place; inv_freq[D/2]; pos[T] absolute positions.
 void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq,
           RopePairing pairing);
+
+// Several products of the same input (q, k and v; gate and up) in one pass: parts[i].out[T][R_i]
+// = x[T][C] @ W_i^T (+ bias_i), at most 4 parts with the same C. x is rounded once for int8, and
+// all parts' row blocks share one parallel loop; every block is computed exactly as matmul()
+// computes it.
+void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act = Activations::kF32,
+                  RowMode rows = RowMode::kChunk);
 
 // x[n] = silu(gate[n]) * up[n]  (in place over gate)
 void silu_mul(float* gate, const float* up, int64_t n);
