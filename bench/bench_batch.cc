@@ -2,7 +2,8 @@
 // cache, at depth D) decode together; one step runs every sequence's row through each weight
 // matrix once. Prints per-step time and aggregate tokens/s for each B, median of R runs of S
 // steps, so the server's own figures (bench/bench_server.py) can be read against the engine's.
-// Usage: squeezekv_bench_batch MODEL [threads=2] [batches=1,2,4,8] [depth=64] [steps=64] [runs=5]
+// Usage: squeezekv_bench_batch MODEL|dummy:CONFIG.json [threads=2] [batches=1,2,4,8] [depth=64] [steps=64]
+//        [runs=5] [device=cpu|cuda]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "squeezekv/device.h"
 #include "squeezekv/engine.h"
 #include "squeezekv/model.h"
 
@@ -26,7 +28,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL [threads=2] [batches=1,2,4,8] [depth=64] [steps=64] [runs=5]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL|dummy:CONFIG.json [threads=2] [batches=1,2,4,8] [depth=64] [steps=64] [runs=5] [device=cpu|cuda]\n",
+                 argv[0]);
     return 2;
   }
   try {
@@ -36,15 +39,17 @@ int main(int argc, char** argv) {
     for (std::string b; std::getline(list, b, ',');) batches.push_back(std::atoi(b.c_str()));
     const int depth = argc > 4 ? std::atoi(argv[4]) : 64, steps = argc > 5 ? std::atoi(argv[5]) : 64,
               runs = argc > 6 ? std::atoi(argv[6]) : 5;
-    auto model = Model::load(argv[1]);
+    const std::string what = argv[1];
+    auto model = what.rfind("dummy:", 0) == 0 ? Model::dummy(what.substr(6)) : Model::load(what);
     const int V = model->config().vocab_size;
     SessionOptions o;
     o.threads = threads;
     o.decode_activations = DecodeActivations::kInt8;  // what generate and serve use
+    o.device = parse_device(argc > 7 ? argv[7] : "cpu");
     const int most = *std::max_element(batches.begin(), batches.end());
     Engine engine(*model, o, most);
-    std::printf("# %s, %d threads, depth %d, %d steps per run, median of %d runs (int8 decode)\n", argv[1], threads, depth,
-                steps, runs);
+    std::printf("# %s, %s, depth %d, %d steps per run, median of %d runs (int8 decode on the CPU)\n", argv[1],
+                engine.device_description().c_str(), depth, steps, runs);
     std::printf("| sequences | ms per step | aggregate tok/s | vs 1 |\n|---|---:|---:|---:|\n");
     double one = 0.0;
     for (int B : batches) {

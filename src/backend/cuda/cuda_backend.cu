@@ -588,6 +588,21 @@ class CudaBackend final : public Backend {
     upload(x, host_rows_.data(), host_rows_.size() * sizeof(float));
   }
 
+  // A decode batch: up to kGemvRows rows per GEMV launch, each row's sums formed exactly as in a
+  // one-row launch (its own accumulators, the same order), the weights read once per launch.
+  void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
+    const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
+    if (C % 8 != 0) return Backend::matmul_rows(out, x, w, T, bias, act);
+    for (int64_t t0 = 0; t0 < T; t0 += kGemvRows) {
+      const int n = static_cast<int>(std::min<int64_t>(kGemvRows, T - t0));
+      float* o = out + t0 * R;
+      const float* xt = x + t0 * C;
+      if (w.type == DType::BF16) launch_gemv(o, xt, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, n);
+      else launch_gemv(o, xt, reinterpret_cast<const float*>(w.data), bias, R, C, n);
+      check_launch("gemv rows");
+    }
+  }
+
   void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations) override {
     const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
     if (T <= kGemvRows && C % 8 == 0) {
