@@ -5,10 +5,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "model/gguf.h"
 #include "squeezekv/error.h"
 #include "squeezekv/model.h"
+#include "squeezekv/tokenizer.h"
 #include "test_paths.h"
 
 namespace squeezekv {
@@ -202,6 +204,28 @@ TEST_F(MalformedHf, SafetensorsOffsetsOutsideFile) {
   expect_error(d, "do not fit");
 }
 
+// Found by fuzz_hf: numbers that do not fit the type they are read as (a float of 2.4e45 read
+// as an int was undefined behaviour) are refused naming the file.
+TEST_F(MalformedHf, NumbersOutOfRange) {
+  const std::string base = R"({"model_type": "llama", "num_hidden_layers": 2, "intermediate_size": 64,
+      "num_attention_heads": 4, "vocab_size": 2048, "max_position_embeddings": 512, )";
+  const std::string d = copy_tinystories();
+  for (const std::string& field : {std::string(R"("hidden_size": 2.42222e+45})"), std::string(R"("hidden_size": 1e300})"),
+                                   std::string(R"("hidden_size": 99999999999999999999})"),
+                                   std::string(R"("hidden_size": 64, "rms_norm_eps": 1e300})"),
+                                   std::string(R"("hidden_size": 64, "num_key_value_heads": -1e40})")}) {
+    write("ts/config.json", base + field);
+    expect_error(d, "config.json");
+  }
+  const std::string hdr = R"({"lm_head.weight": {"dtype": "F32", "shape": [1e30, 128], "data_offsets": [0, 8]}})";
+  std::string st(8, '\0');
+  const uint64_t n = hdr.size();
+  std::memcpy(st.data(), &n, 8);
+  write("ts/config.json", base + R"("hidden_size": 64})");
+  write("ts/model.safetensors", st + hdr + std::string(8, '\0'));
+  expect_error(d, "model.safetensors");
+}
+
 TEST_F(MalformedHf, MissingWeights) {
   const std::string d = copy_tinystories();
   fs::remove(fs::path(d) / "model.safetensors");
@@ -219,6 +243,41 @@ TEST_F(Malformed, Llama2cTruncatedAndAbsurd) {
   expect_error(write("t3.bin", absurd), "out of range", o);
   const std::string tok = read_all(test::tok512());
   expect_error(test::stories260k(), "truncated", LoadOptions{write("tok.bin", tok.substr(0, 100))});
+}
+
+// Every input a fuzz target crashed on (tests/fuzz/regressions/<target>/, docs/ROBUSTNESS.md):
+// a GGUF loads or is refused; any bytes tokenize without throwing, to ids that decode back to
+// the same bytes (byte-level BPE keeps invalid UTF-8 as byte tokens) unless a character the
+// vocabulary lacks became the unk (control) token.
+TEST(FuzzRegressions, EveryFoundInputIsHandled) {
+  const fs::path root = fs::path(test::ref_dir()) / ".." / "fuzz" / "regressions";
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(root / "gguf")) {
+    try {
+      Model::load(e.path().string());
+    } catch (const Error&) {
+    }
+    ++n;
+  }
+  auto m = Model::load(test::default_model());
+  const Tokenizer& tok = m->tokenizer();
+  for (const auto& e : fs::directory_iterator(root / "tokenizer")) {
+    const std::string s = read(e.path());
+    std::vector<int> ids;
+    ASSERT_NO_THROW(ids = tok.encode(s, false, false)) << e.path();
+    bool unk = false;
+    for (int id : ids) {
+      ASSERT_TRUE(id >= 0 && id < tok.vocab_size()) << e.path();
+      unk = unk || tok.is_control(id);
+    }
+    if (!unk) EXPECT_EQ(tok.decode(ids), s) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 4);
 }
 
 }  // namespace

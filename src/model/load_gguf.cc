@@ -1,4 +1,5 @@
 // GGUF -> Model: hyper-parameters from "<arch>.*" keys, tokenizer from "tokenizer.ggml.*".
+#include <cmath>
 #include <memory>
 
 #include "model/gguf.h"
@@ -35,7 +36,7 @@ TokenizerSpec gguf_tokenizer(const GgufFile& f) {
   s.tokens = tokens->strings;
   if (const GgufValue* types = f.find("tokenizer.ggml.token_type")) {
     for (double t : types->numbers) {
-      const int v = static_cast<int>(t);
+      const int v = t >= 0.0 && t <= 6.0 ? static_cast<int>(t) : 0;  // a value out of range would be a bad cast (fuzz_gguf)
       s.types.push_back(v == 2   ? TokenType::kUnknown
                         : v == 3 ? TokenType::kControl
                         : v == 4 ? TokenType::kUserDefined
@@ -101,8 +102,13 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
   c.n_kv_heads = f.get_int(arch + ".attention.head_count_kv") ? need_int("attention.head_count_kv") : c.n_heads;
   c.head_dim = f.get_int(arch + ".attention.key_length") ? need_int("attention.key_length") : c.dim / c.n_heads;
   c.context_length = need_int("context_length");
-  c.norm_eps = static_cast<float>(f.get_float(arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
-  c.rope_theta = static_cast<float>(f.get_float(arch + ".rope.freq_base").value_or(10000.0));
+  auto need_float = [&](const std::string& key, double fallback) {
+    const double v = f.get_float(arch + "." + key).value_or(fallback);
+    if (!std::isfinite(v) || std::fabs(v) > 1e30) throw FormatError(src + "key '" + arch + "." + key + "' out of range");
+    return static_cast<float>(v);
+  };
+  c.norm_eps = need_float("attention.layer_norm_rms_epsilon", 1e-5);
+  c.rope_theta = need_float("rope.freq_base", 10000.0);
   const GgufTensor* embd = f.tensor("token_embd.weight");
   if (embd == nullptr || embd->dims.size() != 2) throw FormatError(src + "missing 2-D tensor 'token_embd.weight'");
   c.vocab_size = static_cast<int>(embd->dims[1]);

@@ -1,5 +1,8 @@
 // Hugging Face directory -> Model: config.json, model.safetensors (or a sharded index) and
 // tokenizer.json (+ tokenizer_config.json for BOS and the chat template).
+#include <cfloat>
+#include <climits>
+#include <cmath>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,39 @@ namespace squeezekv {
 namespace {
 
 using nlohmann::json;
+
+// Numbers from files strangers wrote: a value that does not fit the type it is read as is an
+// error naming the file, never a conversion out of range (undefined behaviour, found by fuzz_hf).
+int64_t as_int64(const json& v, const std::string& src) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      throw FormatError(src + "integer out of range: " + v.dump());
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9.0e15) return static_cast<int64_t>(d);
+  }
+  throw FormatError(src + "expected an integer, got " + v.dump());
+}
+int as_int(const json& v, const std::string& src) {
+  const int64_t i = as_int64(v, src);
+  if (i < INT_MIN || i > INT_MAX) throw FormatError(src + "integer out of range: " + v.dump());
+  return static_cast<int>(i);
+}
+float as_float(const json& v, const std::string& src) {
+  if (!v.is_number()) throw FormatError(src + "expected a number, got " + v.dump());
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > FLT_MAX) throw FormatError(src + "number out of range: " + v.dump());
+  return static_cast<float>(d);
+}
+int int_or(const json& obj, const char* key, int fallback, const std::string& src) {
+  return obj.contains(key) && !obj[key].is_null() ? as_int(obj[key], src + key + ": ") : fallback;
+}
+float float_or(const json& obj, const char* key, float fallback, const std::string& src) {
+  return obj.contains(key) && !obj[key].is_null() ? as_float(obj[key], src + key + ": ") : fallback;
+}
+
 namespace fs = std::filesystem;
 
 json read_json(const fs::path& p) {
@@ -60,14 +96,17 @@ class Safetensors {
         else throw FormatError(src + "tensor '" + name + "' has unsupported dtype " + dt + " (expected F32, F16 or BF16)");
         int64_t count = 1;
         for (const auto& s : info.at("shape")) {
-          const int64_t v = s.get<int64_t>();
+          const int64_t v = as_int64(s, src + "tensor '" + name + "' shape: ");
           if (v <= 0 || v > (int64_t{1} << 40) || count > (int64_t{1} << 42) / v)
             throw FormatError(src + "tensor '" + name + "' has absurd dimension " + std::to_string(v));
           count *= v;
           t.shape.push_back(v);
         }
         const auto off = info.at("data_offsets");
-        const uint64_t b = off.at(0).get<uint64_t>(), e = off.at(1).get<uint64_t>();
+        const int64_t bi = as_int64(off.at(0), src + "tensor '" + name + "' offsets: "),
+                      ei = as_int64(off.at(1), src + "tensor '" + name + "' offsets: ");
+        if (bi < 0 || ei < 0) throw FormatError(src + "tensor '" + name + "' has negative data offsets");
+        const uint64_t b = static_cast<uint64_t>(bi), e = static_cast<uint64_t>(ei);
         t.bytes = dtype_bytes(t.type, count);
         if (b > e || e > data_size || e - b != t.bytes)
           throw FormatError(src + "tensor '" + name + "' data offsets [" + std::to_string(b) + ", " +
@@ -156,19 +195,19 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
     if (m.value("type", "") != "BPE") throw FormatError(src + "unsupported tokenizer model '" + m.value("type", "") + "' (expected BPE)");
     const json& vocab = m.at("vocab");
     int n = 0;
-    for (auto& [tok, id] : vocab.items()) n = std::max(n, id.get<int>() + 1);
-    for (const auto& a : tj.value("added_tokens", json::array())) n = std::max(n, a.at("id").get<int>() + 1);
+    for (auto& [tok, id] : vocab.items()) n = std::max(n, as_int(id, src + "vocab id: ") + 1);
+    for (const auto& a : tj.value("added_tokens", json::array())) n = std::max(n, as_int(a.at("id"), src + "added token id: ") + 1);
     if (n <= 0 || n > (1 << 22)) throw FormatError(src + "vocabulary size " + std::to_string(n) + " out of range");
     s.tokens.assign(static_cast<size_t>(n), "");
     s.types.assign(static_cast<size_t>(n), TokenType::kUnused);
     for (auto& [tok, id] : vocab.items()) {
-      const int i = id.get<int>();
+      const int i = as_int(id, src + "vocab id: ");
       if (i < 0) throw FormatError(src + "negative token id for '" + tok + "'");
       s.tokens[i] = tok;
       s.types[i] = TokenType::kNormal;
     }
     for (const auto& a : tj.value("added_tokens", json::array())) {
-      const int i = a.at("id").get<int>();
+      const int i = as_int(a.at("id"), src + "added token id: ");
       s.tokens[i] = a.at("content").get<std::string>();
       s.types[i] = a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
     }
@@ -201,7 +240,7 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
     }
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
       auto it = vocab.find(m["unk_token"].get<std::string>());
-      if (it != vocab.end()) s.unk = it->get<int>();
+      if (it != vocab.end()) s.unk = as_int(*it, src + "unk id: ");
     }
   } catch (const json::exception& e) {
     throw FormatError(src + "malformed tokenizer: " + e.what());
@@ -215,9 +254,9 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
   json tc = fs::exists(tcp) ? read_json(tcp) : json::object();
   const json config = read_json(dir / "config.json");
   if (tc.contains("bos_token")) s.bos = id_of(token_content(tc["bos_token"]));
-  if (s.bos < 0 && config.contains("bos_token_id") && config["bos_token_id"].is_number()) s.bos = config["bos_token_id"].get<int>();
+  if (s.bos < 0 && config.contains("bos_token_id") && config["bos_token_id"].is_number()) s.bos = as_int(config["bos_token_id"], "config.json: bos_token_id: ");
   if (tc.contains("eos_token")) s.eos = id_of(token_content(tc["eos_token"]));
-  if (s.eos < 0 && config.contains("eos_token_id") && config["eos_token_id"].is_number()) s.eos = config["eos_token_id"].get<int>();
+  if (s.eos < 0 && config.contains("eos_token_id") && config["eos_token_id"].is_number()) s.eos = as_int(config["eos_token_id"], "config.json: eos_token_id: ");
   s.add_bos = tc.value("add_bos_token", false);
   if (!tc.contains("add_bos_token") && tj.contains("post_processor") && tj["post_processor"].is_object()) {
     const json& pp = tj["post_processor"];
@@ -248,30 +287,30 @@ ModelConfig parse_hf_config(const json& cj, const std::string& name, const std::
     } else {
       throw FormatError(src + "unsupported model_type '" + mt + "' (expected llama, mistral or qwen2)");
     }
-    c.n_layers = cj.at("num_hidden_layers").get<int>();
-    c.dim = cj.at("hidden_size").get<int>();
-    c.ffn_dim = cj.at("intermediate_size").get<int>();
-    c.n_heads = cj.at("num_attention_heads").get<int>();
-    c.n_kv_heads = cj.value("num_key_value_heads", c.n_heads);
-    c.head_dim = cj.contains("head_dim") && cj["head_dim"].is_number() ? cj["head_dim"].get<int>()
+    c.n_layers = as_int(cj.at("num_hidden_layers"), src + "num_hidden_layers: ");
+    c.dim = as_int(cj.at("hidden_size"), src + "hidden_size: ");
+    c.ffn_dim = as_int(cj.at("intermediate_size"), src + "intermediate_size: ");
+    c.n_heads = as_int(cj.at("num_attention_heads"), src + "num_attention_heads: ");
+    c.n_kv_heads = int_or(cj, "num_key_value_heads", c.n_heads, src);
+    c.head_dim = cj.contains("head_dim") && cj["head_dim"].is_number() ? as_int(cj["head_dim"], src + "head_dim: ")
                                                                        : (c.n_heads > 0 ? c.dim / c.n_heads : 0);
-    c.vocab_size = cj.at("vocab_size").get<int>();
-    c.context_length = cj.value("max_position_embeddings", 2048);
-    c.norm_eps = cj.value("rms_norm_eps", 1e-6f);
-    c.rope_theta = cj.value("rope_theta", 10000.0f);
+    c.vocab_size = as_int(cj.at("vocab_size"), src + "vocab_size: ");
+    c.context_length = int_or(cj, "max_position_embeddings", 2048, src);
+    c.norm_eps = float_or(cj, "rms_norm_eps", 1e-6f, src);
+    c.rope_theta = float_or(cj, "rope_theta", 10000.0f, src);
     if (c.arch == Arch::kLlama) c.qkv_bias = cj.value("attention_bias", false);
     tied = cj.value("tie_word_embeddings", false);
     // Mistral v0.1 attends over a sliding window; within the window that is full attention, so
     // the context is limited to it rather than computed differently (qwen2 marks its window unused)
     if (mt == "mistral" && cj.contains("sliding_window") && cj["sliding_window"].is_number() &&
         cj.value("use_sliding_window", true))
-      c.context_length = std::min(c.context_length, cj["sliding_window"].get<int>());
+      c.context_length = std::min(c.context_length, as_int(cj["sliding_window"], src + "sliding_window: "));
     // transformers 5 writes {"rope_parameters": {"rope_theta", "rope_type", ...}}; older files
     // a top-level rope_theta and an optional rope_scaling object
     const json* rs = nullptr;
     if (cj.contains("rope_parameters") && cj["rope_parameters"].is_object()) {
       rs = &cj["rope_parameters"];
-      c.rope_theta = rs->value("rope_theta", c.rope_theta);
+      c.rope_theta = float_or(*rs, "rope_theta", c.rope_theta, src);
     } else if (cj.contains("rope_scaling") && cj["rope_scaling"].is_object()) {
       rs = &cj["rope_scaling"];
     }
@@ -280,10 +319,10 @@ ModelConfig parse_hf_config(const json& cj, const std::string& name, const std::
       throw FormatError(src + "unsupported rope type '" + rope_type + "' (expected default or llama3)");
     if (rope_type == "llama3") {
       const json& r = *rs;
-      c.rope_scaling.factor = r.at("factor").get<float>();
-      c.rope_scaling.low_freq_factor = r.value("low_freq_factor", 1.0f);
-      c.rope_scaling.high_freq_factor = r.value("high_freq_factor", 4.0f);
-      c.rope_scaling.original_context = r.value("original_max_position_embeddings", 8192);
+      c.rope_scaling.factor = as_float(r.at("factor"), src + "rope factor: ");
+      c.rope_scaling.low_freq_factor = float_or(r, "low_freq_factor", 1.0f, src);
+      c.rope_scaling.high_freq_factor = float_or(r, "high_freq_factor", 4.0f, src);
+      c.rope_scaling.original_context = int_or(r, "original_max_position_embeddings", 8192, src);
     }
   } catch (const json::exception& e) {
     throw FormatError(src + "malformed config: " + e.what());
