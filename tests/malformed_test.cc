@@ -263,6 +263,27 @@ TEST(FuzzRegressions, EveryFoundInputIsHandled) {
     }
     ++n;
   }
+  // Hugging Face directories: config.json, tokenizer.json and model.safetensors cut at the separator
+  const std::string sep = "\n#--file--#\n";
+  for (const auto& e : fs::directory_iterator(root / "hf")) {
+    const std::string in = read(e.path());
+    const fs::path dir = fs::temp_directory_path() / ("squeezekv-regression-hf-" + std::to_string(n));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    size_t at = 0;
+    for (const char* name : {"config.json", "tokenizer.json", "model.safetensors"}) {
+      if (at > in.size()) break;
+      const size_t end = std::min(in.find(sep, at), in.size());
+      std::ofstream(dir / name, std::ios::binary) << in.substr(at, end - at);
+      at = end + sep.size();
+    }
+    try {
+      Model::load(dir.string());
+    } catch (const Error&) {
+    }
+    fs::remove_all(dir);
+    ++n;
+  }
   auto m = Model::load(test::default_model());
   const Tokenizer& tok = m->tokenizer();
   for (const auto& e : fs::directory_iterator(root / "tokenizer")) {
@@ -277,7 +298,7 @@ TEST(FuzzRegressions, EveryFoundInputIsHandled) {
     if (!unk) EXPECT_EQ(tok.decode(ids), s) << e.path();
     ++n;
   }
-  EXPECT_GE(n, 4);
+  EXPECT_GE(n, 5);
 }
 
 }  // namespace

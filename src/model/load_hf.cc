@@ -194,20 +194,27 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
     const json& m = tj.at("model");
     if (m.value("type", "") != "BPE") throw FormatError(src + "unsupported tokenizer model '" + m.value("type", "") + "' (expected BPE)");
     const json& vocab = m.at("vocab");
+    // every id in [0, 2^22) before anything is indexed by it (a negative added-token id wrote
+    // before the vector; found by fuzz_hf)
+    constexpr int kMaxVocab = 1 << 22;
+    auto token_id = [&](const json& v, const std::string& what) {
+      const int i = as_int(v, src + what + ": ");
+      if (i < 0 || i >= kMaxVocab) throw FormatError(src + what + " " + std::to_string(i) + " out of range [0, 4194304)");
+      return i;
+    };
     int n = 0;
-    for (auto& [tok, id] : vocab.items()) n = std::max(n, as_int(id, src + "vocab id: ") + 1);
-    for (const auto& a : tj.value("added_tokens", json::array())) n = std::max(n, as_int(a.at("id"), src + "added token id: ") + 1);
-    if (n <= 0 || n > (1 << 22)) throw FormatError(src + "vocabulary size " + std::to_string(n) + " out of range");
+    for (auto& [tok, id] : vocab.items()) n = std::max(n, token_id(id, "vocab id of '" + tok + "'") + 1);
+    for (const auto& a : tj.value("added_tokens", json::array())) n = std::max(n, token_id(a.at("id"), "added token id") + 1);
+    if (n <= 0) throw FormatError(src + "empty vocabulary");
     s.tokens.assign(static_cast<size_t>(n), "");
     s.types.assign(static_cast<size_t>(n), TokenType::kUnused);
     for (auto& [tok, id] : vocab.items()) {
-      const int i = as_int(id, src + "vocab id: ");
-      if (i < 0) throw FormatError(src + "negative token id for '" + tok + "'");
+      const int i = token_id(id, "vocab id of '" + tok + "'");
       s.tokens[i] = tok;
       s.types[i] = TokenType::kNormal;
     }
     for (const auto& a : tj.value("added_tokens", json::array())) {
-      const int i = as_int(a.at("id"), src + "added token id: ");
+      const int i = token_id(a.at("id"), "added token id");
       s.tokens[i] = a.at("content").get<std::string>();
       s.types[i] = a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
     }
