@@ -197,7 +197,12 @@ class Server {
         }
         it = done ? live.erase(it) : std::next(it);
       }
-      sched_.step();
+      try {
+        sched_.step();  // request-level failures end their request inside; this guards the rest
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "squeezekv serve: engine step failed: %s; the running requests are cancelled\n", e.what());
+        for (auto& [id, job] : live) sched_.cancel(id);
+      }
       const int64_t kv = sched_.kv_bytes(), full = sched_.kv_full_bytes();
       lk.lock();
       running_ = sched_.running();
