@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -150,7 +150,6 @@ void print_stats(const GenerateResult& r) {
   std::fprintf(stderr, "\nprompt: %d tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s\n", r.prompt_tokens,
                pps, r.tokens.size(), gps);
 }
-
 
 int run_generate(const CommonArgs& a, GenArgs& g) {
   validate(g.sampler);
