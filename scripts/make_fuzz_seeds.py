@@ -170,6 +170,16 @@ def main():
     for i, t in enumerate(TEXTS):
         files[("tokenizer", "text_%02d" % i)] = t.encode()
     files[("tokenizer", "invalid_utf8")] = b"ab\xff\xfe\xc3(\xe2\x82 end"
+    requests = [
+        {"model": "m", "messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 8, "temperature": 0},
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Name a river."}]}],
+         "stream": True, "stream_options": {"include_usage": True}, "stop": ["\n", "."], "seed": 3, "top_p": 0.9},
+        {"prompt": "Once upon a time", "max_tokens": 16, "kv": {"policy": "squeeze", "budget": 64, "squeeze_metric": "attention_entropy"}},
+        {"prompt": ["The capital of France is"], "n": 1, "top_k": 40, "min_p": 0.05, "kv": {"policy": "snapkv", "budget": 48, "snapkv_window": 8}},
+        {"messages": [{"role": "user", "content": "x"}], "kv": {"policy": "h2o", "budget": 32, "sinks": 2, "recent": 8, "type": "f32"}},
+    ]
+    for i, r in enumerate(requests):
+        files[("request", "request_%02d.json" % i)] = json.dumps(r).encode()
     for (target, name), data in files.items():
         d = os.path.join(a.out, target)
         os.makedirs(d, exist_ok=True)

@@ -4,6 +4,8 @@
 // the inbox (the server's lock).
 #include "server/server.h"
 
+#include "server/request.h"
+
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,7 +24,6 @@
 #include <thread>
 #include <vector>
 
-#include "common/kv_json.h"
 #include "squeezekv/engine.h"
 #include "squeezekv/error.h"
 #include "squeezekv/generate.h"
@@ -34,22 +35,13 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// A request the client got wrong: answered with `status` in the OpenAI error shape.
-struct HttpError : Error {
-  int status;
-  std::string type, param;
-  HttpError(int s, const std::string& msg, std::string t = "invalid_request_error", std::string p = {})
-      : Error(msg), status(s), type(std::move(t)), param(std::move(p)) {}
-};
-
 json error_body(const std::string& message, const std::string& type, const std::string& param) {
   return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", nullptr}}}};
 }
 
 // One request between its HTTP thread and the engine thread.
 struct Job {
-  enum class Kind : uint8_t { kChat, kCompletion };
-  Kind kind = Kind::kChat;
+  RequestKind kind = RequestKind::kChat;
   GenerationRequest request;  // moved into the Scheduler when admitted to it
   bool stream = false;
   bool include_usage = false;
@@ -68,19 +60,6 @@ struct Job {
 const char* finish_reason(const std::string& stop_reason) {
   return stop_reason == "length" ? "length" : "stop";  // eos and stop strings are both "stop" in the API
 }
-
-// Typed field access that names the field in its error.
-template <class Check>
-const json* field(const json& body, const char* name, Check ok, const char* expected) {
-  const auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  if (!ok(*it)) throw HttpError(400, std::string(name) + ": expected " + expected + ", got " + it->dump(), "invalid_request_error", name);
-  return &*it;
-}
-bool is_int(const json& v) { return v.is_number_integer(); }
-bool is_num(const json& v) { return v.is_number(); }
-bool is_bool(const json& v) { return v.is_boolean(); }
-bool is_str(const json& v) { return v.is_string(); }
 
 // SIGINT and SIGTERM, blocked in the calling thread (and so in every thread it starts after
 // this): one thread waits for them with sigwait. Called before the engine starts, because a device
@@ -102,10 +81,11 @@ constexpr auto kPatience = std::chrono::seconds(2);
 class Server {
  public:
   Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_) {
-    ctx_ = o.session.cache.max_tokens > 0 ? o.session.cache.max_tokens
-                                          : std::min(model.config().context_length, 16384);
-    max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : ctx_ - 1;
-    chat_format_ = detect_chat_format(model.chat_template());
+    limits_.model = &model;
+    limits_.kv_defaults = o.session.cache;
+    limits_.ctx = o.session.cache.max_tokens > 0 ? o.session.cache.max_tokens : std::min(model.config().context_length, 16384);
+    limits_.max_prompt = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : limits_.ctx - 1;
+    limits_.chat_format = detect_chat_format(model.chat_template());
   }
 
   int run() {
@@ -239,8 +219,8 @@ class Server {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, Job::Kind::kChat); });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, Job::Kind::kCompletion); });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, RequestKind::kChat); });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, RequestKind::kCompletion); });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       reply(res, 200, {{"object", "list"},
                        {"data", json::array({{{"id", opt_.model_name}, {"object", "model"}, {"created", started_}, {"owned_by", "squeezekv"}}})}});
@@ -280,7 +260,7 @@ class Server {
     reply(res, e.status, error_body(e.what(), e.type, e.param));
   }
 
-  void handle(const httplib::Request& req, httplib::Response& res, Job::Kind kind) {
+  void handle(const httplib::Request& req, httplib::Response& res, RequestKind kind) {
     std::shared_ptr<Job> job;
     try {
       job = parse(req, kind);
@@ -329,10 +309,10 @@ class Server {
   // The non-streamed answer.
   json completion(const Job& job, const GenerateResult& r) const {
     json choice = {{"index", 0}, {"finish_reason", finish_reason(r.stop_reason)}, {"logprobs", nullptr}};
-    if (job.kind == Job::Kind::kChat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    if (job.kind == RequestKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
     else choice["text"] = r.text;
     return {{"id", job.id},
-            {"object", job.kind == Job::Kind::kChat ? "chat.completion" : "text_completion"},
+            {"object", job.kind == RequestKind::kChat ? "chat.completion" : "text_completion"},
             {"created", job.created},
             {"model", opt_.model_name},
             {"choices", json::array({choice})},
@@ -345,123 +325,15 @@ class Server {
   }
 
   // Request JSON -> a validated job (HttpError or Error naming the field otherwise).
-  std::shared_ptr<Job> parse(const httplib::Request& req, Job::Kind kind) {
-    json body;
-    try {
-      body = json::parse(req.body);
-    } catch (const json::parse_error& e) {
-      throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
-    }
-    if (!body.is_object()) throw HttpError(400, "request body: expected a JSON object");
+  std::shared_ptr<Job> parse(const httplib::Request& req, RequestKind kind) {
+    ParsedRequest p = parse_request(req.body, kind, limits_);
     auto job = std::make_shared<Job>();
     job->kind = kind;
-    field(body, "model", is_str, "a string");
-    std::string text;
-    if (kind == Job::Kind::kChat) {
-      const json* msgs = field(body, "messages", [](const json& v) { return v.is_array(); }, "an array of messages");
-      if (msgs == nullptr || msgs->empty()) throw HttpError(400, "messages: expected a non-empty array of messages", "invalid_request_error", "messages");
-      std::vector<ChatMessage> chat;
-      for (size_t i = 0; i < msgs->size(); ++i) {
-        const json& m = (*msgs)[i];
-        const std::string where = "messages[" + std::to_string(i) + "]";
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-          throw HttpError(400, where + ": expected an object with a string \"role\"", "invalid_request_error", "messages");
-        const std::string role = m["role"].get<std::string>();
-        if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-          throw HttpError(400, where + ".role: expected system, developer, user or assistant, got '" + role + "'", "invalid_request_error", "messages");
-        std::string content;
-        const json c = m.value("content", json(nullptr));
-        if (c.is_string()) {
-          content = c.get<std::string>();
-        } else if (c.is_array()) {  // content parts: text only
-          for (const json& part : c) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-              throw HttpError(400, where + ".content: only text parts ({\"type\": \"text\", \"text\": ...}) are supported", "invalid_request_error", "messages");
-            content += part["text"].get<std::string>();
-          }
-        } else {
-          throw HttpError(400, where + ".content: expected a string or an array of text parts", "invalid_request_error", "messages");
-        }
-        chat.push_back({role == "developer" ? "system" : role, content});
-      }
-      text = render_chat(chat_format_, model_.chat_template(), chat);
-    } else {
-      const json* p = field(body, "prompt", [](const json& v) { return v.is_string() || (v.is_array() && v.size() == 1 && v[0].is_string()); },
-                            "a string (or an array of one string)");
-      if (p == nullptr) throw HttpError(400, "prompt: required", "invalid_request_error", "prompt");
-      text = p->is_string() ? p->get<std::string>() : (*p)[0].get<std::string>();
-    }
-    GenerationRequest& r = job->request;
-    r.prompt = encode_prompt(model_, text);
-    if (r.prompt.empty()) {
-      if (model_.tokenizer().bos() < 0) throw HttpError(400, "prompt: empty, and the model has no BOS token to start from", "invalid_request_error", "prompt");
-      r.prompt.push_back(model_.tokenizer().bos());
-    }
-    if (static_cast<int>(r.prompt.size()) > max_prompt_)
-      throw HttpError(400, "prompt: " + std::to_string(r.prompt.size()) + " tokens exceed the limit of " + std::to_string(max_prompt_) +
-                               " (--max-prompt-tokens)", "invalid_request_error", kind == Job::Kind::kChat ? "messages" : "prompt");
-    // sampling: the API's defaults (temperature 1, top_p 1, no top-k or min-p) unless given
-    SamplerConfig& s = r.options.sampler;
-    s.temperature = 1.0f;
-    s.top_p = 1.0f;
-    s.top_k = 0;
-    s.min_p = 0.0f;
-    s.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-    if (const json* v = field(body, "temperature", is_num, "a number in [0, 2]")) {
-      s.temperature = v->get<float>();
-      if (!(s.temperature >= 0.0f && s.temperature <= 2.0f)) throw HttpError(400, "temperature: expected a number in [0, 2], got " + v->dump(), "invalid_request_error", "temperature");
-    }
-    if (const json* v = field(body, "top_p", is_num, "a number in (0, 1]")) {
-      s.top_p = v->get<float>();
-      if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) throw HttpError(400, "top_p: expected a number in (0, 1], got " + v->dump(), "invalid_request_error", "top_p");
-    }
-    if (const json* v = field(body, "top_k", is_int, "an integer >= 0")) {
-      if (v->get<int64_t>() < 0) throw HttpError(400, "top_k: expected an integer >= 0", "invalid_request_error", "top_k");
-      s.top_k = static_cast<int>(std::min<int64_t>(v->get<int64_t>(), 1 << 30));
-    }
-    if (const json* v = field(body, "min_p", is_num, "a number in [0, 1)")) {
-      s.min_p = v->get<float>();
-      if (!(s.min_p >= 0.0f && s.min_p < 1.0f)) throw HttpError(400, "min_p: expected a number in [0, 1), got " + v->dump(), "invalid_request_error", "min_p");
-    }
-    if (const json* v = field(body, "seed", is_int, "an integer")) s.seed = static_cast<uint64_t>(v->get<int64_t>());
-    if (const json* v = field(body, "n", is_int, "an integer"))
-      if (v->get<int64_t>() != 1) throw HttpError(400, "n: only 1 choice per request is supported, got " + v->dump(), "invalid_request_error", "n");
-    r.options.max_tokens = ctx_ - static_cast<int>(r.prompt.size());  // up to the context when not given
-    for (const char* name : {"max_tokens", "max_completion_tokens"})
-      if (const json* v = field(body, name, is_int, "an integer >= 0")) {
-        if (v->get<int64_t>() < 0) throw HttpError(400, std::string(name) + ": expected an integer >= 0, got " + v->dump(), "invalid_request_error", name);
-        r.options.max_tokens = static_cast<int>(std::min<int64_t>(v->get<int64_t>(), 1 << 30));
-      }
-    if (const json* v = field(body, "stop", [](const json& x) { return x.is_string() || x.is_array(); }, "a string or an array of strings")) {
-      const json list = v->is_string() ? json::array({*v}) : *v;
-      if (list.size() > 4) throw HttpError(400, "stop: at most 4 stop strings, got " + std::to_string(list.size()), "invalid_request_error", "stop");
-      for (const json& x : list) {
-        if (!x.is_string() || x.get<std::string>().empty()) throw HttpError(400, "stop: expected non-empty strings, got " + x.dump(), "invalid_request_error", "stop");
-        r.options.stop.push_back(x.get<std::string>());
-      }
-    }
-    if (const json* v = field(body, "stream", is_bool, "true or false")) job->stream = v->get<bool>();
-    if (const json* v = field(body, "stream_options", [](const json& x) { return x.is_object(); }, "an object")) {
-      if (v->contains("include_usage") && !(*v)["include_usage"].is_boolean())
-        throw HttpError(400, "stream_options.include_usage: expected true or false", "invalid_request_error", "stream_options");
-      job->include_usage = v->value("include_usage", false);
-    }
-    // the KV extension: {"kv": {"policy": "squeeze", "budget": 256, ...}} over the server's defaults
-    r.cache = opt_.session.cache;
-    if (const json* v = field(body, "kv", [](const json& x) { return x.is_object(); }, "an object of KV settings")) {
-      try {
-        tools::kv_from_json(*v, r.cache, "kv");
-      } catch (const Error& e) {
-        throw HttpError(400, e.what(), "invalid_request_error", "kv");
-      }
-      if (r.cache.max_tokens == 0) r.cache.max_tokens = ctx_;
-      if (r.cache.budget > ctx_)
-        throw HttpError(400, "kv.budget: " + std::to_string(r.cache.budget) + " exceeds the context of " + std::to_string(ctx_) + " tokens (--ctx)",
-                        "invalid_request_error", "kv");
-    }
-    validate(r.options.sampler);
+    job->request = std::move(p.request);
+    job->stream = p.stream;
+    job->include_usage = p.include_usage;
     const int64_t n = next_id_.fetch_add(1);
-    job->id = std::string(kind == Job::Kind::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
+    job->id = std::string(kind == RequestKind::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
     job->created = static_cast<int64_t>(std::time(nullptr));
     return job;
   }
@@ -496,7 +368,7 @@ class Server {
             const std::string ev = "data: " + j.dump() + "\n\n";
             return sink.write(ev.data(), ev.size());
           };
-          const bool chat = job->kind == Job::Kind::kChat;
+          const bool chat = job->kind == RequestKind::kChat;
           auto chunk = [&](const json& delta_or_text, const json& finish) {
             json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
             if (chat) choice["delta"] = delta_or_text;
@@ -593,9 +465,7 @@ class Server {
   ServeOptions opt_;
   Engine engine_;
   Scheduler sched_;  // the engine thread's only
-  int ctx_ = 0;
-  int max_prompt_ = 0;
-  ChatFormat chat_format_ = ChatFormat::kPlain;
+  RequestLimits limits_;  // what a request is checked against
   int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<int64_t> next_id_{1};
   // guarded by mu_
