@@ -61,19 +61,12 @@ def gguf_kv(key, kind, value):
     return out
 
 
-def q8_0_rows(rows, cols, rnd):
+def block_rows(rows, cols, rnd, scale, quant_bytes):
+    """Rows of blocks of 32 values: an f16 scale, then quant_bytes random bytes (Q8_0: 32, Q4_0: 16)."""
     out = b""
     for _ in range(rows):
         for _ in range(cols // 32):
-            out += struct.pack("<e", 0.01) + bytes(rnd.randrange(256) for _ in range(32))
-    return out
-
-
-def q4_0_rows(rows, cols, rnd):
-    out = b""
-    for _ in range(rows):
-        for _ in range(cols // 32):
-            out += struct.pack("<e", 0.02) + bytes(rnd.randrange(256) for _ in range(16))
+            out += struct.pack("<e", scale) + bytes(rnd.randrange(256) for _ in range(quant_bytes))
     return out
 
 
@@ -96,7 +89,8 @@ def tiny_gguf(quant):
            gguf_kv("tokenizer.ggml.merges", GGUF_ARR, (GGUF_STR, [a + " " + b for a, b in merges])),
            gguf_kv("tokenizer.ggml.bos_token_id", GGUF_U32, V - 3), gguf_kv("tokenizer.ggml.eos_token_id", GGUF_U32, V - 3),
            gguf_kv("tokenizer.chat_template", GGUF_STR, "<|im_start|>system\nYou are tiny.<|im_end|>")]
-    mat = q8_0_rows if quant == "q8_0" else q4_0_rows
+    def mat(rows, cols, rnd):
+        return block_rows(rows, cols, rnd, 0.01, 32) if quant == "q8_0" else block_rows(rows, cols, rnd, 0.02, 16)
     qtype = 8 if quant == "q8_0" else 2
     KD = E // H
     tensors = [("token_embd.weight", [E, V], qtype, mat(V, E, rnd)), ("output_norm.weight", [E], 0, f32(E, rnd, 1.0)),

@@ -108,7 +108,8 @@ TEST_P(EngineTest, BatchedRequestsEqualLoneGeneration) {
   }
   EXPECT_EQ(most_running, 4);
   EXPECT_EQ(engine.sequences(), 0);
-  EXPECT_EQ(sched.kv_bytes(), 0);
+  EXPECT_EQ(sched.kv_usage().held, 0);
+  EXPECT_EQ(sched.kv_usage().full, 0);
   for (size_t i = 0; i < cs.size(); ++i) {
     const GenerateResult& b = done.at(ids[i]);
     EXPECT_EQ(b.tokens, lone[i].tokens) << "request " << i << ": " << cs[i].prompt;

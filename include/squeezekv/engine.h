@@ -23,6 +23,11 @@ namespace squeezekv {
 
 using SequenceId = int64_t;
 
+struct KvUsage {
+  int64_t held = 0;  // bytes of K and V held
+  int64_t full = 0;  // f16 bytes of the same tokens without eviction
+};
+
 class Engine {
  public:
   // options: device, threads, prefill chunk and decode arithmetic for every sequence (options.cache
@@ -42,6 +47,9 @@ class Engine {
 
   int position(SequenceId id) const;
   int max_tokens(SequenceId id) const;  // the most tokens the sequence may see (its --ctx)
+  // The most tokens a sequence with this cache config may see: cache.max_tokens, or the model's
+  // context capped at 16384 when unset.
+  int context_limit(const CacheConfig& cache) const;
   std::vector<LayerStats> kv_stats(SequenceId id) const;
   int sequences() const;
   int max_batch() const;
@@ -83,9 +91,8 @@ class Scheduler {
   int running() const;  // admitted requests (in their prompt or generating)
   int waiting() const;  // queued for a slot
   // Bytes of K and V held now by every running request, and the f16 bytes the same tokens
-  // would take without eviction.
-  int64_t kv_bytes() const;
-  int64_t kv_full_bytes() const;
+  // would take without eviction (one pass over the requests' caches).
+  KvUsage kv_usage() const;
 
  private:
   struct Impl;

@@ -67,6 +67,10 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The offset of the first byte from `from` that does not start a valid UTF-8 character (no
+// overlong forms, no surrogates, at most U+10FFFF); s.size() when the rest is valid.
+size_t first_invalid_utf8(std::string_view s, size_t from = 0);
+
 // Turns a stream of token ids into text, emitting whole UTF-8 characters only.
 class TextStream {
  public:

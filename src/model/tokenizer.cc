@@ -15,6 +15,28 @@
 #include "squeezekv/error.h"
 
 namespace squeezekv {
+
+size_t first_invalid_utf8(std::string_view s, size_t from) {
+  size_t i = from;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    uint32_t cp = n == 1 ? c : c & (0x7Fu >> n);
+    for (int k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3Fu);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += n;
+  }
+  return s.size();
+}
+
+
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's visible space
@@ -81,28 +103,6 @@ class Regex {
   }
 
  private:
-  // The offset of the first byte from `from` that does not start a valid UTF-8 character (as
-  // PCRE2 checks it: no overlong forms, no surrogates, at most U+10FFFF); s.size() if none.
-  static size_t first_invalid_utf8(std::string_view s, size_t from) {
-    size_t i = from;
-    while (i < s.size()) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-      if (n == 0 || i + n > s.size()) return i;
-      uint32_t cp = n == 1 ? c : c & (0x7Fu >> n);
-      for (int k = 1; k < n; ++k) {
-        const auto d = static_cast<unsigned char>(s[i + k]);
-        if ((d & 0xC0) != 0x80) return i;
-        cp = (cp << 6) | (d & 0x3Fu);
-      }
-      if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-          (cp >= 0xD800 && cp <= 0xDFFF))
-        return i;
-      i += n;
-    }
-    return s.size();
-  }
-
   void split_valid(std::string_view s, std::vector<std::string_view>& out) const {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
     size_t pos = 0, gap = 0;

@@ -52,8 +52,7 @@ std::span<const float> Engine::prefill(SequenceId id, std::span<const int> token
                 std::to_string(impl_->runner.prefill_chunk()) + ")");
   if (s.pos + n > s.max_tokens)
     throw Error("engine: context full: " + std::to_string(s.pos + n) + " tokens exceed --ctx " + std::to_string(s.max_tokens));
-  for (int t : tokens)
-    if (t < 0 || t >= V) throw Error("engine: token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+  check_token_ids(tokens, V, "engine");
   const Segment seg{&s, tokens.data(), n};
   impl_->runner.step({&seg, 1});
   return impl_->runner.logits(n - 1, 1, false);
@@ -73,16 +72,16 @@ std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span
       if (o.seq == &s) throw Error("engine: sequence " + std::to_string(ids[i]) + " appears twice in one decode step");
     if (s.pos + 1 > s.max_tokens)
       throw Error("engine: context full: sequence " + std::to_string(ids[i]) + " holds --ctx " + std::to_string(s.max_tokens) + " tokens");
-    if (tokens[i] < 0 || tokens[i] >= V)
-      throw Error("engine: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " + std::to_string(V) + ")");
     m.segments.push_back({&s, &tokens[i], 1});
   }
+  check_token_ids(tokens, V, "engine");
   m.runner.step(m.segments);
   return m.runner.logits(0, n, true);
 }
 
 int Engine::position(SequenceId id) const { return impl_->get(id).pos; }
 int Engine::max_tokens(SequenceId id) const { return impl_->get(id).max_tokens; }
+int Engine::context_limit(const CacheConfig& cache) const { return sequence_max_tokens(impl_->runner.model().config(), cache); }
 std::vector<LayerStats> Engine::kv_stats(SequenceId id) const {
   std::vector<LayerStats> out;
   for (const LayerCache& c : impl_->get(id).caches.layers) out.push_back(c.stats());
@@ -153,9 +152,7 @@ int64_t Scheduler::submit(GenerationRequest request) {
   validate(request.cache);
   auto q = std::make_unique<Impl::Request>();
   q->gen = std::make_unique<Generation>(m.engine.model().tokenizer(), request.prompt, request.options, request.on_text);
-  const int V = m.engine.model().config().vocab_size;
-  for (int t : request.prompt)
-    if (t < 0 || t >= V) throw Error("prompt: token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+  check_token_ids(request.prompt, m.engine.model().config().vocab_size, "prompt");
   q->id = m.next_id++;
   q->r = std::move(request);
   m.waiting.push_back(std::move(q));
@@ -244,18 +241,14 @@ bool Scheduler::step() {
 int Scheduler::running() const { return static_cast<int>(impl_->running.size()); }
 int Scheduler::waiting() const { return static_cast<int>(impl_->waiting.size()); }
 
-int64_t Scheduler::kv_bytes() const {
-  int64_t b = 0;
+KvUsage Scheduler::kv_usage() const {
+  KvUsage u;
   for (const auto& q : impl_->running)
-    for (const LayerStats& s : impl_->engine.kv_stats(q->seq)) b += s.kept_bytes;
-  return b;
-}
-
-int64_t Scheduler::kv_full_bytes() const {
-  int64_t b = 0;
-  for (const auto& q : impl_->running)
-    for (const LayerStats& s : impl_->engine.kv_stats(q->seq)) b += s.full_bytes;
-  return b;
+    for (const LayerStats& s : impl_->engine.kv_stats(q->seq)) {
+      u.held += s.kept_bytes;
+      u.full += s.full_bytes;
+    }
+  return u;
 }
 
 }  // namespace squeezekv

@@ -137,6 +137,12 @@ int sequence_max_tokens(const ModelConfig& c, const CacheConfig& cache) {
   return cache.max_tokens > 0 ? cache.max_tokens : std::min(c.context_length, kDefaultMaxTokens);
 }
 
+void check_token_ids(std::span<const int> tokens, int V, const char* op) {
+  for (int t : tokens)
+    if (t < 0 || t >= V)
+      throw Error(std::string(op) + ": token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+}
+
 SequenceState Runner::new_sequence(const CacheConfig& cache_in) const {
   const ModelConfig& c = model_.config();
   CacheConfig cache = cache_in;

@@ -29,6 +29,9 @@ struct SequenceState {
 // capped at 16384).
 int sequence_max_tokens(const ModelConfig& model, const CacheConfig& cache);
 
+// Throws Error "<op>: token id X outside the vocabulary [0, V)" for the first id out of range.
+void check_token_ids(std::span<const int> tokens, int vocab_size, const char* op);
+
 // Rows [row, row + T) of a step belong to one sequence.
 struct Segment {
   SequenceState* seq = nullptr;

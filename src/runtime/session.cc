@@ -39,8 +39,7 @@ std::span<const float> Session::forward(std::span<const int> tokens, bool all_lo
   const ModelConfig& c = m.runner.model().config();
   const int V = c.vocab_size;
   if (tokens.empty()) throw Error("forward: no tokens");
-  for (int t : tokens)
-    if (t < 0 || t >= V) throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+  check_token_ids(tokens, V, "forward");
   if (m.seq.pos + static_cast<int64_t>(tokens.size()) > m.seq.max_tokens)
     throw Error("forward: context full: " + std::to_string(m.seq.pos + tokens.size()) + " tokens exceed --ctx " +
                 std::to_string(m.seq.max_tokens));

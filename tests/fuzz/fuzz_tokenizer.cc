@@ -12,26 +12,6 @@
 
 namespace {
 
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += n;
-  }
-  return true;
-}
-
 const squeezekv::Tokenizer& tokenizer() {
   static std::unique_ptr<squeezekv::Model> m = [] {
     const char* p = std::getenv("SQUEEZEKV_FUZZ_MODEL");
@@ -53,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // trip is promised for text whose characters are all in the vocabulary.
   bool has_unk = false;
   for (int id : ids) has_unk = has_unk || tok.is_control(id);
-  if (valid_utf8(s) && !has_unk) {
+  if (squeezekv::first_invalid_utf8(s) == s.size() && !has_unk) {
     if (tok.decode(ids) != s) __builtin_trap();
     squeezekv::TextStream stream(tok, true);
     std::string streamed;

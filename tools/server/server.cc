@@ -83,7 +83,7 @@ class Server {
   Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_) {
     limits_.model = &model;
     limits_.kv_defaults = o.session.cache;
-    limits_.ctx = o.session.cache.max_tokens > 0 ? o.session.cache.max_tokens : std::min(model.config().context_length, 16384);
+    limits_.ctx = engine_.context_limit(o.session.cache);
     limits_.max_prompt = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : limits_.ctx - 1;
     limits_.chat_format = detect_chat_format(model.chat_template());
   }
@@ -183,12 +183,12 @@ class Server {
         std::fprintf(stderr, "squeezekv serve: engine step failed: %s; the running requests are cancelled\n", e.what());
         for (auto& [id, job] : live) sched_.cancel(id);
       }
-      const int64_t kv = sched_.kv_bytes(), full = sched_.kv_full_bytes();
+      const KvUsage kv = sched_.kv_usage();
       lk.lock();
       running_ = sched_.running();
-      kv_bytes_ = kv;
-      kv_full_bytes_ = full;
-      kv_bytes_peak_ = std::max(kv_bytes_peak_, kv);
+      kv_bytes_ = kv.held;
+      kv_full_bytes_ = kv.full;
+      kv_bytes_peak_ = std::max(kv_bytes_peak_, kv.held);
     }
     // shutting down: every request still open ends now
     for (auto& [id, job] : live) sched_.cancel(id);
