@@ -146,5 +146,14 @@ expect_error "--kv-budget" bench -m "$m" --tokenizer "$tok" --kv-policy h2o
 expect_error "--json" bench -m "$m" --tokenizer "$tok" -p 8 -n 2 -r 1 --json /nonexistent/dir/b.json
 expect_error "--kv-stats" bench -m "$m" --tokenizer "$tok" -p 8 -n 2 -r 1 --kv-stats
 
+# serve: wrong flags are refused before it listens
+expect_error "--parallel" serve -m "$m" --tokenizer "$tok" --port 0 --parallel 0
+expect_error "--queue" serve -m "$m" --tokenizer "$tok" --port 0 --queue -1
+expect_error "--port" serve -m "$m" --tokenizer "$tok" --port 70000
+expect_error "--max-prompt-tokens" serve -m "$m" --tokenizer "$tok" --port 0 --max-prompt-tokens -5
+expect_error "--kv-budget" serve -m "$m" --tokenizer "$tok" --port 0 --kv-policy h2o
+expect_error "--kv-budget" serve -m "$m" --tokenizer "$tok" --port 0 --kv-policy h2o --kv-budget lots
+expect_error "--kv-stats" serve -m "$m" --tokenizer "$tok" --port 0 --kv-stats
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
