@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   cfg.budget = B;
   std::vector<LayerCache> layers;
   for (int l = 0; l < L; ++l)
-    layers.emplace_back(l, G, D, KvType::kF16, make_h2o_policy(cfg), 1, B + steps + 1);
+    layers.emplace_back(l, G, D, KvType::kF16, make_h2o_policy({cfg, l, L, B + steps + 1}), 1, B + steps + 1);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::vector<float> k(static_cast<size_t>(G) * D), v(k.size());

@@ -74,7 +74,7 @@ void check_no_binding_budget_matches_full(const Model& m) {
   const auto cont = random_tokens(10, m.config().vocab_size, 2);
   const int seq = 50;
   const auto full = run(m, policy(KvPolicy::kFull, 0), prompt, cont, 16);
-  for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kPyramidKV}) {
+  for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kPyramidKV, KvPolicy::kKvzip}) {
     EXPECT_TRUE(bit_identical(run(m, policy(p, seq), prompt, cont, 16), full)) << kv_policy_name(p);
   }
   // squeeze re-splits the budget: give it room so every layer's resolved budget is >= seq
@@ -110,6 +110,32 @@ TEST(KvPolicy, SqueezeStrengthZeroIsBitIdenticalToH2OTinyStories) { check_squeez
 
 // After every step: no layer above its budget; positions distinct and ascending per head; sinks
 // and the recent window present; a finalised squeeze schedule sums to n_layers x avg.
+// kvzip's reconstruction pass runs inside the step that ends the prompt: it must leave the
+// step's logits as they were (they equal the full cache's), count none of its own rows, and leave
+// every layer at its budget with the sinks.
+TEST(KvPolicy, KvzipScoringLeavesTheStepsOutputAndCountsIntact) {
+  const Model& m = smollm2();
+  const auto prompt = random_tokens(150, m.config().vocab_size, 5);
+  const auto cont = random_tokens(6, m.config().vocab_size, 6);
+  for (int chunk : {64, 150}) {
+    const auto full = run(m, policy(KvPolicy::kFull, 0), prompt, {}, chunk);
+    Session* s = nullptr;
+    const auto got = run(m, policy(KvPolicy::kKvzip, 40), prompt, cont, chunk, &s);
+    std::unique_ptr<Session> owner(s);
+    ASSERT_GE(got.size(), full.size());
+    EXPECT_TRUE(std::equal(full.begin(), full.end(), got.begin())) << "prompt logits changed, chunk " << chunk;
+    EXPECT_EQ(s->position(), 156);
+    for (const LayerStats& l : s->kv_stats()) {
+      EXPECT_EQ(l.tokens_seen, 156);
+      EXPECT_EQ(l.tokens_kept, 40);
+    }
+    for (int g = 0; g < m.config().n_kv_heads; ++g) {
+      const auto pos = s->kv_positions(3, g);
+      for (int p = 0; p < 4; ++p) EXPECT_TRUE(std::binary_search(pos.begin(), pos.end(), p)) << "sink " << p;
+    }
+  }
+}
+
 TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
   const Model& m = tinystories();
   std::mt19937_64 rng(99);

@@ -392,12 +392,15 @@ TEST(Rope, AdjacentPairsOnPermutedRowsEqualHalves) {
     }
 }
 
-// Textbook causal GQA attention in double, with per-kv-head H2O mass.
+// Textbook causal GQA attention in double, with per-kv-head H2O mass (the group's mean of the
+// row sums) and KVzip's score (the largest probability over the group's heads and the rows).
 void attention_reference(std::vector<double>& out, std::vector<double>& mass, const std::vector<float>& q,
                          const std::vector<int32_t>& qpos, int T, int H, const std::vector<float>& k,
-                         const std::vector<float>& v, const std::vector<int32_t>& pos, int G, int cap, int N, int D) {
+                         const std::vector<float>& v, const std::vector<int32_t>& pos, int G, int cap, int N, int D,
+                         std::vector<double>* max_mass = nullptr) {
   out.assign(static_cast<size_t>(T) * H * D, 0.0);
   mass.assign(static_cast<size_t>(G) * N, 0.0);
+  if (max_mass != nullptr) max_mass->assign(static_cast<size_t>(G) * N, 0.0);
   const int group = H / G;
   for (int h = 0; h < H; ++h) {
     const int g = h / group;
@@ -417,6 +420,7 @@ void attention_reference(std::vector<double>& out, std::vector<double>& mass, co
         const double p = std::isinf(s[j]) ? 0 : std::exp(s[j] - mx) / sum;
         for (int e = 0; e < D; ++e) out[(t * H + h) * D + e] += p * v[(size_t(g) * cap + j) * D + e];
         mass[g * N + j] += p / group;
+        if (max_mass != nullptr) (*max_mass)[g * N + j] = std::max((*max_mass)[g * N + j], p);
       }
     }
   }
@@ -472,8 +476,8 @@ TEST(Attention, MatchesReferenceIncludingMass) {
         cpu::AttentionProbe probe;
         probe.mass = mass.data();
         cpu::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
-        std::vector<double> ro, rm;
-        attention_reference(ro, rm, q, qpos, T, H, k, v, pos, G, cap, N, D);
+        std::vector<double> ro, rm, rmax;
+        attention_reference(ro, rm, q, qpos, T, H, k, v, pos, G, cap, N, D, &rmax);
         for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ro[i], 1e-4) << "N=" << N << " T=" << T;
         for (size_t i = 0; i < mass.size(); ++i) ASSERT_NEAR(mass[i], rm[i], 1e-5) << "mass N=" << N << " T=" << T;
         // mass is a sum of probability rows: per kv head it adds up to T
@@ -486,6 +490,16 @@ TEST(Attention, MatchesReferenceIncludingMass) {
         std::vector<float> out2(out.size());
         cpu::attention(out2.data(), q.data(), qpos.data(), T, H, kv, nullptr, scratch.data());
         EXPECT_EQ(out, out2);
+        // max reduction (KVzip's score) onto a mass that already holds a score: max, not replace
+        std::vector<float> maxed(mass.size(), 0.0f);
+        maxed[0] = 2.0f;  // above any probability: stays
+        probe = {};
+        probe.mass = maxed.data();
+        probe.reduce = MassReduce::kMax;
+        cpu::attention(out2.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
+        EXPECT_EQ(out, out2);
+        EXPECT_EQ(maxed[0], 2.0f);
+        for (size_t i = 1; i < maxed.size(); ++i) ASSERT_NEAR(maxed[i], rmax[i], 1e-5) << "max mass N=" << N << " T=" << T;
       }
     }
   }
@@ -566,12 +580,14 @@ TEST(Attention, TiledMatchesRowReference) {
             for (int t = 0; t < T; ++t) qpos[t] = prefill ? N - T + t : 3 * N - 2 * (T - t);
             const cpu::KvView kv = view_of(type, k, v, k16, v16, pos, N, cap, G, D);
             std::vector<float> scratch(cpu::attention_scratch_floats(T, H, N));
-            auto run = [&](bool fast, std::vector<float>& out, std::vector<float>& mass, cpu::AttentionProbe& probe) {
+            auto run = [&](bool fast, std::vector<float>& out, std::vector<float>& mass, cpu::AttentionProbe& probe,
+                           MassReduce reduce = MassReduce::kSum) {
               out.assign(size_t(T) * H * D, 0.0f);
               mass.assign(size_t(G) * N, 0.0f);
               probe = {};
               probe.mass = mass.data();
               probe.mass_row_begin = T / 2;
+              probe.reduce = reduce;
               probe.entropy = true;
               if (fast) cpu::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
               else cpu::ref::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
@@ -586,6 +602,9 @@ TEST(Attention, TiledMatchesRowReference) {
             for (size_t i = 0; i < m1.size(); ++i) ASSERT_NEAR(m1[i], m2[i], 2e-6f * T) << where;
             ASSERT_EQ(p1.entropy_rows, p2.entropy_rows) << where;
             ASSERT_NEAR(p1.entropy_sum, p2.entropy_sum, 1e-5 * (1.0 + p2.entropy_rows)) << where;
+            run(true, o1, m1, p1, MassReduce::kMax);
+            run(false, o2, m2, p2, MassReduce::kMax);
+            for (size_t i = 0; i < m1.size(); ++i) ASSERT_NEAR(m1[i], m2[i], 2e-6f) << where << " max";
             ++cases;
           }
   EXPECT_EQ(cases, 372);  // every size above ran

@@ -149,5 +149,67 @@ TEST(Kmeans3Budgets, HighestClusterGetsPTimesAvgAndTotalHolds) {
   }
 }
 
+// The cap (--squeeze-cap): water-filling keeps the total, respects the cap, and hands the excess
+// in proportion to the budgets that were below it.
+TEST(WaterFill, CapsHandTheExcessOnAndKeepTheTotal) {
+  const std::vector<int> b = {300, 50, 25, 25};  // total 400, cap 120
+  const std::vector<int> w = water_fill_budgets(b, 120);
+  EXPECT_EQ(std::accumulate(w.begin(), w.end(), 0), 400);
+  EXPECT_EQ(w[0], 120);
+  // the 180 over the cap goes 2:1:1 to the others: 50 + 90 = 140 > 120, so layer 1 caps too and
+  // its extra 20 goes 1:1 to layers 2 and 3
+  EXPECT_EQ(w[1], 120);
+  EXPECT_EQ(w[2], 80);
+  EXPECT_EQ(w[3], 80);
+  // nothing over the cap: unchanged
+  EXPECT_EQ(water_fill_budgets(b, 300), b);
+  // every layer could hold all it sees: unchanged (the headroom serves decode)
+  EXPECT_EQ(water_fill_budgets(b, 100), b);
+  EXPECT_THROW(water_fill_budgets(b, 0), std::invalid_argument);
+  // random schedules: exact total, nothing over the cap, order kept among the free layers
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 40);
+    std::vector<int> r(n);
+    for (int& x : r) x = 5 + static_cast<int>(rng() % 3000);
+    const int total = std::accumulate(r.begin(), r.end(), 0);
+    const int cap = 1 + static_cast<int>(rng() % 4000);
+    const std::vector<int> f = water_fill_budgets(r, cap);
+    ASSERT_EQ(std::accumulate(f.begin(), f.end(), 0), total);
+    if (static_cast<int64_t>(n) * cap <= total) {
+      EXPECT_EQ(f, r);
+      continue;
+    }
+    for (int i = 0; i < n; ++i) {
+      ASSERT_LE(f[i], cap);
+      ASSERT_GE(f[i], std::min(r[i], cap));  // nobody loses unless over the cap
+      for (int j = 0; j < n; ++j)
+        if (r[i] < r[j]) ASSERT_LE(f[i], f[j] + 1) << "order";  // +1: a remainder unit
+    }
+  }
+}
+
+TEST(SqueezeCoordinator, TokenCapAppliesAtFinalisation) {
+  SqueezeCoordinator c(4, 100, 4, 1.0);
+  c.set_token_cap(150);
+  c.report_concentration(0, 0.0);
+  c.report_concentration(1, 0.95);
+  c.report_concentration(2, 0.95);
+  c.report_concentration(3, 0.95);
+  int total = 0;
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_LE(*c.resolved_budget(l), 150);
+    total += *c.resolved_budget(l);
+  }
+  EXPECT_EQ(total, 400);
+  EXPECT_EQ(*c.resolved_budget(0), 150);
+  c.reset();  // the cap goes with the reset
+  c.report_concentration(0, 0.0);
+  c.report_concentration(1, 0.95);
+  c.report_concentration(2, 0.95);
+  c.report_concentration(3, 0.95);
+  EXPECT_GT(*c.resolved_budget(0), 150);
+}
+
 }  // namespace
 }  // namespace squeezekv

@@ -40,7 +40,9 @@ class Engine {
   void remove_sequence(SequenceId id);
 
   // Runs up to prefill_chunk() prompt tokens of one sequence; returns the logits [V] of its last row.
-  std::span<const float> prefill(SequenceId id, std::span<const int> tokens);
+  // prompt_end: the position where the whole prompt ends, when it is given in chunks (0: with
+  // these tokens): squeeze decides its schedule and kvzip scores the prompt there.
+  std::span<const float> prefill(SequenceId id, std::span<const int> tokens, int prompt_end = 0);
   // One token for each listed sequence (at most max_batch, each once); returns logits [n][V] in
   // the order given.
   std::span<const float> decode(std::span<const SequenceId> ids, std::span<const int> tokens);

@@ -10,10 +10,14 @@
 
 namespace squeezekv {
 
-enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSqueeze };
+enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSqueeze, kKvzip };
 enum class KvDType : uint8_t { kF16, kF32 };
 // What a squeeze layer reports; higher always means "needs fewer tokens".
 enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCosine };
+// When a squeeze schedule is decided: from the prompt's first chunk (each layer's metric over the
+// rows of the first step), or once the whole prompt has run (the metric over every prompt row; until
+// then each layer compacts to the average budget).
+enum class SqueezeResolve : uint8_t { kFirstChunk, kPrompt };
 
 struct CacheConfig {
   KvPolicy policy = KvPolicy::kFull;
@@ -29,6 +33,10 @@ struct CacheConfig {
   SqueezeMetric squeeze_metric = SqueezeMetric::kKeyCosine;
   SqueezeAlloc squeeze_alloc = SqueezeAlloc::kInverse;
   double squeeze_p = 0.5;
+  // Cap each layer's budget at the tokens it holds when the schedule is decided (the prompt), the
+  // excess handed to the other layers in proportion to their budgets (water-filling; total kept).
+  bool squeeze_cap = true;
+  SqueezeResolve squeeze_resolve = SqueezeResolve::kFirstChunk;
 };
 
 // Refuses invalid combinations before any work, naming the flag (throws Error).
@@ -53,6 +61,7 @@ KvDType parse_kv_dtype(const std::string& name);
 SqueezeMetric parse_squeeze_metric(const std::string& name);
 SqueezeAlloc parse_squeeze_alloc(const std::string& name);
 const char* kv_policy_name(KvPolicy p);
+const char* kv_policy_names();  // "full | window | ..." in registry order
 const char* squeeze_metric_name(SqueezeMetric m);
 
 // The KV settings a user can give, one row each: the CLI's flags, the server's per-request "kv"

@@ -5,6 +5,7 @@
 // against that schedule; later reports are ignored.
 // Thread safety: none needed — only the owning sequence's forward pass touches it.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
@@ -34,6 +35,11 @@ class SqueezeCoordinator {
   int avg_budget() const;
   double strength() const;
 
+  // Caps every layer's budget at `tokens` (the tokens each layer holds when the schedule is
+  // decided) by water_fill_budgets when the schedule is computed; <= 0: no cap. Must come before
+  // the last report to count; reset() clears it. Not part of the seed's contract: an extra step
+  // after its allocation (--squeeze-cap).
+  void set_token_cap(int64_t tokens);
   // Reported concentration of a layer (nullopt before its report).
   std::optional<double> concentration(int layer_id) const;
   int n_sink() const { return n_sink_; }
@@ -49,6 +55,7 @@ class SqueezeCoordinator {
   std::vector<bool> has_report_;  // [n_layers]
   int n_reported_ = 0;
   std::vector<int> budgets_;      // empty until finalised
+  int64_t cap_ = 0;               // 0: none
 };
 
 // The seed's allocation: weight_i = 1 - clamp(c_i, 0, 1), scaled to average 1 (all zero: uniform);
@@ -61,5 +68,13 @@ std::vector<int> squeeze_budgets(std::span<const double> concentrations, int avg
 // the highest-centroid cluster get max(floor(p * avg), n_sink + 1); the others share the rest
 // equally (lower scores first for the remainder); fewer than 3 distinct scores: uniform.
 std::vector<int> kmeans3_budgets(std::span<const double> scores, int avg_budget, int n_sink, double p);
+
+// Water-filling: budgets above `cap` are lowered to it and the excess is handed to the layers
+// below the cap in proportion to their budgets (integers by largest remainder, ties to the lower
+// layer), repeated until no layer is over the cap; the total stays exactly sum(budgets). When
+// every layer can hold its whole context (n * cap <= the total), nothing would be evicted at the
+// cap, so the budgets are returned unchanged (their headroom still serves decode steps).
+// Throws std::invalid_argument for cap < 1.
+std::vector<int> water_fill_budgets(std::span<const int> budgets, int64_t cap);
 
 }  // namespace squeezekv

@@ -28,13 +28,21 @@ enum class RopePairing : uint8_t {
   kAdjacent,  // dimension 2i pairs with 2i + 1 (GGUF llama, llama2.c)
 };
 
+// How the probabilities a key receives become its mass.
+//   kSum: per kv head, the mean over its H/G query heads of the sum over rows (H2O's accumulated
+//         attention), added to the mass.
+//   kMax: per kv head, the largest probability over its query heads and the rows (KVzip's score);
+//         mass = max(mass, that).
+enum class MassReduce : uint8_t { kSum, kMax };
+
 // What attention can report besides its output; every field is optional and costs nothing unset.
 struct AttentionProbe {
-  float* mass = nullptr;       // [G][mass_stride] += per kv head, the mean over its H/G query heads
-                               // of the sum over rows t >= mass_row_begin of the softmax probabilities
-                               // (the backend's memory, like the KV rows)
+  float* mass = nullptr;       // [G][mass_stride], per kv head the probabilities its keys received over
+                               // rows t >= mass_row_begin, reduced as `reduce` says (the backend's
+                               // memory, like the KV rows)
   int64_t mass_stride = 0;     // 0: N
   int64_t mass_row_begin = 0;
+  MassReduce reduce = MassReduce::kSum;
   bool entropy = false;        // accumulate 1 - H(p)/log(n) ... as sums below (rows with n >= 2)
   double entropy_sum = 0.0;    // out: sum over heads and rows of H(p) / log(n)
   int64_t entropy_rows = 0;    // out: rows counted

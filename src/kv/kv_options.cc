@@ -38,10 +38,17 @@ std::string real_text(double v) {
 
 const char* dtype_name(KvDType t) { return t == KvDType::kF16 ? "f16" : "f32"; }
 const char* alloc_name(SqueezeAlloc a) { return a == SqueezeAlloc::kInverse ? "inverse" : "kmeans3"; }
+const char* resolve_name(SqueezeResolve r) { return r == SqueezeResolve::kFirstChunk ? "first-chunk" : "prompt"; }
+
+bool parse_on_off(const char* flag, const std::string& t) {
+  if (t == "on") return true;
+  if (t == "off") return false;
+  throw Error(std::string(flag) + ": unknown value '" + t + "' (expected on or off)");
+}
 
 using K = KvOption::Kind;
 const KvOption kOptions[] = {
-    {"policy", "--kv-policy", K::kName, "KV cache policy: full | window | h2o | snapkv | pyramidkv | squeeze",
+    {"policy", "--kv-policy", K::kName, kv_policy_names(),
      [](CacheConfig& c, const std::string& t) { c.policy = parse_kv_policy(t); },
      [](const CacheConfig& c) { return std::string(kv_policy_name(c.policy)); }},
     {"budget", "--kv-budget", K::kInt, "average retained tokens per layer (evicting policies)",
@@ -77,6 +84,18 @@ const KvOption kOptions[] = {
     {"squeeze_p", "--squeeze-p", K::kReal, "kmeans3: share of the average budget for the least important cluster",
      [](CacheConfig& c, const std::string& t) { c.squeeze_p = parse_real("--squeeze-p", t); },
      [](const CacheConfig& c) { return real_text(c.squeeze_p); }},
+    {"squeeze_cap", "--squeeze-cap", K::kName,
+     "on | off: cap each layer's budget at the prompt's length, the excess to the other layers (default on)",
+     [](CacheConfig& c, const std::string& t) { c.squeeze_cap = parse_on_off("--squeeze-cap", t); },
+     [](const CacheConfig& c) { return std::string(c.squeeze_cap ? "on" : "off"); }},
+    {"squeeze_resolve", "--squeeze-resolve", K::kName,
+     "first-chunk | prompt: decide the squeeze schedule from the first prompt chunk or the whole prompt",
+     [](CacheConfig& c, const std::string& t) {
+       if (t == "first-chunk" || t == "first_chunk") c.squeeze_resolve = SqueezeResolve::kFirstChunk;
+       else if (t == "prompt") c.squeeze_resolve = SqueezeResolve::kPrompt;
+       else throw Error("--squeeze-resolve: unknown value '" + t + "' (expected first-chunk or prompt)");
+     },
+     [](const CacheConfig& c) { return std::string(resolve_name(c.squeeze_resolve)); }},
 };
 
 std::string normalized(std::string_view s) {

@@ -56,6 +56,18 @@ void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T
   if (T > 0) newest_ = std::max(newest_, pos[T - 1]);
 }
 
+void KvStorage::truncate(const Mark& m) {
+  assert(m.count <= count_);
+  count_ = m.count;
+  newest_ = m.newest;
+}
+
+void KvStorage::clear_mass() {
+  const std::vector<float> zero(static_cast<size_t>(G_) * capacity_, 0.0f);
+  backend_->upload(arrays_.mass, zero.data(), zero.size() * sizeof(float));
+  if (!backend_->host_visible()) std::fill(mass_mirror_.begin(), mass_mirror_.end(), 0.0f);
+}
+
 void KvStorage::sync_to_host() const {
   if (backend_->host_visible()) return;
   const size_t rows = static_cast<size_t>(G_) * capacity_;

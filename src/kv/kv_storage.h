@@ -35,6 +35,16 @@ class KvStorage {
     count_ = 0;
     newest_ = -1;
   }
+  // The rows held now, to drop the rows appended after it (a scoring pass's own rows).
+  struct Mark {
+    int count = 0;
+    int32_t newest = -1;
+  };
+  Mark mark() const { return {count_, newest_}; }
+  // Drops every row appended since m (they are the newest: appends go to the end).
+  void truncate(const Mark& m);
+  // Sets every held row's accumulated mass to 0 (a scoring pass starts afresh).
+  void clear_mass();
   // Re-lays the arrays for a new capacity (>= count), keeping the held rows. A deep copy: called
   // once per schedule change, never per step.
   void set_capacity(int capacity);

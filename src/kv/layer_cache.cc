@@ -21,7 +21,7 @@ LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvType type,
 
 int LayerCache::capacity_for(int budget) const {
   const int64_t want = static_cast<int64_t>(budget) + max_step_rows_;
-  return static_cast<int>(std::min<int64_t>(want, max_tokens_));
+  return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens_) + policy_->scratch_rows(max_step_rows_)));
 }
 
 void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
@@ -40,11 +40,20 @@ void LayerCache::end_step() {
       return;
     }
   }
+  compact();
+}
+
+void LayerCache::compact() {
   storage_.sync_to_host();  // a copy only for a device backend
   const int n = policy_->select(storage_, last_step_rows_, evict_);
   if (n > 0) storage_.evict(evict_.data(), n);
   const int cap = capacity_for(policy_->budget());
   if (cap != storage_.capacity() && cap >= storage_.count()) storage_.set_capacity(cap);
+}
+
+void LayerCache::end_scoring() {
+  policy_->end_scoring();
+  compact();
 }
 
 void LayerCache::reset() {
@@ -72,6 +81,23 @@ void SequenceCache::reset() {
   if (coordinator) coordinator->reset();
 }
 
+void SequenceCache::end_step(int64_t input_end) {
+  for (LayerCache& l : layers) l.before_compaction(input_end);
+  for (LayerCache& l : layers) l.end_step();
+}
+
+bool SequenceCache::wants_scoring() const {
+  for (const LayerCache& l : layers)
+    if (l.wants_scoring()) return true;
+  return false;
+}
+
+bool SequenceCache::records_context() const {
+  for (const LayerCache& l : layers)
+    if (l.records_context()) return true;
+  return false;
+}
+
 void validate(const CacheConfig& c) {
   auto fail = [](const std::string& m) { throw Error(m); };
   if (c.max_tokens < 0) fail("--ctx: must be positive, got " + std::to_string(c.max_tokens));
@@ -85,17 +111,7 @@ void validate(const CacheConfig& c) {
   if (c.recent >= 0 && c.sinks + c.recent >= c.budget)
     fail("--kv-recent: sinks + recent (" + std::to_string(c.sinks + c.recent) + ") must be below --kv-budget " +
          std::to_string(c.budget));
-  if (c.policy == KvPolicy::kSnapKV || c.policy == KvPolicy::kPyramidKV) {
-    if (c.window < 1 || c.sinks + c.window >= c.budget)
-      fail("--snapkv-window: must be >= 1 and sinks + window below --kv-budget, got " + std::to_string(c.window));
-    if (c.pool_kernel < 1 || c.pool_kernel % 2 == 0) fail("--snapkv-kernel: must be odd and >= 1");
-    if (!(c.pyramid_beta >= 1.0)) fail("--pyramid-beta: must be >= 1");
-  }
-  if (c.policy == KvPolicy::kSqueeze) {
-    if (!(c.squeeze_strength >= 0.0 && c.squeeze_strength <= 1.0))
-      fail("--squeeze-strength: must be in [0, 1], got " + std::to_string(c.squeeze_strength));
-    if (!(c.squeeze_p > 0.0 && c.squeeze_p <= 1.0)) fail("--squeeze-p: must be in (0, 1], got " + std::to_string(c.squeeze_p));
-  }
+  if (const auto check = policy_info(c.policy).validate) check(c);
 }
 
 SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows,
@@ -104,21 +120,14 @@ SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfi
   SequenceCache sc;
   const int max_tokens = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
   const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
-  if (cfg.policy == KvPolicy::kSqueeze)
+  const PolicyInfo& info = policy_info(cfg.policy);
+  if (info.coordinated)
     sc.coordinator = std::make_unique<SqueezeCoordinator>(model.n_layers, cfg.budget, cfg.sinks, cfg.squeeze_strength,
                                                           cfg.squeeze_alloc, cfg.squeeze_p);
   sc.layers.reserve(static_cast<size_t>(model.n_layers));
   for (int l = 0; l < model.n_layers; ++l) {
-    std::unique_ptr<EvictionPolicy> p;
-    switch (cfg.policy) {
-      case KvPolicy::kFull: p = std::make_unique<FullPolicy>(max_tokens); break;
-      case KvPolicy::kWindow: p = make_window_policy(cfg); break;
-      case KvPolicy::kH2O: p = make_h2o_policy(cfg); break;
-      case KvPolicy::kSnapKV: p = make_snapkv_policy(cfg); break;
-      case KvPolicy::kPyramidKV: p = make_pyramidkv_policy(cfg, l, model.n_layers); break;
-      case KvPolicy::kSqueeze: p = make_squeeze_policy(cfg, l, sc.coordinator.get()); break;
-    }
-    sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, std::move(p), max_step_rows, max_tokens, backend);
+    const PolicyContext ctx{cfg, l, model.n_layers, max_tokens, sc.coordinator.get()};
+    sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, info.make(ctx), max_step_rows, max_tokens, backend);
   }
   return sc;
 }
@@ -133,15 +142,11 @@ E parse_enum(const std::string& flag, const std::string& name, const std::pair<c
   }
   throw Error(flag + ": unknown value '" + name + "' (expected one of: " + valid + ")");
 }
-const std::pair<const char*, KvPolicy> kPolicies[] = {{"full", KvPolicy::kFull},     {"window", KvPolicy::kWindow},
-                                                      {"h2o", KvPolicy::kH2O},       {"snapkv", KvPolicy::kSnapKV},
-                                                      {"pyramidkv", KvPolicy::kPyramidKV}, {"squeeze", KvPolicy::kSqueeze}};
 const std::pair<const char*, SqueezeMetric> kMetrics[] = {{"key_cosine", SqueezeMetric::kKeyCosine},
                                                           {"attention_entropy", SqueezeMetric::kAttentionEntropy},
                                                           {"residual_cosine", SqueezeMetric::kResidualCosine}};
 }  // namespace
 
-KvPolicy parse_kv_policy(const std::string& name) { return parse_enum("--kv-policy", name, kPolicies); }
 KvDType parse_kv_dtype(const std::string& name) {
   const std::pair<const char*, KvDType> t[] = {{"f16", KvDType::kF16}, {"f32", KvDType::kF32}};
   return parse_enum("--kv-type", name, t);
@@ -150,11 +155,6 @@ SqueezeMetric parse_squeeze_metric(const std::string& name) { return parse_enum(
 SqueezeAlloc parse_squeeze_alloc(const std::string& name) {
   const std::pair<const char*, SqueezeAlloc> t[] = {{"inverse", SqueezeAlloc::kInverse}, {"kmeans3", SqueezeAlloc::kKmeans3}};
   return parse_enum("--squeeze-alloc", name, t);
-}
-const char* kv_policy_name(KvPolicy p) {
-  for (const auto& [n, e] : kPolicies)
-    if (e == p) return n;
-  return "?";
 }
 const char* squeeze_metric_name(SqueezeMetric m) {
   for (const auto& [n, e] : kMetrics)

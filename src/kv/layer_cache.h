@@ -29,11 +29,32 @@ class LayerCache {
   int mass_rows() const { return policy_->mass_rows(); }
   // Where attention adds the mass each retained key receives: [G][capacity].
   float* mass_accumulator() { return storage_.mass_accumulator(); }
-  std::optional<SqueezeMetric> pending_metric() const { return policy_->pending_metric(); }
-  void report_concentration(double v) { policy_->report_concentration(v); }
+  // Where the forward pass hands this step's squeeze metric inputs (null: none wanted).
+  ConcentrationMeter* meter() { return policy_->meter(); }
+  // The end of a step, for every layer of the sequence before any compacts (SequenceCache::end_step).
+  void before_compaction(int64_t input_end) { policy_->before_compaction({last_step_rows_, tokens_seen_, input_end}); }
   // Evicts what the policy names; then sizes the storage for the next step (changes only when the
   // policy's budget changes, i.e. once when a squeeze schedule is fixed).
   void end_step();
+
+  // A scoring pass (kvzip): its rows attend like any others but are dropped after the layer ran.
+  bool wants_scoring() const { return policy_->wants_scoring(); }
+  bool records_context() const { return policy_->records_context(); }
+  void begin_scoring() { storage_.clear_mass(); }
+  struct Mark {
+    KvStorage::Mark rows;
+    int64_t tokens_seen = 0;
+    int last_step_rows = 0;
+  };
+  Mark mark() const { return {storage_.mark(), tokens_seen_, last_step_rows_}; }
+  // Drops the rows appended since m, as if they had never come.
+  void drop_since(const Mark& m) {
+    storage_.truncate(m.rows);
+    tokens_seen_ = m.tokens_seen;
+    last_step_rows_ = m.last_step_rows;
+  }
+  // Ends the pass: the policy evicts by the scores it gathered.
+  void end_scoring();
   void reset();
   LayerStats stats() const;
   const KvStorage& storage() const { return storage_; }
@@ -41,6 +62,7 @@ class LayerCache {
 
  private:
   int capacity_for(int budget) const;
+  void compact();
   int layer_;
   std::unique_ptr<EvictionPolicy> policy_;
   int max_step_rows_, max_tokens_;
@@ -55,6 +77,12 @@ struct SequenceCache {
   std::vector<LayerCache> layers;
   std::unique_ptr<SqueezeCoordinator> coordinator;
   void reset();
+  // Ends a step of every layer: first each policy hears the step (squeeze reports to the
+  // coordinator), then each layer compacts. input_end: the tokens seen when the caller's
+  // current input ends.
+  void end_step(int64_t input_end);
+  bool wants_scoring() const;
+  bool records_context() const;
 };
 
 struct ModelConfig;

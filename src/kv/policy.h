@@ -1,15 +1,28 @@
 // Eviction policies: small objects that see a layer's host-side metadata (positions, mass) and
 // name the survivors. They never touch K/V memory; LayerCache applies their choice in one pass.
+// A policy is one file under policies/ plus one row of the registry (policies/registry.cc).
 // Thread safety: none; each belongs to one layer cache of one sequence.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
+#include "kv/concentration.h"
 #include "kv/kv_storage.h"
 #include "squeezekv/kv_cache.h"
 
 namespace squeezekv {
+
+// What the end of a step tells every layer's policy (before any layer compacts).
+struct StepInfo {
+  int rows = 0;              // rows appended this step (> 1 for a prefill chunk)
+  int64_t tokens_seen = 0;   // rows the layer was ever given, this step's included
+  int64_t input_end = 0;     // tokens the layer will have seen when the caller's current input
+                             // (a prompt given at once) ends: tokens_seen when this step ends it
+  bool ends_input() const { return tokens_seen >= input_end; }
+};
 
 class EvictionPolicy {
  public:
@@ -31,10 +44,26 @@ class EvictionPolicy {
     int sinks = 0, recent = 0;
   };
   virtual std::optional<DecodeRule> decode_rule() const { return std::nullopt; }
-  // squeeze: the metric the layer must still report in this step (nullopt when none).
-  virtual std::optional<SqueezeMetric> pending_metric() const { return std::nullopt; }
-  virtual void report_concentration(double /*value*/) {}
+
+  // squeeze: the meter the forward pass hands this step's metric inputs to (null when none is
+  // wanted this step).
+  virtual ConcentrationMeter* meter() { return nullptr; }
+  // Called for every layer of the sequence before any layer compacts (a coordinator hears its
+  // reports here, so no layer evicts against a schedule that is still pending).
+  virtual void before_compaction(const StepInfo&) {}
   virtual double concentration() const { return 0.0; }
+
+  // kvzip: true from the end of the prompt until end_scoring(): the runtime then runs the
+  // context-reconstruction pass, whose attention adds each retained key's largest probability
+  // into the mass (AttentionProbe::MassReduce::kMax), and calls end_scoring().
+  virtual bool wants_scoring() const { return false; }
+  // kvzip: whether the runtime must keep the token ids of the input until scoring (the
+  // reconstruction pass repeats them).
+  virtual bool records_context() const { return false; }
+  virtual void end_scoring() {}
+  // Rows of room beyond max_tokens the storage needs (kvzip: one scoring chunk).
+  virtual int scratch_rows(int max_step_rows) const { (void)max_step_rows; return 0; }
+
   virtual void reset() {}
 };
 
@@ -50,11 +79,37 @@ class FullPolicy final : public EvictionPolicy {
 };
 
 class SqueezeCoordinator;
-std::unique_ptr<EvictionPolicy> make_window_policy(const CacheConfig& cfg);
-std::unique_ptr<EvictionPolicy> make_h2o_policy(const CacheConfig& cfg);
-std::unique_ptr<EvictionPolicy> make_snapkv_policy(const CacheConfig& cfg);
-std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const CacheConfig& cfg, int layer, int n_layers);
-// coordinator may be null: the layer then behaves as uniform h2o at the average budget.
-std::unique_ptr<EvictionPolicy> make_squeeze_policy(const CacheConfig& cfg, int layer, SqueezeCoordinator* coordinator);
+
+// What a policy factory gets: the sequence's config, the layer, and the shared coordinator when
+// the policy's row asks for one.
+struct PolicyContext {
+  const CacheConfig& cfg;
+  int layer = 0, n_layers = 0;
+  int max_tokens = 0;                         // most rows the sequence may see
+  SqueezeCoordinator* coordinator = nullptr;  // null unless PolicyInfo::coordinated
+};
+
+// One row of the policy registry.
+struct PolicyInfo {
+  KvPolicy id;
+  const char* name;     // --kv-policy value
+  const char* summary;  // one line for help texts
+  bool coordinated;     // the sequence's layers share one SqueezeCoordinator
+  std::unique_ptr<EvictionPolicy> (*make)(const PolicyContext&);
+  void (*validate)(const CacheConfig&);  // checks beyond the common ones (Error naming the flag); may be null
+};
+std::span<const PolicyInfo> policy_registry();
+const PolicyInfo& policy_info(KvPolicy p);
+
+std::unique_ptr<EvictionPolicy> make_full_policy(const PolicyContext& c);
+std::unique_ptr<EvictionPolicy> make_window_policy(const PolicyContext& c);
+std::unique_ptr<EvictionPolicy> make_h2o_policy(const PolicyContext& c);
+std::unique_ptr<EvictionPolicy> make_snapkv_policy(const PolicyContext& c);
+std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const PolicyContext& c);
+// Without a coordinator the layer behaves as uniform h2o at the average budget.
+std::unique_ptr<EvictionPolicy> make_squeeze_policy(const PolicyContext& c);
+std::unique_ptr<EvictionPolicy> make_kvzip_policy(const PolicyContext& c);
+void validate_snapkv(const CacheConfig& c);
+void validate_squeeze(const CacheConfig& c);
 
 }  // namespace squeezekv

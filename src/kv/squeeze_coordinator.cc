@@ -158,6 +158,47 @@ std::vector<int> kmeans3_budgets(std::span<const double> s, int avg_budget, int 
   return out;
 }
 
+std::vector<int> water_fill_budgets(std::span<const int> budgets, int64_t cap) {
+  if (cap < 1) throw std::invalid_argument("cap must be >= 1, got " + std::to_string(cap));
+  const size_t n = budgets.size();
+  std::vector<int64_t> b(budgets.begin(), budgets.end());
+  int64_t total = 0;
+  for (int64_t x : b) total += x;
+  if (static_cast<int64_t>(n) * cap <= total) return std::vector<int>(budgets.begin(), budgets.end());
+  std::vector<bool> capped(n, false);
+  std::vector<size_t> order(n);
+  std::vector<double> share(n);
+  for (;;) {
+    int64_t excess = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i] && b[i] >= cap) {
+        excess += b[i] - cap;
+        b[i] = cap;
+        capped[i] = true;
+      }
+    if (excess == 0) break;
+    // hand the excess to the free layers in proportion to their budgets (largest remainder)
+    int64_t weight = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i]) weight += b[i];
+    if (weight <= 0) break;  // unreachable: n * cap > total leaves a free layer with a budget
+    int64_t given = 0;
+    order.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (capped[i]) continue;
+      share[i] = static_cast<double>(excess) * static_cast<double>(b[i]) / static_cast<double>(weight);
+      const int64_t whole = static_cast<int64_t>(std::floor(share[i]));
+      share[i] -= static_cast<double>(whole);
+      b[i] += whole;
+      given += whole;
+      order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return share[a] > share[c]; });
+    for (size_t k = 0; given < excess; ++k, ++given) ++b[order[k % order.size()]];
+  }
+  return std::vector<int>(b.begin(), b.end());
+}
+
 SqueezeCoordinator::SqueezeCoordinator(int n_layers, int avg_budget, int n_sink, double strength)
     : SqueezeCoordinator(n_layers, avg_budget, n_sink, strength, SqueezeAlloc::kInverse, 0.5) {}
 
@@ -175,7 +216,10 @@ void SqueezeCoordinator::reset() {
   has_report_.assign(static_cast<size_t>(n_layers_), false);
   n_reported_ = 0;
   budgets_.clear();
+  cap_ = 0;
 }
+
+void SqueezeCoordinator::set_token_cap(int64_t tokens) { cap_ = tokens > 0 ? tokens : 0; }
 
 void SqueezeCoordinator::check_layer(int layer_id) const {
   if (layer_id < 0 || layer_id >= n_layers_)
@@ -192,6 +236,7 @@ void SqueezeCoordinator::report_concentration(int layer_id, double concentration
   if (++n_reported_ == n_layers_) {
     budgets_ = alloc_ == SqueezeAlloc::kInverse ? squeeze_budgets(reported_, avg_budget_, n_sink_, strength_)
                                                 : kmeans3_budgets(reported_, avg_budget_, n_sink_, p_);
+    if (cap_ > 0) budgets_ = water_fill_budgets(budgets_, cap_);
   }
 }
 

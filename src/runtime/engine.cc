@@ -43,7 +43,7 @@ SequenceId Engine::add_sequence(const CacheConfig& cache) {
 
 void Engine::remove_sequence(SequenceId id) { impl_->seqs.erase(id); }
 
-std::span<const float> Engine::prefill(SequenceId id, std::span<const int> tokens) {
+std::span<const float> Engine::prefill(SequenceId id, std::span<const int> tokens, int prompt_end) {
   SequenceState& s = impl_->get(id);
   const int V = impl_->runner.model().config().vocab_size;
   const int n = static_cast<int>(tokens.size());
@@ -53,7 +53,9 @@ std::span<const float> Engine::prefill(SequenceId id, std::span<const int> token
   if (s.pos + n > s.max_tokens)
     throw Error("engine: context full: " + std::to_string(s.pos + n) + " tokens exceed --ctx " + std::to_string(s.max_tokens));
   check_token_ids(tokens, V, "engine");
-  const Segment seg{&s, tokens.data(), n};
+  if (prompt_end > s.max_tokens)
+    throw Error("engine: prompt end " + std::to_string(prompt_end) + " beyond --ctx " + std::to_string(s.max_tokens));
+  const Segment seg{&s, tokens.data(), n, prompt_end};
   impl_->runner.step({&seg, 1});
   return impl_->runner.logits(n - 1, 1, false);
 }
@@ -202,7 +204,8 @@ bool Scheduler::step() {
     if (q->prefilled >= q->r.prompt.size()) continue;
     const size_t T = std::min(q->r.prompt.size() - q->prefilled, static_cast<size_t>(m.engine.prefill_chunk()));
     try {
-      const std::span<const float> logits = m.engine.prefill(q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T));
+      const std::span<const float> logits = m.engine.prefill(q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T),
+                                                                   static_cast<int>(q->r.prompt.size()));
       q->prefilled += T;
       if (q->prefilled == q->r.prompt.size()) {
         q->prompt_done = Impl::clock::now();

@@ -15,51 +15,6 @@ namespace squeezekv {
 
 constexpr int kDefaultMaxTokens = 16384;
 
-namespace {
-
-// The seed's concentration: mean over kv heads of the mean off-diagonal cosine similarity of the
-// step's keys. Exact, via sum_{i != j} cos(k_i, k_j) = |sum_i k_i/|k_i||^2 - n.   k [T][G*D]
-double key_cosine(const float* k, int T, int G, int D) {
-  double total = 0.0;
-  std::vector<double> sum(static_cast<size_t>(D));
-  for (int g = 0; g < G; ++g) {
-    std::fill(sum.begin(), sum.end(), 0.0);
-    int n = 0;
-    for (int t = 0; t < T; ++t) {
-      const float* r = k + (static_cast<size_t>(t) * G + g) * D;
-      double norm = 0.0;
-      for (int d = 0; d < D; ++d) norm += static_cast<double>(r[d]) * r[d];
-      if (norm <= 0.0) continue;
-      norm = 1.0 / std::sqrt(norm);
-      for (int d = 0; d < D; ++d) sum[d] += r[d] * norm;
-      ++n;
-    }
-    if (n < 2) continue;
-    double s2 = 0.0;
-    for (double v : sum) s2 += v * v;
-    total += (s2 - n) / (static_cast<double>(n) * (n - 1));
-  }
-  return total / G;
-}
-
-// The SqueezeAttention paper's layer importance: mean over rows of cos(x, x + attn(norm(x))).
-double residual_cosine(const float* x, const float* y, int T, int E) {
-  double total = 0.0;
-  for (int t = 0; t < T; ++t) {
-    const float* a = x + static_cast<size_t>(t) * E;
-    const float* b = y + static_cast<size_t>(t) * E;
-    double ab = 0.0, aa = 0.0, bb = 0.0;
-    for (int i = 0; i < E; ++i) {
-      ab += static_cast<double>(a[i]) * b[i];
-      aa += static_cast<double>(a[i]) * a[i];
-      bb += static_cast<double>(b[i]) * b[i];
-    }
-    total += aa > 0.0 && bb > 0.0 ? ab / std::sqrt(aa * bb) : 0.0;
-  }
-  return T > 0 ? total / T : 0.0;
-}
-
-}  // namespace
 
 
 
@@ -155,7 +110,45 @@ SequenceState Runner::new_sequence(const CacheConfig& cache_in) const {
 }
 
 void Runner::step(std::span<const Segment> segments) {
+  forward(segments, Pass::kStep);
+  for (const Segment& s : segments) {
+    SequenceState& q = *s.seq;
+    if (q.caches.records_context()) q.context.insert(q.context.end(), s.tokens, s.tokens + s.T);
+    q.pos += s.T;
+    q.caches.end_step(s.input_end > q.pos ? s.input_end : q.pos);
+  }
+  for (const Segment& s : segments)
+    if (s.seq->caches.wants_scoring()) score_context(*s.seq);
+}
+
+void Runner::score_context(SequenceState& seq) {
   const ModelConfig& c = model_.config();
+  if (repeat_prefix_.empty()) repeat_prefix_ = model_.tokenizer().encode("\n\nRepeat the previous context exactly.\n", false);
+  // the step's output stays where logits() reads it
+  if (!xn_keep_) xn_keep_ = backend_->alloc(static_cast<size_t>(max_rows_) * c.dim * sizeof(float));
+  std::swap(xn_, xn_keep_);
+  for (LayerCache& l : seq.caches.layers) l.begin_scoring();
+  const int rows = std::min({chunk_, max_rows_, seq.max_tokens});
+  const int prefix = static_cast<int>(repeat_prefix_.size()) < rows ? static_cast<int>(repeat_prefix_.size()) : 0;
+  const int per = rows - prefix;  // context rows per scoring step
+  std::vector<int> tokens(static_cast<size_t>(rows));
+  std::copy(repeat_prefix_.begin(), repeat_prefix_.begin() + prefix, tokens.begin());
+  const int n = static_cast<int>(seq.context.size());
+  for (int start = 0; start < n; start += per) {
+    const int take = std::min(per, n - start);
+    std::copy(seq.context.begin() + start, seq.context.begin() + start + take, tokens.begin() + prefix);
+    const Segment seg{&seq, tokens.data(), prefix + take};
+    forward({&seg, 1}, Pass::kScore);
+  }
+  for (LayerCache& l : seq.caches.layers) l.end_scoring();
+  seq.context.clear();
+  seq.context.shrink_to_fit();
+  std::swap(xn_, xn_keep_);
+}
+
+void Runner::forward(std::span<const Segment> segments, Pass pass) {
+  const ModelConfig& c = model_.config();
+  const bool scoring = pass == Pass::kScore;
   Backend& b = *backend_;
   const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim;
   const int64_t QD = static_cast<int64_t>(H) * D, KD = static_cast<int64_t>(G) * D;
@@ -182,9 +175,9 @@ void Runner::step(std::span<const Segment> segments) {
   const int32_t* rpos = rows_pos_->as<int32_t>();
   b.embed(x, dw_->tok_embd, rows_tok_.data(), T);
   b.rmsnorm(xn, x, dw_->layers[0].attn_norm, T, E, c.norm_eps);
-  metric_.resize(segments.size());
-  concentration_.resize(segments.size());
+  meters_.resize(segments.size());
   probes_.resize(segments.size());
+  marks_.resize(segments.size());
   for (int l = 0; l < c.n_layers; ++l) {
     const DeviceWeights::Layer& L = dw_->layers[l];
     // attention block (xn: the normed input, from the step's start or the previous layer's end)
@@ -194,8 +187,8 @@ void Runner::step(std::span<const Segment> segments) {
     b.rope(k, rpos, T, G, D, dw_->inv_freq, pairing);
     bool residual = false;
     for (size_t i = 0; i < segments.size(); ++i) {
-      metric_[i] = segments[i].seq->caches.layers[l].pending_metric();
-      residual = residual || metric_[i] == SqueezeMetric::kResidualCosine;
+      meters_[i] = scoring ? nullptr : segments[i].seq->caches.layers[l].meter();
+      residual = residual || (meters_[i] != nullptr && meters_[i]->metric() == SqueezeMetric::kResidualCosine);
     }
     if (residual) b.copy(x_in_->data(), x, static_cast<size_t>(TE) * sizeof(float));
     // each sequence's rows join its own cache and attend over it (all sequences in one call)
@@ -203,9 +196,10 @@ void Runner::step(std::span<const Segment> segments) {
     for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
       const Segment& s = segments[i];
       LayerCache& cache = s.seq->caches.layers[l];
-      concentration_[i] = 0.0;
-      if (metric_[i] == SqueezeMetric::kKeyCosine)
-        concentration_[i] = key_cosine(host_copy(metric_a_, k + r * KD, static_cast<size_t>(s.T) * KD), s.T, G, D);
+      ConcentrationMeter* meter = meters_[i];
+      if (meter != nullptr && meter->metric() == SqueezeMetric::kKeyCosine)
+        meter->add_keys(host_copy(metric_a_, k + r * KD, static_cast<size_t>(s.T) * KD), s.T, G, D);
+      marks_[i] = cache.mark();
       cache.append(k + r * KD, v + r * KD, rows_pos_host_.data() + r, s.T, rpos + r);
       AttentionProbe& probe = probes_[i];
       probe = AttentionProbe{};
@@ -213,26 +207,27 @@ void Runner::step(std::span<const Segment> segments) {
       if (cache.wants_mass()) {  // attention adds straight into the cache's accumulated mass
         probe.mass = cache.mass_accumulator();
         probe.mass_stride = kv.capacity;
-        if (cache.mass_rows() > 0) probe.mass_row_begin = std::max(0, s.T - cache.mass_rows());
+        if (cache.mass_rows() > 0 && !scoring) probe.mass_row_begin = std::max(0, s.T - cache.mass_rows());
+        if (scoring) probe.reduce = MassReduce::kMax;
       }
-      probe.entropy = metric_[i] == SqueezeMetric::kAttentionEntropy;
+      probe.entropy = meter != nullptr && meter->metric() == SqueezeMetric::kAttentionEntropy;
       calls_.push_back({att + r * QD, q + r * QD, rpos + r, s.T, H, kv, &probe});
     }
     if (calls_.size() == 1) b.attention(calls_[0].out, calls_[0].q, calls_[0].q_pos, calls_[0].T, H, calls_[0].kv, calls_[0].probe);
     else b.attention_batch(calls_.data(), static_cast<int>(calls_.size()));
-    for (size_t i = 0; i < segments.size(); ++i)
-      if (metric_[i] == SqueezeMetric::kAttentionEntropy)
-        concentration_[i] = probes_[i].entropy_rows > 0 ? 1.0 - probes_[i].entropy_sum / static_cast<double>(probes_[i].entropy_rows) : 0.0;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      if (probes_[i].entropy) meters_[i]->add_entropy(probes_[i].entropy_sum, probes_[i].entropy_rows);
+      // a scoring pass's rows leave the cache once they have attended
+      if (scoring) segments[i].seq->caches.layers[l].drop_since(marks_[i]);
+    }
     matmul(tmp, att, L.wo, nullptr);
     // x += attention output; xn = its norm for the feed-forward block (SwiGLU)
     b.add_rmsnorm(xn, x, tmp, L.ffn_norm, T, E, c.norm_eps);
     for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
-      if (!metric_[i]) continue;
+      if (meters_[i] == nullptr || meters_[i]->metric() != SqueezeMetric::kResidualCosine) continue;
       const size_t n = static_cast<size_t>(segments[i].T) * E;
-      if (metric_[i] == SqueezeMetric::kResidualCosine)
-        concentration_[i] = residual_cosine(host_copy(metric_a_, x_in_->as<float>() + static_cast<size_t>(r) * E, n),
-                                            host_copy(metric_b_, x + static_cast<size_t>(r) * E, n), segments[i].T, E);
-      segments[i].seq->caches.layers[l].report_concentration(concentration_[i]);
+      meters_[i]->add_residual(host_copy(metric_a_, x_in_->as<float>() + static_cast<size_t>(r) * E, n),
+                               host_copy(metric_b_, x + static_cast<size_t>(r) * E, n), segments[i].T, E);
     }
     const MatmulPart gate_up[2] = {{gate, &L.w_gate, nullptr}, {up, &L.w_up, nullptr}};
     b.matmuls(gate_up, 2, xn, T, act_, mode);
@@ -240,10 +235,6 @@ void Runner::step(std::span<const Segment> segments) {
     matmul(tmp, gate, L.w_down, nullptr);
     // x += feed-forward output; xn = its norm for the next layer (or the output head)
     b.add_rmsnorm(xn, x, tmp, l + 1 < c.n_layers ? dw_->layers[l + 1].attn_norm : dw_->out_norm, T, E, c.norm_eps);
-  }
-  for (const Segment& s : segments) {
-    for (LayerCache& cache : s.seq->caches.layers) cache.end_step();
-    s.seq->pos += s.T;
   }
 }
 

@@ -22,7 +22,8 @@ struct DeviceWeights;
 struct SequenceState {
   SequenceCache caches;
   int pos = 0;
-  int max_tokens = 0;  // most tokens this sequence may see
+  int max_tokens = 0;        // most tokens this sequence may see
+  std::vector<int> context;  // the input's token ids while a policy will score by repeating it (kvzip)
 };
 
 // The most tokens a sequence with this cache config may see (the model's context when unset,
@@ -37,6 +38,9 @@ struct Segment {
   SequenceState* seq = nullptr;
   const int* tokens = nullptr;  // [T] host ids
   int T = 0;
+  // Position where the caller's current input (e.g. a prompt given in chunks) ends; 0: with these
+  // rows. Squeeze decides its schedule at the end of the prompt, kvzip scores the prompt then.
+  int64_t input_end = 0;
 };
 
 class Runner {
@@ -50,7 +54,9 @@ class Runner {
 
   // One step over the segments' rows (at most max_rows in all). When every segment is one row
   // (a decode batch), each row gets exactly a lone sequence's arithmetic (RowMode::kIndependent).
-  // Leaves the final hidden states (after the output norm) in hidden() [T][E].
+  // Then every layer cache ends the step (policies evict); a sequence whose policy now wants its
+  // input scored (kvzip) runs that pass before step returns. Leaves the final hidden states
+  // (after the output norm) for logits().
   void step(std::span<const Segment> segments);
   // Logits [n][V] of rows [first_row, first_row + n) of the last step, in host memory;
   // independent_rows: the rows belong to different sequences (a decode batch).
@@ -65,6 +71,12 @@ class Runner {
 
  private:
   const float* host_copy(std::vector<float>& host, const float* src, size_t n);
+  // kScore: the rows only score the cached keys (attention mass reduced by max) and leave the
+  // caches as they were; no step ends.
+  enum class Pass : uint8_t { kStep, kScore };
+  void forward(std::span<const Segment> segments, Pass pass);
+  // KVzip's reconstruction pass over seq.context (kvzip.cc says what it scores).
+  void score_context(SequenceState& seq);
 
   const Model& model_;
   SessionOptions opt_;
@@ -78,13 +90,15 @@ class Runner {
   std::unique_ptr<Buffer> x_in_;                                        // [T][E] layer input (residual_cosine only)
   std::unique_ptr<Buffer> rows_pos_;                                    // [T] positions of the step's rows
   std::unique_ptr<Buffer> logits_dev_;                                  // [n][V]
+  std::unique_ptr<Buffer> xn_keep_;                                     // [T][E] a step's output while a scoring pass runs
+  std::vector<int> repeat_prefix_;                                      // the reconstruction instruction's tokens
   // host side
   std::vector<int32_t> rows_pos_host_;  // [T]
   std::vector<int32_t> rows_tok_;       // [T]
   std::vector<float> metric_a_, metric_b_;                              // squeeze metric inputs, copied down once per schedule
-  std::vector<std::optional<SqueezeMetric>> metric_;                    // [segments] pending metric this layer
-  std::vector<double> concentration_;                                   // [segments]
+  std::vector<ConcentrationMeter*> meters_;                             // [segments] metric inputs wanted this layer
   std::vector<AttentionProbe> probes_;                                  // [segments]
+  std::vector<LayerCache::Mark> marks_;                                  // [segments] rows held before this layer's append
   std::vector<AttentionCall> calls_;                                    // [segments]
   std::vector<float> logits_;
 };

@@ -46,9 +46,10 @@ std::span<const float> Session::forward(std::span<const int> tokens, bool all_lo
   const int n = static_cast<int>(tokens.size());
   std::span<const float> last;
   if (all_logits) m.logits.resize(static_cast<size_t>(n) * V);
+  const int64_t input_end = m.seq.pos + static_cast<int64_t>(n);
   for (int s = 0; s < n; s += m.chunk) {
     const int T = std::min(m.chunk, n - s);
-    const Segment seg{&m.seq, tokens.data() + s, T};
+    const Segment seg{&m.seq, tokens.data() + s, T, input_end};
     m.runner.step({&seg, 1});
     if (all_logits) {
       const std::span<const float> l = m.runner.logits(0, T, false);
@@ -63,6 +64,7 @@ std::span<const float> Session::forward(std::span<const int> tokens, bool all_lo
 void Session::reset() {
   impl_->seq.pos = 0;
   impl_->seq.caches.reset();
+  impl_->seq.context.clear();
 }
 
 int Session::position() const { return impl_->seq.pos; }

@@ -44,8 +44,9 @@ struct HeadJob {
   bool f16 = true;
   float scale = 1.0f;
   float* scores = nullptr;       // scratch [min(T, kRowTile)][N]
-  float* mass = nullptr;         // [N] += probabilities of rows t >= mass_from; null: not wanted
+  float* mass = nullptr;         // [N] += (or max=) probabilities of rows t >= mass_from; null: not wanted
   int64_t mass_from = 0;
+  bool mass_max = false;
   bool entropy = false;
   double entropy_sum = 0.0;      // out: sum over rows of H(p) / log(visible keys), rows with >= 2 keys
   int64_t entropy_rows = 0;
@@ -58,11 +59,19 @@ inline float value_at(const HeadJob& j, int64_t key, int d) {
   return j.f16 ? f16_to_f32(static_cast<const uint16_t*>(j.v)[key * j.D + d]) : static_cast<const float*>(j.v)[key * j.D + d];
 }
 
+// mass[n] += p[n] (or max=) for n in [n0, n1).
+inline void add_mass(float* mass, const float* p, int n0, int n1, bool max) {
+  if (max) {
+    for (int n = n0; n < n1; ++n) mass[n] = std::max(mass[n], p[n]);
+  } else {
+    for (int n = n0; n < n1; ++n) mass[n] += p[n];
+  }
+}
+
 // Bookkeeping of one row of probabilities p[N] (already normalised): its mass, and its entropy
 // H(p) = -sum p log p normalised by log(visible keys) (rows seeing one key carry no information).
 void row_probes(HeadJob& j, const float* p, int64_t t, int visible, double entropy) {
-  if (j.mass != nullptr && t >= j.mass_from)
-    for (int n = 0; n < j.N; ++n) j.mass[n] += p[n];
+  if (j.mass != nullptr && t >= j.mass_from) add_mass(j.mass, p, 0, j.N, j.mass_max);
   if (j.entropy && visible >= 2) {
     j.entropy_sum += entropy / std::log(static_cast<double>(visible));
     ++j.entropy_rows;
@@ -197,6 +206,7 @@ struct TiledArgs {
   float scale;
   int64_t mass_from;
   bool want_mass, entropy;
+  bool mass_max;
 };
 
 // Keys [n0, n1) of one tile. part == null: the segment is all keys; the rows are normalised and
@@ -289,8 +299,7 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     const __m256 inv = _mm256_set1_ps(inv_sum);
     for (n = n0; n + 8 <= n1; n += 8) _mm256_storeu_ps(sr + n, _mm256_mul_ps(_mm256_loadu_ps(sr + n), inv));
     for (; n < n1; ++n) sr[n] *= inv_sum;
-    if (a.want_mass && tok[r] >= a.mass_from)
-      for (n = n0; n < n1; ++n) job.mass[n] += sr[n];
+    if (a.want_mass && tok[r] >= a.mass_from) add_mass(job.mass, sr, n0, n1, a.mass_max);
     if (a.entropy && visible >= 2) {
       const double h = std::log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
       job.entropy_sum += h / std::log(static_cast<double>(visible));
@@ -344,8 +353,7 @@ void merge_segments(const TiledArgs& a, TileJob& job, const SegmentPart* parts, 
       const float f = w[j] * inv_l;
       for (int n = bounds[j]; n < bounds[j + 1]; ++n) sr[n] *= f;
     }
-    if (a.want_mass && t >= a.mass_from)
-      for (int n = 0; n < a.N; ++n) job.mass[n] += sr[n];
+    if (a.want_mass && t >= a.mass_from) add_mass(job.mass, sr, 0, a.N, a.mass_max);
     if (a.entropy && visible >= 2) {
       const double H = std::log(L) - wex / L;
       job.entropy_sum += H / std::log(static_cast<double>(visible));
@@ -376,7 +384,8 @@ TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
   const int group = H / p.G;
   p.a = TiledArgs{q, out, q_pos, H, group, kv.head_dim, p.N, kv.capacity, kv.k, kv.v, kv.pos,
                   1.0f / std::sqrt(static_cast<float>(kv.head_dim)), probe != nullptr ? probe->mass_row_begin : 0,
-                  probe != nullptr && probe->mass != nullptr, probe != nullptr && probe->entropy};
+                  probe != nullptr && probe->mass != nullptr, probe != nullptr && probe->entropy,
+                  probe != nullptr && probe->reduce == MassReduce::kMax};
   p.rows_per_head = T * group;
   p.tiles_per_head = (p.rows_per_head + kRowTile - 1) / kRowTile;
   p.n_tiles = p.tiles_per_head * p.G;
@@ -415,7 +424,11 @@ void finish_tiled(const TiledPlan& p, const TileJob* jobs, AttentionProbe* probe
       float* mg = probe->mass + g * stride;
       for (int64_t tile = 0; tile < p.tiles_per_head; ++tile) {
         const float* m = scratch + (g * p.tiles_per_head + tile) * p.N;
-        for (int n = 0; n < p.N; ++n) mg[n] += m[n] * inv_group;
+        if (p.a.mass_max) {
+          for (int n = 0; n < p.N; ++n) mg[n] = std::max(mg[n], m[n]);
+        } else {
+          for (int n = 0; n < p.N; ++n) mg[n] += m[n] * inv_group;
+        }
       }
     }
   }
@@ -552,6 +565,7 @@ void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T,
     j.scores = scratch + static_cast<int64_t>(h) * N;
     j.mass = mass != nullptr ? head_mass + static_cast<int64_t>(h) * N : nullptr;
     j.mass_from = probe != nullptr ? probe->mass_row_begin : 0;
+    j.mass_max = probe != nullptr && probe->reduce == MassReduce::kMax;
     j.entropy = probe != nullptr && probe->entropy;
     if (j.mass != nullptr) std::fill(j.mass, j.mass + N, 0.0f);
     head_rows(j);
@@ -568,6 +582,10 @@ void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T,
     for (int g = 0; g < G; ++g) {
       float* mg = mass + static_cast<int64_t>(g) * (probe->mass_stride > 0 ? probe->mass_stride : N);
       for (int n = 0; n < N; ++n) {
+        if (probe->reduce == MassReduce::kMax) {
+          for (int k = 0; k < group; ++k) mg[n] = std::max(mg[n], head_mass[static_cast<int64_t>(g * group + k) * N + n]);
+          continue;
+        }
         float s = 0.0f;
         for (int k = 0; k < group; ++k) s += head_mass[static_cast<int64_t>(g * group + k) * N + n];
         mg[n] += s * inv_group;

@@ -387,10 +387,11 @@ __global__ void k_attn_merge(float* out, float* ml_out, const float* part_acc, c
 }
 
 // The policies' outputs from the final max and sum: mass[g][j] += p / grp over rows with
-// t >= mass_row_begin (summed within the warp first), and per row the entropy sum -p log p and
+// t >= mass_row_begin (summed within the warp first; mass_max: mass = max(mass, p), through the
+// bits of non-negative floats, which order as integers), and per row the entropy sum -p log p and
 // the visible key count (atomically over splits) into ent[row][2].
 template <typename KT>
-__global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_begin, float* ent, const float* ml,
+__global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_begin, bool mass_max, float* ent, const float* ml,
                              const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
   extern __shared__ float smem[];
   const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
@@ -428,12 +429,15 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
       for (int d = 0; d < D; ++d) sc += qr[d] * kr[d];
       if (ps[lane] > qp[i]) continue;
       const float p = __expf(sc - m[i]) * inv[i];
-      if (to_mass[i]) msum += p;
+      if (to_mass[i]) msum = mass_max ? fmaxf(msum, p) : msum + p;
       if (p > 0.0f) h_sum[i] -= p * __logf(p);
       n_vis[i] += 1.0f;
     }
-    if (mass != nullptr && msum > 0.0f && start + lane < end)
-      atomicAdd(mass + static_cast<size_t>(g) * mass_stride + start + lane, msum / static_cast<float>(a.grp));
+    if (mass != nullptr && msum > 0.0f && start + lane < end) {
+      float* dst = mass + static_cast<size_t>(g) * mass_stride + start + lane;
+      if (mass_max) atomicMax(reinterpret_cast<int*>(dst), __float_as_int(msum));
+      else atomicAdd(dst, msum / static_cast<float>(a.grp));
+    }
   }
   if (ent == nullptr) return;
 #pragma unroll
@@ -711,9 +715,9 @@ class CudaBackend final : public Backend {
       e = ent_->as<float>();
     }
     if (f16)
-      k_attn_probe<__half><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, e, ml_->as<float>(), q, q_pos, kv, a);
+      k_attn_probe<__half><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, probe->reduce == MassReduce::kMax, e, ml_->as<float>(), q, q_pos, kv, a);
     else
-      k_attn_probe<float><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, e, ml_->as<float>(), q, q_pos, kv, a);
+      k_attn_probe<float><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, probe->reduce == MassReduce::kMax, e, ml_->as<float>(), q, q_pos, kv, a);
     check_launch("attention probe");
     if (ent) {  // the one step that reports a squeeze metric
       std::vector<float> h(rows * 2);

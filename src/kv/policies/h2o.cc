@@ -24,6 +24,6 @@ class H2OPolicy final : public EvictionPolicy {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_h2o_policy(const CacheConfig& cfg) { return std::make_unique<H2OPolicy>(cfg); }
+std::unique_ptr<EvictionPolicy> make_h2o_policy(const PolicyContext& c) { return std::make_unique<H2OPolicy>(c.cfg); }
 
 }  // namespace squeezekv

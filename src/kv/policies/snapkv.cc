@@ -7,9 +7,11 @@
 // PyramidKV: the same scoring with per-layer budgets on a linear taper, decided from the prompt.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kv/policy.h"
 #include "kv/select.h"
+#include "squeezekv/error.h"
 
 namespace squeezekv {
 namespace {
@@ -88,9 +90,16 @@ class PyramidKVPolicy final : public SnapKVPolicy {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_snapkv_policy(const CacheConfig& cfg) { return std::make_unique<SnapKVPolicy>(cfg); }
-std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const CacheConfig& cfg, int layer, int n_layers) {
-  return std::make_unique<PyramidKVPolicy>(cfg, layer, n_layers);
+std::unique_ptr<EvictionPolicy> make_snapkv_policy(const PolicyContext& c) { return std::make_unique<SnapKVPolicy>(c.cfg); }
+std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const PolicyContext& c) {
+  return std::make_unique<PyramidKVPolicy>(c.cfg, c.layer, c.n_layers);
+}
+
+void validate_snapkv(const CacheConfig& c) {
+  if (c.window < 1 || c.sinks + c.window >= c.budget)
+    throw Error("--snapkv-window: must be >= 1 and sinks + window below --kv-budget, got " + std::to_string(c.window));
+  if (c.pool_kernel < 1 || c.pool_kernel % 2 == 0) throw Error("--snapkv-kernel: must be odd and >= 1");
+  if (!(c.pyramid_beta >= 1.0)) throw Error("--pyramid-beta: must be >= 1");
 }
 
 }  // namespace squeezekv

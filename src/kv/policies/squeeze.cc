@@ -1,9 +1,16 @@
 // SqueezeAttention (Wang et al. 2024) on top of H2O: inside the layer the h2o rule; the layer's
 // budget comes from the sequence's shared coordinator once every layer has reported its
-// concentration during the first step. Compaction happens only at the end of a step, after all
-// layers ran, so no layer ever evicts against the fallback average while the schedule is pending.
+// concentration. A layer reports after its first step (--squeeze-resolve first-chunk) or at the
+// end of the prompt (prompt: the metric then covers every prompt row). Reports are made for all
+// layers before any layer compacts (before_compaction), so no layer ever evicts against the
+// fallback average in the step that fixes the schedule. With --squeeze-cap the coordinator caps
+// each budget at the prompt's length and hands the excess on (water_fill_budgets).
+#include <algorithm>
+#include <string>
+
 #include "kv/policy.h"
 #include "kv/select.h"
+#include "squeezekv/error.h"
 #include "squeezekv/squeeze_coordinator.h"
 
 namespace squeezekv {
@@ -12,7 +19,7 @@ namespace {
 class SqueezePolicy final : public EvictionPolicy {
  public:
   SqueezePolicy(const CacheConfig& c, int layer, SqueezeCoordinator* coord)
-      : cfg_(c), layer_(layer), coord_(coord) {}
+      : cfg_(c), layer_(layer), coord_(coord), meter_(c.squeeze_metric) {}
   bool needs_mass() const override { return true; }
   int budget() const override {
     if (coord_ != nullptr)
@@ -28,33 +35,44 @@ class SqueezePolicy final : public EvictionPolicy {
     return select_sinks_recent_top(s, b, cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent), s.mass(0),
                                    static_cast<size_t>(s.capacity()), evict);
   }
-  std::optional<SqueezeMetric> pending_metric() const override {
-    if (reported_ || coord_ == nullptr) return std::nullopt;
-    return cfg_.squeeze_metric;
-  }
-  void report_concentration(double v) override {
+  ConcentrationMeter* meter() override { return reported_ || coord_ == nullptr ? nullptr : &meter_; }
+  void before_compaction(const StepInfo& step) override {
+    if (reported_ || coord_ == nullptr) return;
+    const bool first_chunk = cfg_.squeeze_resolve == SqueezeResolve::kFirstChunk;
+    // a one-row step also ends the prompt: a caller that never marked its end still gets a schedule
+    if (!first_chunk && !step.ends_input() && step.rows > 1) return;
+    // the cap: what each layer holds when the prompt has run (all layers see the same rows)
+    if (cfg_.squeeze_cap) coord_->set_token_cap(std::max(step.input_end, step.tokens_seen));
     reported_ = true;
-    concentration_ = v;
-    coord_->report_concentration(layer_, v);
+    concentration_ = meter_.value();
+    coord_->report_concentration(layer_, concentration_);
   }
   double concentration() const override { return concentration_; }
   void reset() override {
     reported_ = false;
     concentration_ = 0.0;
+    meter_.reset();
   }
 
  private:
   CacheConfig cfg_;
   int layer_;
   SqueezeCoordinator* coord_;
+  ConcentrationMeter meter_;
   bool reported_ = false;
   double concentration_ = 0.0;
 };
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_squeeze_policy(const CacheConfig& cfg, int layer, SqueezeCoordinator* coordinator) {
-  return std::make_unique<SqueezePolicy>(cfg, layer, coordinator);
+std::unique_ptr<EvictionPolicy> make_squeeze_policy(const PolicyContext& c) {
+  return std::make_unique<SqueezePolicy>(c.cfg, c.layer, c.coordinator);
+}
+
+void validate_squeeze(const CacheConfig& c) {
+  if (!(c.squeeze_strength >= 0.0 && c.squeeze_strength <= 1.0))
+    throw Error("--squeeze-strength: must be in [0, 1], got " + std::to_string(c.squeeze_strength));
+  if (!(c.squeeze_p > 0.0 && c.squeeze_p <= 1.0)) throw Error("--squeeze-p: must be in (0, 1], got " + std::to_string(c.squeeze_p));
 }
 
 }  // namespace squeezekv

@@ -21,6 +21,6 @@ class WindowPolicy final : public EvictionPolicy {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_window_policy(const CacheConfig& cfg) { return std::make_unique<WindowPolicy>(cfg); }
+std::unique_ptr<EvictionPolicy> make_window_policy(const PolicyContext& c) { return std::make_unique<WindowPolicy>(c.cfg); }
 
 }  // namespace squeezekv

@@ -1,0 +1,78 @@
+#include "kv/concentration.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace squeezekv {
+
+void ConcentrationMeter::add_keys(const float* k, int T, int G, int D) {
+  if (unit_sum_.empty()) {
+    unit_sum_.assign(static_cast<size_t>(G) * D, 0.0);
+    keys_.assign(static_cast<size_t>(G), 0);
+  }
+  for (int g = 0; g < G; ++g) {
+    double* sum = unit_sum_.data() + static_cast<size_t>(g) * D;
+    for (int t = 0; t < T; ++t) {
+      const float* r = k + (static_cast<size_t>(t) * G + g) * D;
+      double norm = 0.0;
+      for (int d = 0; d < D; ++d) norm += static_cast<double>(r[d]) * r[d];
+      if (norm <= 0.0) continue;
+      norm = 1.0 / std::sqrt(norm);
+      for (int d = 0; d < D; ++d) sum[d] += r[d] * norm;
+      ++keys_[g];
+    }
+  }
+}
+
+void ConcentrationMeter::add_entropy(double normalized_entropy_sum, int64_t rows) {
+  sum_ += normalized_entropy_sum;
+  rows_ += rows;
+}
+
+void ConcentrationMeter::add_residual(const float* x, const float* y, int T, int E) {
+  for (int t = 0; t < T; ++t) {
+    const float* a = x + static_cast<size_t>(t) * E;
+    const float* b = y + static_cast<size_t>(t) * E;
+    double ab = 0.0, aa = 0.0, bb = 0.0;
+    for (int i = 0; i < E; ++i) {
+      ab += static_cast<double>(a[i]) * b[i];
+      aa += static_cast<double>(a[i]) * a[i];
+      bb += static_cast<double>(b[i]) * b[i];
+    }
+    sum_ += aa > 0.0 && bb > 0.0 ? ab / std::sqrt(aa * bb) : 0.0;
+  }
+  rows_ += T;
+}
+
+double ConcentrationMeter::value() const {
+  switch (metric_) {
+    case SqueezeMetric::kKeyCosine: {
+      if (keys_.empty()) return 0.0;
+      const int G = static_cast<int>(keys_.size());
+      const size_t D = unit_sum_.size() / keys_.size();
+      double total = 0.0;
+      for (int g = 0; g < G; ++g) {
+        const int64_t n = keys_[g];
+        if (n < 2) continue;
+        double s2 = 0.0;
+        for (size_t d = 0; d < D; ++d) s2 += unit_sum_[g * D + d] * unit_sum_[g * D + d];
+        total += (s2 - static_cast<double>(n)) / (static_cast<double>(n) * static_cast<double>(n - 1));
+      }
+      return total / G;
+    }
+    case SqueezeMetric::kAttentionEntropy:
+      return rows_ > 0 ? 1.0 - sum_ / static_cast<double>(rows_) : 0.0;
+    case SqueezeMetric::kResidualCosine:
+      return rows_ > 0 ? sum_ / static_cast<double>(rows_) : 0.0;
+  }
+  return 0.0;
+}
+
+void ConcentrationMeter::reset() {
+  unit_sum_.clear();
+  keys_.clear();
+  sum_ = 0.0;
+  rows_ = 0;
+}
+
+}  // namespace squeezekv

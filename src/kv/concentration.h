@@ -1,0 +1,42 @@
+// The squeeze metrics (DESIGN.md "What a squeeze layer reports"): how concentrated one layer's
+// attention is over the rows the layer has seen, as running sums that merge across prompt chunks,
+// so a schedule can be decided from the first chunk or from the whole prompt with the same code.
+// The forward pass only hands the layer its inputs (keys, attention entropy sums, residual
+// stream before and after attention); every formula lives here.
+// Letters: T rows, G kv heads, D head dim, E hidden.
+// Thread safety: none; one per layer cache of one sequence.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "squeezekv/kv_cache.h"
+
+namespace squeezekv {
+
+class ConcentrationMeter {
+ public:
+  explicit ConcentrationMeter(SqueezeMetric metric) : metric_(metric) {}
+  SqueezeMetric metric() const { return metric_; }
+
+  // key_cosine: k [T][G*D], rotated keys as stored. Mean over kv heads of the mean off-diagonal
+  // cosine similarity, exact through sum_{i != j} cos(k_i, k_j) = |sum_i k_i/|k_i||^2 - n.
+  void add_keys(const float* k, int T, int G, int D);
+  // attention_entropy: sums over heads and rows of H(p) / log(visible keys) (rows with >= 2 keys).
+  void add_entropy(double normalized_entropy_sum, int64_t rows);
+  // residual_cosine (the SqueezeAttention paper's): x, y [T][E], the layer's input and
+  // x + attn(norm(x)); the mean over rows of cos(x_t, y_t).
+  void add_residual(const float* x, const float* y, int T, int E);
+
+  // Higher always means "needs fewer tokens"; 0 before any input.
+  double value() const;
+  void reset();
+
+ private:
+  SqueezeMetric metric_;
+  std::vector<double> unit_sum_;  // key_cosine: [G][D] sum of unit keys
+  std::vector<int64_t> keys_;     // key_cosine: [G] keys counted
+  double sum_ = 0.0;              // entropy or residual: sum over rows
+  int64_t rows_ = 0;
+};
+
+}  // namespace squeezekv

@@ -1,0 +1,64 @@
+// KVzip (Kim et al. 2025): query-agnostic compression by context reconstruction. The prompt is
+// kept whole while it runs; once it has ended, the runtime teacher-forces the model to repeat it
+// (a short instruction, then the prompt again, one chunk per step so the extra rows stay bounded)
+// and every cached pair is scored by the largest attention probability it receives from those
+// queries (max over the repeat rows and over the query heads of its kv head). The layer then keeps
+// the sinks and its budget's highest scores, whatever question comes next. Decode rows are
+// appended; past the budget the layer evicts with h2o bookkeeping (sinks, recent window, highest
+// mass, the reconstruction scores included).
+// Memory: the whole prompt is held until it is scored (peak = prompt + one scoring chunk rows
+// per layer), unlike the other policies' budget + chunk.
+#include "kv/policy.h"
+#include "kv/select.h"
+
+namespace squeezekv {
+namespace {
+
+class KvzipPolicy final : public EvictionPolicy {
+ public:
+  KvzipPolicy(const CacheConfig& c, int max_tokens) : cfg_(c), max_tokens_(max_tokens) {}
+  bool needs_mass() const override { return phase_ != Phase::kPrompt; }
+  int budget() const override { return phase_ == Phase::kDecode ? cfg_.budget : max_tokens_; }
+  int select(const KvStorage& s, int, std::vector<int>& evict) override {
+    if (phase_ != Phase::kDecode) return 0;
+    // right after scoring: the scores alone (no recent window), then h2o bookkeeping
+    const int recent = just_scored_ ? 0 : recent_window(cfg_.budget, cfg_.sinks, cfg_.recent);
+    just_scored_ = false;
+    return select_sinks_recent_top(s, cfg_.budget, cfg_.sinks, recent, s.mass(0), static_cast<size_t>(s.capacity()), evict);
+  }
+  std::optional<DecodeRule> decode_rule() const override {
+    if (phase_ != Phase::kDecode) return std::nullopt;
+    return DecodeRule{cfg_.sinks, recent_window(cfg_.budget, cfg_.sinks, cfg_.recent)};
+  }
+  void before_compaction(const StepInfo& step) override {
+    if (phase_ != Phase::kPrompt || (!step.ends_input() && step.rows > 1)) return;
+    // a prompt within the budget is kept whole: nothing to score
+    phase_ = step.tokens_seen > cfg_.budget ? Phase::kScoring : Phase::kDecode;
+  }
+  bool wants_scoring() const override { return phase_ == Phase::kScoring; }
+  bool records_context() const override { return phase_ != Phase::kDecode; }
+  void end_scoring() override {
+    phase_ = Phase::kDecode;
+    just_scored_ = true;
+  }
+  int scratch_rows(int max_step_rows) const override { return max_step_rows; }
+  void reset() override {
+    phase_ = Phase::kPrompt;
+    just_scored_ = false;
+  }
+
+ private:
+  enum class Phase { kPrompt, kScoring, kDecode };
+  CacheConfig cfg_;
+  int max_tokens_;
+  Phase phase_ = Phase::kPrompt;
+  bool just_scored_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> make_kvzip_policy(const PolicyContext& c) {
+  return std::make_unique<KvzipPolicy>(c.cfg, c.max_tokens);
+}
+
+}  // namespace squeezekv

@@ -1,0 +1,60 @@
+// The policy registry: one row per --kv-policy value. A new policy is its own file plus a row here
+// (and its KvPolicy value); names, help texts, validation and cache building all read this table.
+#include <string>
+
+#include "kv/policy.h"
+#include "squeezekv/error.h"
+
+namespace squeezekv {
+
+std::unique_ptr<EvictionPolicy> make_full_policy(const PolicyContext& c) { return std::make_unique<FullPolicy>(c.max_tokens); }
+
+namespace {
+const PolicyInfo kPolicies[] = {
+    {KvPolicy::kFull, "full", "keep every token", false, make_full_policy, nullptr},
+    {KvPolicy::kWindow, "window", "StreamingLLM: sinks + the most recent tokens", false, make_window_policy, nullptr},
+    {KvPolicy::kH2O, "h2o", "H2O: sinks + recent window + heaviest accumulated attention", false, make_h2o_policy, nullptr},
+    {KvPolicy::kSnapKV, "snapkv", "SnapKV: prompt scored by its last window of queries", false, make_snapkv_policy,
+     validate_snapkv},
+    {KvPolicy::kPyramidKV, "pyramidkv", "PyramidKV: snapkv scoring, budgets tapered over layers", false,
+     make_pyramidkv_policy, validate_snapkv},
+    {KvPolicy::kSqueeze, "squeeze", "SqueezeAttention: h2o per layer, budgets re-split across layers", true,
+     make_squeeze_policy, validate_squeeze},
+    {KvPolicy::kKvzip, "kvzip", "KVzip: prompt scored by reconstructing it (query-agnostic)", false, make_kvzip_policy,
+     nullptr},
+};
+}  // namespace
+
+std::span<const PolicyInfo> policy_registry() { return kPolicies; }
+
+const PolicyInfo& policy_info(KvPolicy p) {
+  for (const PolicyInfo& i : kPolicies)
+    if (i.id == p) return i;
+  throw Error("kv policy: no registry row for policy value " + std::to_string(static_cast<int>(p)));
+}
+
+KvPolicy parse_kv_policy(const std::string& name) {
+  std::string valid;
+  for (const PolicyInfo& i : kPolicies) {
+    if (name == i.name) return i.id;
+    valid += (valid.empty() ? "" : ", ") + std::string(i.name);
+  }
+  throw Error("--kv-policy: unknown value '" + name + "' (expected one of: " + valid + ")");
+}
+
+const char* kv_policy_name(KvPolicy p) {
+  for (const PolicyInfo& i : kPolicies)
+    if (i.id == p) return i.name;
+  return "?";
+}
+
+const char* kv_policy_names() {
+  static const std::string names = [] {
+    std::string s;
+    for (const PolicyInfo& i : kPolicies) s += (s.empty() ? "" : " | ") + std::string(i.name);
+    return s;
+  }();
+  return names.c_str();
+}
+
+}  // namespace squeezekv

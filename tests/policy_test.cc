@@ -1,0 +1,361 @@
+// Eviction policies on synthetic keys and attention mass, without a model: the registry, each
+// policy's survivor rule against an independent computation, the squeeze schedule (when it is
+// decided, the cap), kvzip's phases, and the concentration metrics.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+
+#include "kv/concentration.h"
+#include "kv/layer_cache.h"
+#include "kv/policy.h"
+#include "squeezekv/error.h"
+#include "squeezekv/model_config.h"
+
+namespace squeezekv {
+namespace {
+
+constexpr int kG = 2, kD = 8;
+
+ModelConfig tiny_model(int layers) {
+  ModelConfig m;
+  m.n_layers = layers;
+  m.n_kv_heads = kG;
+  m.head_dim = kD;
+  m.n_heads = kG;
+  m.dim = kG * kD;
+  m.context_length = 4096;
+  return m;
+}
+
+// A deterministic score per (layer, head, position), distinct so the top-k is unique.
+float score_of(int layer, int g, int pos) {
+  const uint32_t h = (static_cast<uint32_t>(pos) * 2654435761u) ^ (static_cast<uint32_t>(g * 977 + layer * 131) * 40503u);
+  return static_cast<float>(h % 1000003) / 1000003.0f;
+}
+
+// Drives a sequence's caches as the forward pass does: append rows (random keys, or `keys`),
+// set each new row's mass to its synthetic score (what attention would have added), end the step.
+struct Driver {
+  SequenceCache sc;
+  int64_t pos = 0;
+  std::mt19937 rng{7};
+  explicit Driver(const CacheConfig& cfg, int layers = 2, int chunk = 128)
+      : sc(CacheBuilder::for_model(tiny_model(layers), cfg, chunk)) {}
+
+  void step(int T, int64_t input_end, const std::vector<float>* keys = nullptr) {
+    std::normal_distribution<float> nd;
+    std::vector<float> k(static_cast<size_t>(T) * kG * kD), v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = keys != nullptr ? (*keys)[i] : nd(rng);
+      v[i] = nd(rng);
+    }
+    std::vector<int32_t> p(static_cast<size_t>(T));
+    std::iota(p.begin(), p.end(), static_cast<int32_t>(pos));
+    for (LayerCache& l : sc.layers) {
+      if (ConcentrationMeter* m = l.meter(); m != nullptr && m->metric() == SqueezeMetric::kKeyCosine)
+        m->add_keys(k.data(), T, kG, kD);
+      l.append(k.data(), v.data(), p.data(), T);
+      if (l.wants_mass()) set_scores(l, static_cast<int>(l.storage().count()) - T);
+    }
+    pos += T;
+    sc.end_step(std::max<int64_t>(input_end, pos));
+  }
+  // mass of slots [from, count) := the synthetic score of their position
+  static void set_scores(LayerCache& l, int from) {
+    const KvStorage& s = l.storage();
+    for (int g = 0; g < kG; ++g)
+      for (int j = from; j < s.count(); ++j)
+        l.mass_accumulator()[static_cast<size_t>(g) * s.capacity() + j] = score_of(0, g, s.positions(g)[j]);
+  }
+  std::set<int32_t> kept(int layer, int g) const {
+    const KvStorage& s = sc.layers[layer].storage();
+    return {s.positions(g), s.positions(g) + s.count()};
+  }
+};
+
+// The survivors the sinks/recent/top rule must keep, computed from scratch over positions [0, n).
+std::set<int32_t> expected_survivors(int n, int budget, int sinks, int recent, int g) {
+  std::set<int32_t> keep;
+  for (int p = 0; p < std::min(sinks, n); ++p) keep.insert(p);
+  for (int p = std::max(0, n - recent); p < n; ++p) keep.insert(p);
+  std::vector<int32_t> middle;
+  for (int p = sinks; p < n - recent; ++p) middle.push_back(p);
+  std::sort(middle.begin(), middle.end(), [&](int32_t a, int32_t b) {
+    const float sa = score_of(0, g, a), sb = score_of(0, g, b);
+    return sa > sb || (sa == sb && a < b);
+  });
+  const int n_top = budget - static_cast<int>(keep.size());
+  for (int i = 0; i < n_top && i < static_cast<int>(middle.size()); ++i) keep.insert(middle[i]);
+  return keep;
+}
+
+CacheConfig config(KvPolicy p, int budget, int sinks = 4, int recent = -1) {
+  CacheConfig c;
+  c.policy = p;
+  c.budget = budget;
+  c.sinks = sinks;
+  c.recent = recent;
+  return c;
+}
+
+TEST(PolicyRegistry, EveryPolicyHasOneRowAndItsNameRoundTrips) {
+  std::set<std::string> names;
+  for (const PolicyInfo& i : policy_registry()) {
+    EXPECT_TRUE(names.insert(i.name).second) << i.name;
+    EXPECT_EQ(parse_kv_policy(i.name), i.id);
+    EXPECT_STREQ(kv_policy_name(i.id), i.name);
+    EXPECT_EQ(&policy_info(i.id), &i);
+    EXPECT_NE(std::string(kv_policy_names()).find(i.name), std::string::npos);
+  }
+  EXPECT_EQ(names.size(), 7u);  // full window h2o snapkv pyramidkv squeeze kvzip
+  try {
+    parse_kv_policy("h2");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--kv-policy"), std::string::npos) << m;
+    EXPECT_NE(m.find("kvzip"), std::string::npos) << m;
+  }
+}
+
+TEST(Policy, H2OKeepsSinksRecentAndTheHighestMass) {
+  Driver d(config(KvPolicy::kH2O, 24, 4, 8));
+  d.step(100, 100);
+  for (int g = 0; g < kG; ++g) EXPECT_EQ(d.kept(0, g), expected_survivors(100, 24, 4, 8, g)) << "head " << g;
+  // decode steps: one row in, one row out, always by the same rule over what is held
+  for (int t = 0; t < 20; ++t) {
+    d.step(1, 0);
+    for (const LayerCache& l : d.sc.layers) EXPECT_EQ(l.storage().count(), 24);
+  }
+  for (int g = 0; g < kG; ++g) {
+    const std::set<int32_t> k = d.kept(1, g);
+    for (int p = 0; p < 4; ++p) EXPECT_TRUE(k.count(p)) << "sink " << p;
+    for (int p = 112; p < 120; ++p) EXPECT_TRUE(k.count(p)) << "recent " << p;
+  }
+}
+
+TEST(Policy, WindowKeepsSinksAndTheNewest) {
+  Driver d(config(KvPolicy::kWindow, 20, 4));
+  d.step(64, 64);
+  d.step(5, 0);
+  std::set<int32_t> want = {0, 1, 2, 3};
+  for (int p = 69 - 16; p < 69; ++p) want.insert(p);
+  for (int g = 0; g < kG; ++g) EXPECT_EQ(d.kept(0, g), want);
+}
+
+TEST(Policy, SnapKVKeepsThePooledNeighbourhoodOfTheWindowsAttention) {
+  CacheConfig c = config(KvPolicy::kSnapKV, 24, 4);
+  c.window = 8;
+  c.pool_kernel = 5;
+  Driver d(c, 1);
+  // one prompt step of 80 rows; the window's attention fell on position 40 only
+  std::normal_distribution<float> nd;
+  LayerCache& l = d.sc.layers[0];
+  std::vector<float> k(80 * kG * kD), v(k.size());
+  for (auto& x : k) x = nd(d.rng);
+  std::vector<int32_t> p(80);
+  std::iota(p.begin(), p.end(), 0);
+  l.append(k.data(), k.data(), p.data(), 80);
+  for (int g = 0; g < kG; ++g) l.mass_accumulator()[g * l.storage().capacity() + 40] = 1.0f;
+  d.sc.end_step(80);
+  for (int g = 0; g < kG; ++g) {
+    const std::set<int32_t> kept = d.kept(0, g);
+    EXPECT_EQ(kept.size(), 24u);
+    for (int q = 38; q <= 42; ++q) EXPECT_TRUE(kept.count(q)) << "pooled neighbour " << q;  // kernel 5 around 40
+    for (int q = 72; q < 80; ++q) EXPECT_TRUE(kept.count(q)) << "window " << q;
+    for (int q = 0; q < 4; ++q) EXPECT_TRUE(kept.count(q)) << "sink " << q;
+  }
+}
+
+// Keys for a layer whose prompt keys all point one way (concentration near 1) or anywhere (near 0).
+std::vector<float> keys_for(bool concentrated, int T, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> k(static_cast<size_t>(T) * kG * kD);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = concentrated ? 1.0f + 0.01f * nd(rng) : nd(rng);
+  return k;
+}
+
+TEST(Policy, SqueezeGivesConcentratedLayersLessAndKeepsTheTotal) {
+  CacheConfig c = config(KvPolicy::kSqueeze, 40, 4);
+  const int L = 4;
+  SequenceCache sc = CacheBuilder::for_model(tiny_model(L), c, 256);
+  std::mt19937 rng(3);
+  std::vector<int32_t> p(200);
+  std::iota(p.begin(), p.end(), 0);
+  for (int l = 0; l < L; ++l) {
+    const std::vector<float> k = keys_for(l % 2 == 0, 200, rng);
+    sc.layers[l].meter()->add_keys(k.data(), 200, kG, kD);
+    sc.layers[l].append(k.data(), k.data(), p.data(), 200);
+  }
+  sc.end_step(200);
+  ASSERT_TRUE(sc.coordinator->is_finalized());
+  int total = 0;
+  for (int l = 0; l < L; ++l) {
+    total += sc.layers[l].budget();
+    EXPECT_EQ(sc.layers[l].storage().count(), sc.layers[l].budget()) << "layer " << l;
+    EXPECT_EQ(sc.layers[l].meter(), nullptr);  // reported: no more inputs wanted
+  }
+  EXPECT_EQ(total, L * 40);
+  EXPECT_LT(sc.layers[0].budget(), sc.layers[1].budget());
+  EXPECT_GT(sc.layers[0].stats().concentration, 0.9);
+  EXPECT_LT(sc.layers[1].stats().concentration, 0.2);
+}
+
+TEST(Policy, SqueezeCapHandsTheExcessOfShortPromptLayersOn) {
+  // 4 layers, average 40, a prompt of 60 tokens: uncapped, the broad layers would get more than 60
+  for (bool cap : {true, false}) {
+    CacheConfig c = config(KvPolicy::kSqueeze, 40, 4);
+    c.squeeze_cap = cap;
+    const int L = 4;
+    SequenceCache sc = CacheBuilder::for_model(tiny_model(L), c, 256);
+    std::mt19937 rng(5);
+    std::vector<int32_t> p(60);
+    std::iota(p.begin(), p.end(), 0);
+    for (int l = 0; l < L; ++l) {
+      const std::vector<float> k = keys_for(l != 0, 60, rng);  // only layer 0 is broad
+      sc.layers[l].meter()->add_keys(k.data(), 60, kG, kD);
+      sc.layers[l].append(k.data(), k.data(), p.data(), 60);
+    }
+    sc.end_step(60);
+    int total = 0, over = 0;
+    for (int l = 0; l < L; ++l) {
+      total += sc.layers[l].budget();
+      over += sc.layers[l].budget() > 60;
+    }
+    EXPECT_EQ(total, L * 40) << "cap " << cap;
+    if (cap) {
+      EXPECT_EQ(over, 0);
+      EXPECT_EQ(sc.layers[0].budget(), 60);
+    } else {
+      EXPECT_GT(sc.layers[0].budget(), 60);  // what the cap prevents: budget no layer can use
+    }
+  }
+}
+
+TEST(Policy, SqueezeResolvesAtTheFirstChunkOrAtThePromptsEnd) {
+  for (SqueezeResolve r : {SqueezeResolve::kFirstChunk, SqueezeResolve::kPrompt}) {
+    CacheConfig c = config(KvPolicy::kSqueeze, 32, 4);
+    c.squeeze_resolve = r;
+    Driver d(c, 3);
+    d.step(64, 192);  // the first of three chunks of a 192-token prompt
+    EXPECT_EQ(d.sc.coordinator->is_finalized(), r == SqueezeResolve::kFirstChunk);
+    d.step(64, 192);
+    EXPECT_EQ(d.sc.coordinator->is_finalized(), r == SqueezeResolve::kFirstChunk);
+    d.step(64, 192);
+    EXPECT_TRUE(d.sc.coordinator->is_finalized());
+    int total = 0;
+    for (const LayerCache& l : d.sc.layers) {
+      total += l.budget();
+      EXPECT_LE(l.storage().count(), l.budget());
+    }
+    EXPECT_EQ(total, 3 * 32);
+  }
+  // a caller that never marks the prompt's end: the first decode step decides
+  CacheConfig c = config(KvPolicy::kSqueeze, 32, 4);
+  c.squeeze_resolve = SqueezeResolve::kPrompt;
+  Driver d(c, 2);
+  d.step(64, 10000);
+  EXPECT_FALSE(d.sc.coordinator->is_finalized());
+  d.step(1, 0);
+  EXPECT_TRUE(d.sc.coordinator->is_finalized());
+}
+
+TEST(Policy, KvzipHoldsThePromptScoresItThenKeepsTheTopScores) {
+  CacheConfig c = config(KvPolicy::kKvzip, 24, 4);
+  Driver d(c, 2, 32);
+  for (int s = 0; s < 3; ++s) {
+    d.step(32, 96);
+    for (const LayerCache& l : d.sc.layers) EXPECT_EQ(l.storage().count(), 32 * (s + 1));  // nothing evicted yet
+    EXPECT_EQ(d.sc.wants_scoring(), s == 2);
+    EXPECT_TRUE(d.sc.records_context());
+  }
+  // the scoring pass: mass starts at 0, the reconstruction's rows come and go, scores are maxima
+  for (LayerCache& l : d.sc.layers) {
+    l.begin_scoring();
+    const LayerCache::Mark m = l.mark();
+    std::vector<float> k(16 * kG * kD, 0.5f);
+    std::vector<int32_t> p(16);
+    std::iota(p.begin(), p.end(), 96);
+    l.append(k.data(), k.data(), p.data(), 16);
+    for (int g = 0; g < kG; ++g)
+      for (int j = 0; j < 96; ++j) {
+        EXPECT_EQ(l.mass_accumulator()[g * l.storage().capacity() + j], 0.0f);
+        l.mass_accumulator()[g * l.storage().capacity() + j] = score_of(0, g, l.storage().positions(g)[j]);
+      }
+    l.drop_since(m);
+    EXPECT_EQ(l.storage().count(), 96);
+    EXPECT_EQ(l.stats().tokens_seen, 96);
+    l.end_scoring();
+  }
+  EXPECT_FALSE(d.sc.wants_scoring());
+  EXPECT_FALSE(d.sc.records_context());
+  for (int g = 0; g < kG; ++g) EXPECT_EQ(d.kept(0, g), expected_survivors(96, 24, 4, 0, g)) << "no recent window at scoring";
+  // decode: one in, one out, sinks and the recent window kept
+  for (int t = 0; t < 30; ++t) d.step(1, 0);
+  for (const LayerCache& l : d.sc.layers) EXPECT_EQ(l.storage().count(), 24);
+  for (int g = 0; g < kG; ++g) {
+    const std::set<int32_t> k = d.kept(0, g);
+    for (int p = 0; p < 4; ++p) EXPECT_TRUE(k.count(p));
+    for (int p = 126 - 12; p < 126; ++p) EXPECT_TRUE(k.count(p)) << "recent " << p;
+  }
+  // a prompt within the budget is not scored
+  Driver s(c, 1, 32);
+  s.step(20, 20);
+  EXPECT_FALSE(s.sc.wants_scoring());
+  EXPECT_FALSE(s.sc.records_context());
+}
+
+TEST(Concentration, KeyCosineIsExactAndMergesAcrossChunks) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  const int T = 50;
+  std::vector<float> k(static_cast<size_t>(T) * kG * kD);
+  for (auto& x : k) x = nd(rng);
+  // the definition: mean over heads of the mean over pairs i != j of cos(k_i, k_j)
+  double want = 0.0;
+  for (int g = 0; g < kG; ++g) {
+    double s = 0.0;
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < T; ++j) {
+        if (i == j) continue;
+        const float* a = &k[(static_cast<size_t>(i) * kG + g) * kD];
+        const float* b = &k[(static_cast<size_t>(j) * kG + g) * kD];
+        double ab = 0, aa = 0, bb = 0;
+        for (int d = 0; d < kD; ++d) ab += double(a[d]) * b[d], aa += double(a[d]) * a[d], bb += double(b[d]) * b[d];
+        s += ab / std::sqrt(aa * bb);
+      }
+    want += s / (T * (T - 1.0));
+  }
+  want /= kG;
+  ConcentrationMeter whole(SqueezeMetric::kKeyCosine), parts(SqueezeMetric::kKeyCosine);
+  whole.add_keys(k.data(), T, kG, kD);
+  parts.add_keys(k.data(), 17, kG, kD);
+  parts.add_keys(k.data() + 17 * kG * kD, T - 17, kG, kD);
+  EXPECT_NEAR(whole.value(), want, 1e-12);
+  EXPECT_NEAR(parts.value(), want, 1e-12);
+  std::vector<float> same(static_cast<size_t>(T) * kG * kD, 0.25f);
+  ConcentrationMeter one(SqueezeMetric::kKeyCosine);
+  one.add_keys(same.data(), T, kG, kD);
+  EXPECT_NEAR(one.value(), 1.0, 1e-12);
+}
+
+TEST(Concentration, EntropyAndResidualAreMeansOverRows) {
+  ConcentrationMeter e(SqueezeMetric::kAttentionEntropy);
+  e.add_entropy(1.5, 2);
+  e.add_entropy(0.5, 2);
+  EXPECT_DOUBLE_EQ(e.value(), 1.0 - 2.0 / 4.0);
+  ConcentrationMeter r(SqueezeMetric::kResidualCosine);
+  const float x[4] = {1, 0, 0, 1}, y[4] = {1, 0, 1, 0};  // rows: cos 1 and cos 0
+  r.add_residual(x, y, 2, 2);
+  EXPECT_DOUBLE_EQ(r.value(), 0.5);
+  r.reset();
+  EXPECT_EQ(r.value(), 0.0);
+}
+
+}  // namespace
+}  // namespace squeezekv
