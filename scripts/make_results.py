@@ -59,16 +59,64 @@ def fmt(metric, v):
     return f"{v:.2f}" if metric == "ppl" else f"{v:.2f}"
 
 
+def wilson(k, n, z=1.96):
+    """95% Wilson score interval of a proportion k/n."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def cell(r):
+    """A table cell: the value, and for accuracy with a sample count its 95% interval."""
+    if r["metric"] == "ppl" or "n_samples" not in r:
+        return fmt(r["metric"], r["value"])
+    lo, hi = wilson(r["n_correct"], r["n_samples"])
+    return f"{r['value']:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def targets(recs):
+    """The issue's must-hold figures, computed from the records (10% / 20% / 40% budgets)."""
+    out = ["## The targets", ""]
+    ppl = [r for r in recs if r["metric"] == "ppl"]
+    for task, ctx in sorted({(r["task"], r["ctx"]) for r in ppl}):
+        g = {(r["policy"], r["budget_fraction"]): r["value"] for r in ppl if r["task"] == task and r["ctx"] == ctx}
+        full, sq, h2o = g.get(("full", 1.0)), g.get(("squeeze", 0.1)), g.get(("h2o", 0.1))
+        if None in (full, sq, h2o):
+            continue
+        ok = sq <= h2o and sq <= 1.10 * full
+        out.append(f"- {task} {ctx}, 10% KV: squeeze {sq:.3f} ({sq / full:.3f}x full {full:.3f}), h2o {h2o:.3f} "
+                   f"({h2o / full:.3f}x): squeeze {'at or below' if sq <= h2o else 'ABOVE'} h2o, "
+                   f"{'within' if sq <= 1.10 * full else 'OUTSIDE'} 1.10x full -> {'met' if ok else 'NOT met'}.")
+    acc = [r for r in recs if r["metric"] == "accuracy"]
+    for task, ctx, f, need in [("passkey", 2048, 0.2, 0.8), ("passkey", 4096, 0.2, 0.8), ("passkey-question-aware", 2048, 0.4, 0.9)]:
+        g = [r for r in acc if r["task"] == task and r["ctx"] == ctx]
+        full = next((r["value"] for r in g if r["policy"] == "full"), None)
+        cand = sorted(((r["value"], r["policy"]) for r in g if r["budget_fraction"] == f), reverse=True)
+        if full is None or not cand:
+            continue
+        best_v, best_p = cand[0]
+        ok = full > 0 and best_v >= need * full
+        out.append(f"- {task} {ctx}, {100 * f:g}% KV: best {best_p} {best_v:.2f} vs full {full:.2f} "
+                   f"({best_v / full if full else 0:.2f}x; needs {need}x) -> {'met' if ok else 'NOT met'}.")
+    out.append("")
+    return out
+
+
 def findings(recs, cfg, labels, fr):
     """Plain statements computed from the records."""
     out = ["## What the numbers say", ""]
-    ppl = [r for r in recs if r["task"] == "ppl"]
-    for ctx in sorted({r["ctx"] for r in ppl}):
-        full = next((r for r in ppl if r["ctx"] == ctx and r["policy"] == "full"), None)
+    ppl = [r for r in recs if r["metric"] == "ppl"]
+    for task, ctx in sorted({(r["task"], r["ctx"]) for r in ppl}):
+        full = next((r for r in ppl if r["task"] == task and r["ctx"] == ctx and r["policy"] == "full"), None)
         if not full:
             continue
         for f in fr:
-            cells = [(r["value"], r["policy"], r["kept_bytes"]) for r in ppl if r["ctx"] == ctx and r["budget_fraction"] == f]
+            cells = [(r["value"], r["policy"], r["kept_bytes"]) for r in ppl
+                     if r["task"] == task and r["ctx"] == ctx and r["budget_fraction"] == f]
             if not cells:
                 continue
             best, worst = min(cells), max(cells)
@@ -80,7 +128,7 @@ def findings(recs, cfg, labels, fr):
                 extra += f"; window (StreamingLLM) +{100 * (win / full['value'] - 1):.1f}%"
             if h2o is not None:
                 extra += f"; h2o +{100 * (h2o / full['value'] - 1):.1f}%"
-            out.append(f"- Perplexity at {ctx} tokens, {100 * f:g}% budget ({best[2] / 1e6:.1f} MB kept of "
+            out.append(f"- {task} at {ctx} tokens, {100 * f:g}% budget ({best[2] / 1e6:.1f} MB kept of "
                        f"{full['kept_bytes'] / 1e6:.1f} MB): best **{', '.join(ties)}** {best[0]:.2f}, "
                        f"+{100 * (best[0] / full['value'] - 1):.1f}% over the full cache ({full['value']:.2f}){extra}; "
                        f"worst {worst[1]} {worst[0]:.2f}.")
@@ -173,7 +221,7 @@ def report(a):
     lines.append("")
     for t in cfg["tasks"]:
         if t["task"] == "ppl":
-            lines.append(f"- Perplexity (`{t['text']}`, {t.get('windows', 1)} window(s) of {', '.join(map(str, t['ctx']))} "
+            lines.append(f"- `{t.get('label', 'ppl')}`: perplexity (`{t['text']}`, {t.get('windows', 1)} window(s) of {', '.join(map(str, t['ctx']))} "
                          f"tokens): prefill the first {100 * t.get('prefix_fraction', 0.5):g}% of the window, then "
                          "teacher-forced one-token steps with eviction active at every step; every continuation token "
                          "is scored (lower is better).")
@@ -187,10 +235,12 @@ def report(a):
             lines.append(f"- `{t.get('label', t['task'])}` at {', '.join(map(str, t['ctx']))} tokens: RULER-style "
                          f"`{t['task']}` needles at depths {', '.join(map(str, t.get('depths', [])))} of filler text, "
                          f"{n} samples per cell (seed {t.get('seed', 1)}); {how}; greedy answer, exact match (higher "
-                         f"is better). One sample is {1 / n:.2f} of a cell's accuracy.")
+                         f"is better). One sample is {1 / n:.2f} of a cell's accuracy; brackets give the 95% "
+                         "(Wilson) interval.")
     lines.append("- Budgets are tokens per layer as a share of the context (`squeeze` keeps that average across "
                  "layers); `full` keeps everything. Regenerate with `scripts/make_results.py` (see its header).")
     lines.append("")
+    lines += targets(recs)
     lines += findings(recs, cfg, labels, fr)
     wins = defaultdict(int)
     verdicts = []
@@ -205,9 +255,9 @@ def report(a):
         lines.append("|---|" + "---|" * len(fr))
         if full:
             lines.append(f"| full (kept bytes {full['kept_bytes'] / 1e6:.1f} MB) | " +
-                         " | ".join(fmt(metric, full["value"]) for _ in fr) + " |")
+                         " | ".join(cell(full) for _ in fr) + " |")
         for lab in labels:
-            row = [fmt(metric, g[(lab, f)]["value"]) if (lab, f) in g else "–" for f in fr]
+            row = [cell(g[(lab, f)]) if (lab, f) in g else "–" for f in fr]
             lines.append(f"| {lab} | " + " | ".join(row) + " |")
         lines.append("")
         for f in fr:

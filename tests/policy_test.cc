@@ -344,6 +344,25 @@ TEST(Concentration, KeyCosineIsExactAndMergesAcrossChunks) {
   EXPECT_NEAR(one.value(), 1.0, 1e-12);
 }
 
+TEST(Concentration, MassCoverageIsTheShareTheBudgetsHeaviestRowsHold) {
+  KvStorage s(2, kD, 16, KvType::kF32);
+  std::vector<float> k(10 * 2 * kD, 0.1f);
+  std::vector<int32_t> p(10);
+  std::iota(p.begin(), p.end(), 0);
+  s.append(k.data(), k.data(), p.data(), 10);
+  float* mass = s.mass_accumulator();
+  for (int j = 0; j < 10; ++j) {
+    mass[j] = j == 3 ? 6.0f : 0.5f;  // head 0: one heavy row (6 of 10.5)
+    mass[16 + j] = 1.0f;             // head 1: flat
+  }
+  ConcentrationMeter m(SqueezeMetric::kMassCoverage);
+  m.add_mass(s, 2);
+  EXPECT_NEAR(m.value(), (6.5 / 10.5 + 2.0 / 10.0) / 2, 1e-9);
+  ConcentrationMeter all(SqueezeMetric::kMassCoverage);
+  all.add_mass(s, 12);  // the budget holds every row
+  EXPECT_NEAR(all.value(), 1.0, 1e-9);
+}
+
 TEST(Concentration, EntropyAndResidualAreMeansOverRows) {
   ConcentrationMeter e(SqueezeMetric::kAttentionEntropy);
   e.add_entropy(1.5, 2);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace squeezekv {
 
@@ -44,6 +45,21 @@ void ConcentrationMeter::add_residual(const float* x, const float* y, int T, int
   rows_ += T;
 }
 
+void ConcentrationMeter::add_mass(const KvStorage& s, int budget) {
+  const int n = s.count();
+  std::vector<float> m(static_cast<size_t>(n));
+  for (int g = 0; g < s.n_kv_heads(); ++g) {
+    std::copy(s.mass(g), s.mass(g) + n, m.begin());
+    double total = 0.0, top = 0.0;
+    for (float x : m) total += x;
+    const int k = std::min(budget, n);
+    std::nth_element(m.begin(), m.begin() + (k > 0 ? k - 1 : 0), m.end(), std::greater<float>());
+    for (int i = 0; i < k; ++i) top += m[i];
+    sum_ += total > 0.0 ? top / total : 1.0;
+    ++rows_;
+  }
+}
+
 double ConcentrationMeter::value() const {
   switch (metric_) {
     case SqueezeMetric::kKeyCosine: {
@@ -63,6 +79,7 @@ double ConcentrationMeter::value() const {
     case SqueezeMetric::kAttentionEntropy:
       return rows_ > 0 ? 1.0 - sum_ / static_cast<double>(rows_) : 0.0;
     case SqueezeMetric::kResidualCosine:
+    case SqueezeMetric::kMassCoverage:
       return rows_ > 0 ? sum_ / static_cast<double>(rows_) : 0.0;
   }
   return 0.0;

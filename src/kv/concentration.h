@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kv/kv_storage.h"
 #include "squeezekv/kv_cache.h"
 
 namespace squeezekv {
@@ -26,6 +27,9 @@ class ConcentrationMeter {
   // residual_cosine (the SqueezeAttention paper's): x, y [T][E], the layer's input and
   // x + attn(norm(x)); the mean over rows of cos(x_t, y_t).
   void add_residual(const float* x, const float* y, int T, int E);
+  // mass_coverage: per kv head, the share of the held rows' accumulated mass that the `budget`
+  // heaviest rows hold; the mean over heads (1 when the layer holds at most budget rows).
+  void add_mass(const KvStorage& s, int budget);
 
   // Higher always means "needs fewer tokens"; 0 before any input.
   double value() const;

@@ -72,10 +72,10 @@ const KvOption kOptions[] = {
     {"pyramid_beta", "--pyramid-beta", K::kReal, "pyramidkv taper: last layer gets (budget - window) / beta",
      [](CacheConfig& c, const std::string& t) { c.pyramid_beta = parse_real("--pyramid-beta", t); },
      [](const CacheConfig& c) { return real_text(c.pyramid_beta); }},
-    {"squeeze_strength", "--squeeze-strength", K::kReal, "squeeze re-allocation strength in [0, 1] (default 1)",
+    {"squeeze_strength", "--squeeze-strength", K::kReal, "squeeze re-allocation strength in [0, 1] (default 0.5)",
      [](CacheConfig& c, const std::string& t) { c.squeeze_strength = parse_real("--squeeze-strength", t); },
      [](const CacheConfig& c) { return real_text(c.squeeze_strength); }},
-    {"squeeze_metric", "--squeeze-metric", K::kName, "key_cosine | attention_entropy | residual_cosine",
+    {"squeeze_metric", "--squeeze-metric", K::kName, "key_cosine | attention_entropy | residual_cosine | mass_coverage",
      [](CacheConfig& c, const std::string& t) { c.squeeze_metric = parse_squeeze_metric(t); },
      [](const CacheConfig& c) { return std::string(squeeze_metric_name(c.squeeze_metric)); }},
     {"squeeze_alloc", "--squeeze-alloc", K::kName, "inverse (the seed's) | kmeans3 (the paper's)",
@@ -89,7 +89,7 @@ const KvOption kOptions[] = {
      [](CacheConfig& c, const std::string& t) { c.squeeze_cap = parse_on_off("--squeeze-cap", t); },
      [](const CacheConfig& c) { return std::string(c.squeeze_cap ? "on" : "off"); }},
     {"squeeze_resolve", "--squeeze-resolve", K::kName,
-     "first-chunk | prompt: decide the squeeze schedule from the first prompt chunk or the whole prompt",
+     "first-chunk (default) | prompt: decide the squeeze schedule from the first prompt chunk or the whole prompt",
      [](CacheConfig& c, const std::string& t) {
        if (t == "first-chunk" || t == "first_chunk") c.squeeze_resolve = SqueezeResolve::kFirstChunk;
        else if (t == "prompt") c.squeeze_resolve = SqueezeResolve::kPrompt;

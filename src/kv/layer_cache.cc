@@ -81,6 +81,11 @@ void SequenceCache::reset() {
   if (coordinator) coordinator->reset();
 }
 
+void LayerCache::before_compaction(int64_t input_end) {
+  if (policy_->meter() != nullptr) storage_.sync_to_host();  // a report may read the mass (a copy only on a device)
+  policy_->before_compaction(storage_, {last_step_rows_, tokens_seen_, input_end});
+}
+
 void SequenceCache::end_step(int64_t input_end) {
   for (LayerCache& l : layers) l.before_compaction(input_end);
   for (LayerCache& l : layers) l.end_step();
@@ -144,7 +149,8 @@ E parse_enum(const std::string& flag, const std::string& name, const std::pair<c
 }
 const std::pair<const char*, SqueezeMetric> kMetrics[] = {{"key_cosine", SqueezeMetric::kKeyCosine},
                                                           {"attention_entropy", SqueezeMetric::kAttentionEntropy},
-                                                          {"residual_cosine", SqueezeMetric::kResidualCosine}};
+                                                          {"residual_cosine", SqueezeMetric::kResidualCosine},
+                                                          {"mass_coverage", SqueezeMetric::kMassCoverage}};
 }  // namespace
 
 KvDType parse_kv_dtype(const std::string& name) {

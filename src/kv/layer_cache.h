@@ -32,7 +32,7 @@ class LayerCache {
   // Where the forward pass hands this step's squeeze metric inputs (null: none wanted).
   ConcentrationMeter* meter() { return policy_->meter(); }
   // The end of a step, for every layer of the sequence before any compacts (SequenceCache::end_step).
-  void before_compaction(int64_t input_end) { policy_->before_compaction({last_step_rows_, tokens_seen_, input_end}); }
+  void before_compaction(int64_t input_end);
   // Evicts what the policy names; then sizes the storage for the next step (changes only when the
   // policy's budget changes, i.e. once when a squeeze schedule is fixed).
   void end_step();

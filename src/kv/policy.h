@@ -50,7 +50,7 @@ class EvictionPolicy {
   virtual ConcentrationMeter* meter() { return nullptr; }
   // Called for every layer of the sequence before any layer compacts (a coordinator hears its
   // reports here, so no layer evicts against a schedule that is still pending).
-  virtual void before_compaction(const StepInfo&) {}
+  virtual void before_compaction(const KvStorage&, const StepInfo&) {}
   virtual double concentration() const { return 0.0; }
 
   // kvzip: true from the end of the prompt until end_scoring(): the runtime then runs the

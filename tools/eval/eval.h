@@ -70,6 +70,8 @@ struct RetrievalSample {
   std::string question;
   std::vector<std::string> expected;  // every one must appear in the answer
   std::string answer;
+  std::vector<int> prompt_ids;    // what was prefilled (and compressed) before generation
+  std::vector<int> continue_ids;  // what generation started from (the question, or its last token)
   bool correct = false;
   bool needle_kept = false;  // every needle token still held by every layer and head after prefill
 };

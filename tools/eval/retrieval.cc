@@ -242,6 +242,9 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       rs.question = b.question;
       rs.expected = b.expected;
       rs.answer = gr.text;
+      rs.prompt_ids = prefix;
+      if (o.question_aware) rs.prompt_ids.insert(rs.prompt_ids.end(), suffix.begin(), suffix.end() - 1);
+      rs.continue_ids = rest;
       rs.correct = answer_matches(gr.text, b.expected);
       rs.needle_kept = kept;
       correct += rs.correct;

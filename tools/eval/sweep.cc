@@ -231,6 +231,10 @@ void run_sweep(const SweepOptions& o, int threads) {
       json bd = json::array();
       for (const auto& [d, a] : rr.by_depth) bd.push_back({{"depth", d}, {"accuracy", a}});
       rec["by_depth"] = bd;
+      int correct = 0;
+      for (const auto& smp : rr.samples) correct += smp.correct;
+      rec["n_samples"] = rr.samples.size();  // for the report's 95% interval
+      rec["n_correct"] = correct;
       cost = rr.cost;
     }
     rec["kept_bytes"] = cost.kept_bytes;

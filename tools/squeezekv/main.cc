@@ -310,10 +310,15 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
   if (!e.json_out.empty()) {
     nlohmann::json by_depth = nlohmann::json::array();
     for (const auto& [d, acc] : r.by_depth) by_depth.push_back({{"depth", d}, {"accuracy", acc}});
+    // every sample with its token ids, so a peer can be run on exactly these prompts
+    nlohmann::json samples = nlohmann::json::array();
+    for (const auto& smp : r.samples)
+      samples.push_back({{"depth", smp.depth}, {"expected", smp.expected}, {"answer", smp.answer}, {"correct", smp.correct},
+                         {"needle_kept", smp.needle_kept}, {"prompt_ids", smp.prompt_ids}, {"continue_ids", smp.continue_ids}});
     write_json_record(e.json_out,
                       {{"task", eval::task_name(e.ret.task)}, {"policy", kv_policy_name(so.cache.policy)}, {"budget", so.cache.budget},
                        {"ctx", e.ret.ctx}, {"question_aware", e.ret.question_aware}, {"accuracy", r.accuracy},
-                       {"by_depth", by_depth}},
+                       {"by_depth", by_depth}, {"samples", samples}},
                       r.cost);
   }
   return 0;

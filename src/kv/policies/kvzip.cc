@@ -30,7 +30,7 @@ class KvzipPolicy final : public EvictionPolicy {
     if (phase_ != Phase::kDecode) return std::nullopt;
     return DecodeRule{cfg_.sinks, recent_window(cfg_.budget, cfg_.sinks, cfg_.recent)};
   }
-  void before_compaction(const StepInfo& step) override {
+  void before_compaction(const KvStorage&, const StepInfo& step) override {
     if (phase_ != Phase::kPrompt || (!step.ends_input() && step.rows > 1)) return;
     // a prompt within the budget is kept whole: nothing to score
     phase_ = step.tokens_seen > cfg_.budget ? Phase::kScoring : Phase::kDecode;

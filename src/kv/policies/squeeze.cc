@@ -36,7 +36,7 @@ class SqueezePolicy final : public EvictionPolicy {
                                    static_cast<size_t>(s.capacity()), evict);
   }
   ConcentrationMeter* meter() override { return reported_ || coord_ == nullptr ? nullptr : &meter_; }
-  void before_compaction(const StepInfo& step) override {
+  void before_compaction(const KvStorage& s, const StepInfo& step) override {
     if (reported_ || coord_ == nullptr) return;
     const bool first_chunk = cfg_.squeeze_resolve == SqueezeResolve::kFirstChunk;
     // a one-row step also ends the prompt: a caller that never marked its end still gets a schedule
@@ -44,6 +44,7 @@ class SqueezePolicy final : public EvictionPolicy {
     // the cap: what each layer holds when the prompt has run (all layers see the same rows)
     if (cfg_.squeeze_cap) coord_->set_token_cap(std::max(step.input_end, step.tokens_seen));
     reported_ = true;
+    if (meter_.metric() == SqueezeMetric::kMassCoverage) meter_.add_mass(s, cfg_.budget);
     concentration_ = meter_.value();
     coord_->report_concentration(layer_, concentration_);
   }
