@@ -9,10 +9,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "kv/kv_storage.h"
 #include "squeezekv/error.h"
 #include "squeezekv/model.h"
 #include "squeezekv/session.h"
@@ -141,10 +145,56 @@ TEST_F(Cuda, Bf16ModeWithinItsTolerance) {
   }
 }
 
+// Attention with both mass reductions (h2o's group-mean sum, kvzip's max) on the two backends, on
+// the same rows: outputs and masses agree (max within float rounding of one probability).
+TEST_F(Cuda, AttentionMassSumAndMaxMatchTheCpu) {
+  const int G = 2, H = 6, D = 64, N = 300, T = 37, cap = N + T;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size()), q(static_cast<size_t>(T) * H * D);
+  for (auto* x : {&k, &v, &q})
+    for (float& e : *x) e = nd(rng);
+  std::vector<int32_t> pos(N), qpos(T);
+  std::iota(pos.begin(), pos.end(), 0);
+  for (int t = 0; t < T; ++t) qpos[t] = N - T + t;  // the last T keys are the rows' own (causal)
+  for (MassReduce reduce : {MassReduce::kSum, MassReduce::kMax}) {
+    std::vector<float> out[2], mass[2];
+    for (int dev = 0; dev < 2; ++dev) {
+      auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
+      KvStorage st(G, D, cap, KvType::kF32, be.get());
+      auto put = [&](const void* src, size_t bytes) {
+        auto buf = be->alloc(bytes);
+        be->upload(buf->data(), src, bytes);
+        return buf;
+      };
+      auto kb = put(k.data(), k.size() * 4), vb = put(v.data(), v.size() * 4), pb = put(pos.data(), pos.size() * 4);
+      st.append(kb->as<float>(), vb->as<float>(), pos.data(), N, pb->as<int32_t>());
+      auto qb = put(q.data(), q.size() * 4), qpb = put(qpos.data(), qpos.size() * 4);
+      auto ob = be->alloc(q.size() * 4);
+      AttentionProbe probe;
+      probe.mass = st.mass_accumulator();
+      probe.mass_stride = cap;
+      probe.reduce = reduce;
+      be->attention(ob->as<float>(), qb->as<float>(), qpb->as<int32_t>(), T, H, st.view(), &probe);
+      out[dev].resize(q.size());
+      be->download(out[dev].data(), ob->data(), q.size() * 4);
+      st.sync_to_host();
+      for (int g = 0; g < G; ++g) mass[dev].insert(mass[dev].end(), st.mass(g), st.mass(g) + N);
+    }
+    double eo = 0, em = 0;
+    for (size_t i = 0; i < out[0].size(); ++i) eo = std::max(eo, double(std::fabs(out[0][i] - out[1][i])));
+    for (size_t i = 0; i < mass[0].size(); ++i) em = std::max(em, double(std::fabs(mass[0][i] - mass[1][i])));
+    std::printf("attention %s: max output err %.3g, max mass err %.3g\n", reduce == MassReduce::kMax ? "max" : "sum", eo, em);
+    EXPECT_LE(eo, 1e-4);
+    EXPECT_LE(em, reduce == MassReduce::kMax ? 1e-5 : 1e-4 * T);
+  }
+}
+
 TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
   auto m = Model::load(test::tinystories());
   const auto ids = prompt(*m, 96);
-  for (KvPolicy policy : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kPyramidKV, KvPolicy::kSqueeze}) {
+  for (KvPolicy policy : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kPyramidKV, KvPolicy::kSqueeze,
+                          KvPolicy::kKvzip}) {
     SessionOptions cpu;
     cpu.threads = 2;
     cpu.prefill_chunk = 32;
