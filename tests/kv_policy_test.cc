@@ -76,6 +76,10 @@ void check_no_binding_budget_matches_full(const Model& m) {
   const auto full = run(m, policy(KvPolicy::kFull, 0), prompt, cont, 16);
   for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kPyramidKV, KvPolicy::kKvzip}) {
     EXPECT_TRUE(bit_identical(run(m, policy(p, seq), prompt, cont, 16), full)) << kv_policy_name(p);
+    if (p == KvPolicy::kWindow || p == KvPolicy::kKvzip) continue;
+    CacheConfig adaptive = policy(p, seq);
+    adaptive.head_alloc = HeadAlloc::kAdaptive;
+    EXPECT_TRUE(bit_identical(run(m, adaptive, prompt, cont, 16), full)) << kv_policy_name(p) << " head-adaptive";
   }
   // squeeze re-splits the budget: give it room so every layer's resolved budget is >= seq
   CacheConfig sq = policy(KvPolicy::kSqueeze, seq * 4);
@@ -149,6 +153,8 @@ TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
     cc.window = std::min(8, cc.budget - cc.sinks - 1);
     cc.squeeze_metric = static_cast<SqueezeMetric>(it % 3);
     cc.squeeze_alloc = it % 2 ? SqueezeAlloc::kKmeans3 : SqueezeAlloc::kInverse;
+    const bool adaptive = cc.policy != KvPolicy::kWindow && (it / 5) % 2 == 1;  // every other round
+    if (adaptive) cc.head_alloc = HeadAlloc::kAdaptive;
     const int n_prompt = std::uniform_int_distribution<int>(5, 150)(rng);
     const int chunk = std::uniform_int_distribution<int>(1, 64)(rng);
     SessionOptions so;
@@ -169,15 +175,20 @@ TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
                            : cc.policy == KvPolicy::kSnapKV || cc.policy == KvPolicy::kPyramidKV
                                ? std::min(cc.window, st.budget - cc.sinks)
                                : std::min(st.budget / 2, st.budget - cc.sinks);
+        int total = 0;
         for (int g = 0; g < m.config().n_kv_heads; ++g) {
           const auto pos = s.kv_positions(st.layer, g);
-          ASSERT_EQ(static_cast<int>(pos.size()), std::min(seen, st.tokens_kept));
+          total += static_cast<int>(pos.size());
+          if (adaptive) ASSERT_LE(static_cast<int>(pos.size()), std::min(seen, 2 * st.budget)) << "head over 2 x budget";
+          else ASSERT_EQ(static_cast<int>(pos.size()), std::min(seen, st.tokens_kept));
           for (size_t i = 1; i < pos.size(); ++i) ASSERT_LT(pos[i - 1], pos[i]) << "not ascending/distinct";
           const std::set<int32_t> have(pos.begin(), pos.end());
           for (int p = 0; p < std::min(cc.sinks, seen); ++p) ASSERT_TRUE(have.count(p)) << "sink " << p << " evicted";
           for (int p = std::max(0, seen - recent); p < seen; ++p)
             ASSERT_TRUE(have.count(p)) << kv_policy_name(cc.policy) << ": recent position " << p << " evicted";
         }
+        ASSERT_LE(total, m.config().n_kv_heads * st.budget) << "layer over its budget";
+        if (adaptive && seen >= 2 * st.budget) ASSERT_EQ(total, m.config().n_kv_heads * st.budget) << "budget not used";
       }
       if (cc.policy == KvPolicy::kSqueeze) {
         const SqueezeCoordinator* c = s.coordinator();

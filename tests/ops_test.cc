@@ -9,6 +9,7 @@
 #include <random>
 #include <numeric>
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <map>
 #include <cstring>
@@ -502,6 +503,55 @@ TEST(Attention, MatchesReferenceIncludingMass) {
         for (size_t i = 1; i < maxed.size(); ++i) ASSERT_NEAR(maxed[i], rmax[i], 1e-5) << "max mass N=" << N << " T=" << T;
       }
     }
+  }
+}
+
+// Dead slots (head-adaptive storage: position INT32_MAX) are invisible: attention over a head with
+// dead slots equals attention over its live rows alone, and dead slots get no mass.
+TEST(Attention, DeadSlotsAreInvisible) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  const int H = 4, G = 2, D = 32, N = 70, T = 5, cap = N;
+  std::vector<float> k(size_t(G) * cap * D), v(k.size()), q(size_t(T) * H * D);
+  for (auto* vec : {&k, &v, &q})
+    for (auto& x : *vec) x = nd(rng);
+  std::vector<int32_t> pos(size_t(G) * cap), qpos(T);
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < N; ++j) pos[g * cap + j] = j;
+  for (int t = 0; t < T; ++t) qpos[t] = N + t;
+  // head 0 loses rows 10..29 (dead), head 1 keeps all; the reference packs head 0's live rows
+  std::vector<float> k2 = k, v2 = v;
+  std::vector<int32_t> pos2 = pos;
+  int w = 0;
+  for (int j = 0; j < N; ++j) {
+    if (j >= 10 && j < 30) {
+      pos[j] = std::numeric_limits<int32_t>::max();
+      continue;
+    }
+    std::copy_n(&k[size_t(j) * D], D, &k2[size_t(w) * D]);
+    std::copy_n(&v[size_t(j) * D], D, &v2[size_t(w) * D]);
+    pos2[w++] = j;
+  }
+  for (int j = w; j < N; ++j) pos2[j] = std::numeric_limits<int32_t>::max();  // the packed copy's tail is dead too
+  const std::vector<uint16_t> none;
+  for (bool fast : {true, false}) {
+    std::vector<float> o1(q.size()), o2(q.size()), m1(size_t(G) * N, 0.0f), m2(m1.size(), 0.0f);
+    std::vector<float> scratch(cpu::attention_scratch_floats(T, H, N));
+    cpu::AttentionProbe p1, p2;
+    p1.mass = m1.data();
+    p2.mass = m2.data();
+    p1.entropy = p2.entropy = true;
+    const cpu::KvView a = view_of(cpu::KvType::kF32, k, v, none, none, pos, N, cap, G, D);
+    const cpu::KvView b = view_of(cpu::KvType::kF32, k2, v2, none, none, pos2, N, cap, G, D);
+    auto run = fast ? cpu::attention : cpu::ref::attention;
+    run(o1.data(), q.data(), qpos.data(), T, H, a, &p1, scratch.data());
+    run(o2.data(), q.data(), qpos.data(), T, H, b, &p2, scratch.data());
+    for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-5) << (fast ? "fast" : "ref");
+    for (int j = 10; j < 30; ++j) EXPECT_EQ(m1[j], 0.0f);
+    for (int j = 0, r = 0; j < N; ++j)
+      if (j < 10 || j >= 30) ASSERT_NEAR(m1[j], m2[r++], 1e-6);
+    EXPECT_EQ(p1.entropy_rows, p2.entropy_rows);
+    EXPECT_NEAR(p1.entropy_sum, p2.entropy_sum, 1e-5);
   }
 }
 

@@ -72,9 +72,12 @@ struct Driver {
       for (int j = from; j < s.count(); ++j)
         l.mass_accumulator()[static_cast<size_t>(g) * s.capacity() + j] = score_of(0, g, s.positions(g)[j]);
   }
-  std::set<int32_t> kept(int layer, int g) const {
+  std::set<int32_t> kept(int layer, int g) const {  // live rows only (no dead slots)
     const KvStorage& s = sc.layers[layer].storage();
-    return {s.positions(g), s.positions(g) + s.count()};
+    std::set<int32_t> k;
+    for (int j = 0; j < s.count(); ++j)
+      if (s.positions(g)[j] != KvStorage::kDeadPos) k.insert(s.positions(g)[j]);
+    return k;
   }
 };
 
@@ -136,6 +139,65 @@ TEST(Policy, H2OKeepsSinksRecentAndTheHighestMass) {
     const std::set<int32_t> k = d.kept(1, g);
     for (int p = 0; p < 4; ++p) EXPECT_TRUE(k.count(p)) << "sink " << p;
     for (int p = 112; p < 120; ++p) EXPECT_TRUE(k.count(p)) << "recent " << p;
+  }
+}
+
+// Ada-KV: the layer's G x budget rows are shared by score across heads; a head whose keys drew
+// more attention keeps more. Here head 1's scores are all above head 0's.
+TEST(Policy, HeadAdaptiveH2OSharesTheLayersRowsByScore) {
+  CacheConfig c = config(KvPolicy::kH2O, 24, 4, 8);
+  c.head_alloc = HeadAlloc::kAdaptive;
+  Driver d(c, 1, 128);
+  LayerCache& l = d.sc.layers[0];
+  std::normal_distribution<float> nd;
+  std::vector<float> k(100 * kG * kD);
+  for (auto& x : k) x = nd(d.rng);
+  std::vector<int32_t> p(100);
+  std::iota(p.begin(), p.end(), 0);
+  l.append(k.data(), k.data(), p.data(), 100);
+  const int cap = l.storage().capacity();
+  for (int j = 0; j < 100; ++j) {
+    l.mass_accumulator()[j] = score_of(0, 0, j);            // head 0: in [0, 1)
+    l.mass_accumulator()[cap + j] = 1.0f + score_of(0, 1, j);  // head 1: all above head 0
+  }
+  d.pos = 100;
+  d.sc.end_step(100);
+  const KvStorage& s = l.storage();
+  EXPECT_EQ(s.live_total(), kG * 24);
+  // the heavy rows (2 x (24 - 12) = 24) go to head 1, except head 0's floor of (24 - 12) / 5 = 2
+  EXPECT_EQ(s.live(0), 12 + 2);
+  EXPECT_EQ(s.live(1), 12 + 22);
+  EXPECT_LE(s.live(1), 2 * 24);
+  EXPECT_EQ(s.count(), s.live(1));  // the fullest head sets the extent; head 0's other slots are dead
+  for (int j = s.live(0); j < s.count(); ++j) EXPECT_EQ(s.positions(0)[j], KvStorage::kDeadPos);
+  for (int g = 0; g < kG; ++g) {
+    const std::set<int32_t> kept = d.kept(0, g);
+    for (int q = 0; q < 4; ++q) EXPECT_TRUE(kept.count(q)) << "sink";
+    for (int q = 92; q < 100; ++q) EXPECT_TRUE(kept.count(q)) << "recent";
+  }
+  // head 0 kept its two best middle rows
+  std::vector<int32_t> mid;
+  for (int q = 4; q < 92; ++q) mid.push_back(q);
+  std::sort(mid.begin(), mid.end(), [](int32_t a, int32_t b) { return score_of(0, 0, a) > score_of(0, 0, b); });
+  EXPECT_TRUE(d.kept(0, 0).count(mid[0]) && d.kept(0, 0).count(mid[1]));
+  EXPECT_EQ(l.stats().tokens_kept, 24);
+  EXPECT_EQ(l.stats().kept_bytes, 24 * s.bytes_per_token());
+  // decode steps: the layer total stays G x budget, dead slots never count as rows
+  for (int t = 0; t < 40; ++t) {
+    d.step(1, 0);
+    EXPECT_EQ(s.live_total(), kG * 24);
+    for (int g = 0; g < kG; ++g) {
+      EXPECT_LE(s.live(g), 48);
+      const std::set<int32_t> kept = d.kept(0, g);
+      EXPECT_EQ(static_cast<int>(kept.size()), s.live(g));
+      EXPECT_TRUE(kept.count(100 + t)) << "newest row " << 100 + t << " head " << g << " live " << s.live(g) << " extent " << s.count();
+    }
+  }
+  // only the score-based policies take it
+  for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kKvzip}) {
+    CacheConfig w = config(p, 24);
+    w.head_alloc = HeadAlloc::kAdaptive;
+    EXPECT_THROW(validate(w), Error) << kv_policy_name(p);
   }
 }
 

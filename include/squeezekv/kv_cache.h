@@ -12,6 +12,10 @@ namespace squeezekv {
 
 enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSqueeze, kKvzip };
 enum class KvDType : uint8_t { kF16, kF32 };
+// How a layer's budget is shared by its kv heads: equally, or by their scores (Ada-KV, Feng et al.
+// 2024: one top-k over every head's candidates, each head keeping a floor; for h2o, snapkv,
+// pyramidkv and squeeze).
+enum class HeadAlloc : uint8_t { kUniform, kAdaptive };
 // What a squeeze layer reports; higher always means "needs fewer tokens".
 // kMassCoverage: the share of the layer's accumulated attention mass that its average budget's
 // heaviest tokens hold (what uniform h2o would keep), so budgets move to the layers that would lose
@@ -39,6 +43,7 @@ struct CacheConfig {
   // Cap each layer's budget at the tokens it holds when the schedule is decided (the prompt), the
   // excess handed to the other layers in proportion to their budgets (water-filling; total kept).
   bool squeeze_cap = true;
+  HeadAlloc head_alloc = HeadAlloc::kUniform;
   SqueezeResolve squeeze_resolve = SqueezeResolve::kFirstChunk;
 };
 

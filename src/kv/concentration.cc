@@ -47,12 +47,14 @@ void ConcentrationMeter::add_residual(const float* x, const float* y, int T, int
 
 void ConcentrationMeter::add_mass(const KvStorage& s, int budget) {
   const int n = s.count();
-  std::vector<float> m(static_cast<size_t>(n));
+  std::vector<float> m;
   for (int g = 0; g < s.n_kv_heads(); ++g) {
-    std::copy(s.mass(g), s.mass(g) + n, m.begin());
+    m.clear();
+    for (int j = 0; j < n; ++j)
+      if (s.positions(g)[j] != KvStorage::kDeadPos) m.push_back(s.mass(g)[j]);
     double total = 0.0, top = 0.0;
     for (float x : m) total += x;
-    const int k = std::min(budget, n);
+    const int k = std::min(budget, static_cast<int>(m.size()));
     std::nth_element(m.begin(), m.begin() + (k > 0 ? k - 1 : 0), m.end(), std::greater<float>());
     for (int i = 0; i < k; ++i) top += m[i];
     sum_ += total > 0.0 ? top / total : 1.0;

@@ -84,6 +84,14 @@ const KvOption kOptions[] = {
     {"squeeze_p", "--squeeze-p", K::kReal, "kmeans3: share of the average budget for the least important cluster",
      [](CacheConfig& c, const std::string& t) { c.squeeze_p = parse_real("--squeeze-p", t); },
      [](const CacheConfig& c) { return real_text(c.squeeze_p); }},
+    {"head_alloc", "--kv-head-alloc", K::kName,
+     "uniform | adaptive: a layer's budget split equally over its kv heads, or by their scores (Ada-KV; h2o, snapkv, pyramidkv, squeeze)",
+     [](CacheConfig& c, const std::string& t) {
+       if (t == "uniform") c.head_alloc = HeadAlloc::kUniform;
+       else if (t == "adaptive") c.head_alloc = HeadAlloc::kAdaptive;
+       else throw Error("--kv-head-alloc: unknown value '" + t + "' (expected uniform or adaptive)");
+     },
+     [](const CacheConfig& c) { return std::string(c.head_alloc == HeadAlloc::kAdaptive ? "adaptive" : "uniform"); }},
     {"squeeze_cap", "--squeeze-cap", K::kName,
      "on | off: cap each layer's budget at the prompt's length, the excess to the other layers (default on)",
      [](CacheConfig& c, const std::string& t) { c.squeeze_cap = parse_on_off("--squeeze-cap", t); },

@@ -15,6 +15,7 @@ KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Ba
       own_backend_(backend == nullptr ? make_cpu_backend(1) : nullptr),
       backend_(backend == nullptr ? own_backend_.get() : backend) {
   allocate();
+  live_.assign(static_cast<size_t>(G_), 0);
 }
 
 void KvStorage::allocate() {
@@ -53,11 +54,13 @@ void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T
       }
   }
   count_ += T;
+  for (int& x : live_) x += T;
   if (T > 0) newest_ = std::max(newest_, pos[T - 1]);
 }
 
 void KvStorage::truncate(const Mark& m) {
   assert(m.count <= count_);
+  for (int& x : live_) x -= count_ - m.count;  // the dropped rows are the newest, held by every head
   count_ = m.count;
   newest_ = m.newest;
 }
@@ -81,19 +84,31 @@ void KvStorage::evict_one_on_backend(int budget, int sinks, int recent) {
   const EvictableRange range = evictable_range(budget, sinks, recent, newest_);  // the host rule's
   backend_->kv_evict_one(arrays_, count_, range.keep_below, range.keep_from);
   --count_;
+  for (int& x : live_) --x;
   if (!backend_->host_visible()) pos_stale_ = true;
 }
 
 void KvStorage::evict(const int* evict, int n_evict) {
-  assert(n_evict <= count_);
-  const int new_count = count_ - n_evict;
-  // prepare: holes below new_count take the surviving rows from the top of [new_count, count):
-  // one move per hole, so a decode step that evicts one row per head moves at most one row each
+  Eviction ev;
+  ev.slots.assign(evict, evict + static_cast<size_t>(G_) * n_evict);
+  ev.set_uniform(G_, n_evict);
+  this->evict(ev);
+}
+
+void KvStorage::evict(const Eviction& ev) {
+  // prepare: per head, holes below its new count take the surviving rows from the top of
+  // [new count, count): one move per hole, so a decode step that evicts one row per head moves at
+  // most one row each
   move_from_.clear();
   move_to_.clear();
+  int new_extent = 0;
   for (int g = 0; g < G_; ++g) {
+    const int n_evict = ev.offsets[g + 1] - ev.offsets[g];
+    assert(n_evict <= count_);
+    const int new_count = count_ - n_evict;
+    new_extent = std::max(new_extent, new_count);
     const int base = g * capacity_;
-    const int* e = evict + static_cast<size_t>(g) * n_evict;
+    const int* e = ev.slots.data() + ev.offsets[g];
     int src = count_ - 1, top = n_evict - 1;
     for (int i = 0; i < n_evict && e[i] < new_count; ++i) {
       for (; top >= 0 && e[top] == src; --top) --src;  // skip rows that are evicted themselves
@@ -110,7 +125,18 @@ void KvStorage::evict(const int* evict, int n_evict) {
       mass_host_[move_to_[i]] = mass_host_[move_from_[i]];
     }
   }
-  count_ = new_count;
+  // heads holding fewer rows than the fullest one: their slots above their rows are dead (an
+  // eviction drops every dead slot it is given, so what a head keeps is what it holds)
+  for (int g = 0; g < G_; ++g) {
+    const int kept = count_ - (ev.offsets[g + 1] - ev.offsets[g]);
+    int32_t* p = pos_host_ + static_cast<size_t>(g) * capacity_;
+    std::fill(p + kept, p + new_extent, kDeadPos);
+    if (!backend_->host_visible() && kept < new_extent)
+      backend_->upload(arrays_.pos + static_cast<size_t>(g) * capacity_ + kept, p + kept,
+                       static_cast<size_t>(new_extent - kept) * sizeof(int32_t));
+    live_[g] = kept;
+  }
+  count_ = new_extent;
 }
 
 void KvStorage::set_capacity(int capacity) {

@@ -1,13 +1,15 @@
 // Storage of one layer's retained keys and values (DESIGN.md "Cache architecture"):
 // K and V as [G][slot][D] (f16 default, f32 option) in the backend's memory, and the policies'
 // metadata on the host: per head per slot its absolute position (int32) and accumulated
-// attention mass (f32). All heads hold the same count; each head keeps its
-// own set of positions. Slots are in no particular order once rows were evicted (eviction fills
+// attention mass (f32). Every head uses slots [0, count()); each keeps its own set of positions.
+// With head-adaptive budgets a head may hold fewer rows than count(): its other slots are dead
+// (position kDeadPos, which every query's causal mask hides), so attention needs no per-head count. Slots are in no particular order once rows were evicted (eviction fills
 // holes from the tail); the position of a slot identifies its token. New rows always go to the end.
 // Allocated once per capacity; no allocation per step.
 // Thread safety: none; owned by one sequence.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include <memory>
@@ -17,8 +19,13 @@
 
 namespace squeezekv {
 
+struct Eviction;
+
 class KvStorage {
  public:
+  // The position of a dead slot: later than any query, so attention masks it.
+  static constexpr int32_t kDeadPos = std::numeric_limits<int32_t>::max();
+
   // backend: where the arrays live (null: a CPU backend of this storage's own).
   KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Backend* backend = nullptr);
 
@@ -30,10 +37,15 @@ class KvStorage {
   // Drops, for every head g, the slots evict[g * n_evict + i] (ascending), moving at most one row
   // per evicted row (holes are filled from the top).
   void evict(const int* evict, int n_evict);
+  // Drops head g's slots ev.slots[ev.offsets[g] .. ev.offsets[g + 1]) (ascending; dead slots too);
+  // each head's kept rows move to its first slots, and heads left with fewer rows than the fullest
+  // head get dead slots up to it.
+  void evict(const Eviction& ev);
 
   void clear() {
     count_ = 0;
     newest_ = -1;
+    live_.assign(static_cast<size_t>(G_), 0);
   }
   // The rows held now, to drop the rows appended after it (a scoring pass's own rows).
   struct Mark {
@@ -50,6 +62,13 @@ class KvStorage {
   void set_capacity(int capacity);
   KvView view() const;
   int count() const { return count_; }
+  // Rows head g holds (count() less its dead slots), and all heads together.
+  int live(int g) const { return live_[g]; }
+  int64_t live_total() const {
+    int64_t n = 0;
+    for (int x : live_) n += x;
+    return n;
+  }
   int capacity() const { return capacity_; }
   int n_kv_heads() const { return G_; }
   int head_dim() const { return D_; }
@@ -81,6 +100,7 @@ class KvStorage {
   Backend* backend_;
   int count_ = 0;
   int32_t newest_ = -1;
+  std::vector<int> live_;  // [G] rows held per head
   std::unique_ptr<Buffer> k_, v_, pos_, mass_;  // the backend's arrays (KvArrays)
   KvArrays arrays_;
   mutable std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible

@@ -15,12 +15,12 @@ LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvType type,
       policy_(std::move(policy)),
       max_step_rows_(max_step_rows),
       max_tokens_(max_tokens),
-      storage_(n_kv_heads, head_dim, capacity_for(policy_->budget()), type, backend) {
-  evict_.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
+      storage_(n_kv_heads, head_dim, capacity_for(), type, backend) {
+  evict_.slots.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
 }
 
-int LayerCache::capacity_for(int budget) const {
-  const int64_t want = static_cast<int64_t>(budget) + max_step_rows_;
+int LayerCache::capacity_for() const {
+  const int64_t want = static_cast<int64_t>(policy_->max_head_rows()) + max_step_rows_;
   return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens_) + policy_->scratch_rows(max_step_rows_)));
 }
 
@@ -34,7 +34,7 @@ void LayerCache::end_step() {
   // a decode step one row over the budget, on a device: the policy's decode rule runs where the
   // mass lives, with no copy to the host (docs/DESIGN.md, "Where selection runs")
   if (!storage_.host_visible() && last_step_rows_ == 1 && storage_.count() == policy_->budget() + 1 &&
-      storage_.capacity() == capacity_for(policy_->budget())) {
+      storage_.capacity() == capacity_for()) {
     if (const auto rule = policy_->decode_rule()) {
       storage_.evict_one_on_backend(policy_->budget(), rule->sinks, rule->recent);
       return;
@@ -45,9 +45,8 @@ void LayerCache::end_step() {
 
 void LayerCache::compact() {
   storage_.sync_to_host();  // a copy only for a device backend
-  const int n = policy_->select(storage_, last_step_rows_, evict_);
-  if (n > 0) storage_.evict(evict_.data(), n);
-  const int cap = capacity_for(policy_->budget());
+  if (policy_->select(storage_, last_step_rows_, evict_)) storage_.evict(evict_);
+  const int cap = capacity_for();
   if (cap != storage_.capacity() && cap >= storage_.count()) storage_.set_capacity(cap);
 }
 
@@ -67,11 +66,12 @@ LayerStats LayerCache::stats() const {
   LayerStats s;
   s.layer = layer_;
   s.tokens_seen = tokens_seen_;
-  s.tokens_kept = storage_.count();
+  const int64_t G = storage_.n_kv_heads();
+  s.tokens_kept = static_cast<int>((storage_.live_total() + G - 1) / G);  // per kv head (the mean, when heads differ)
   s.budget = policy_->budget();
   s.capacity = storage_.capacity();
   s.concentration = policy_->concentration();
-  s.kept_bytes = static_cast<int64_t>(storage_.count()) * storage_.bytes_per_token();
+  s.kept_bytes = storage_.live_total() * storage_.bytes_per_token() / G;
   s.full_bytes = tokens_seen_ * static_cast<int64_t>(storage_.n_kv_heads()) * storage_.head_dim() * 2 * 2;
   return s;
 }
@@ -107,6 +107,8 @@ void validate(const CacheConfig& c) {
   auto fail = [](const std::string& m) { throw Error(m); };
   if (c.max_tokens < 0) fail("--ctx: must be positive, got " + std::to_string(c.max_tokens));
   if (c.sinks < 0) fail("--kv-sinks: must be >= 0, got " + std::to_string(c.sinks));
+  if (c.head_alloc == HeadAlloc::kAdaptive && !policy_info(c.policy).head_adaptive)
+    fail(std::string("--kv-head-alloc: adaptive is for h2o, snapkv, pyramidkv and squeeze, not ") + kv_policy_name(c.policy));
   if (c.policy == KvPolicy::kFull) return;
   if (c.budget < 1)
     fail(std::string("--kv-budget: policy ") + kv_policy_name(c.policy) + " needs a budget >= 1, got " +

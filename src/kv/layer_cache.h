@@ -61,13 +61,13 @@ class LayerCache {
   int budget() const { return policy_->budget(); }
 
  private:
-  int capacity_for(int budget) const;
+  int capacity_for() const;  // rows per head the storage needs: the policy's most per head + one step
   void compact();
   int layer_;
   std::unique_ptr<EvictionPolicy> policy_;
   int max_step_rows_, max_tokens_;
   KvStorage storage_;
-  std::vector<int> evict_;  // [G][n_evict], reused every step
+  Eviction evict_;  // reused every step
   int64_t tokens_seen_ = 0;
   int last_step_rows_ = 0;
 };

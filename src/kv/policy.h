@@ -11,6 +11,7 @@
 
 #include "kv/concentration.h"
 #include "kv/kv_storage.h"
+#include "kv/select.h"
 #include "squeezekv/kv_cache.h"
 
 namespace squeezekv {
@@ -31,12 +32,13 @@ class EvictionPolicy {
   virtual bool needs_mass() const { return false; }
   // Only the last mass_rows() query rows of a step add to the mass (0: every row).
   virtual int mass_rows() const { return 0; }
-  // Most rows the layer may hold after a step (may change once, when a schedule is fixed).
+  // Most rows the layer may hold per kv head on average after a step (may change once, when a
+  // schedule is fixed); with head-adaptive budgets one head may hold up to max_head_rows().
   virtual int budget() const = 0;
-  // Writes the rows to evict as [G][n_evict] (ascending slots per head) and returns n_evict;
-  // returns 0 and leaves evict alone when nothing is evicted. step_rows: rows appended this step
-  // (> 1 for a prefill chunk).
-  virtual int select(const KvStorage& s, int step_rows, std::vector<int>& evict) = 0;
+  virtual int max_head_rows() const { return budget(); }
+  // Names the rows to evict (per head, ascending slots); false when nothing is evicted.
+  // step_rows: rows appended this step (> 1 for a prefill chunk).
+  virtual bool select(const KvStorage& s, int step_rows, Eviction& out) = 0;
   // When a decode step (one new row, one row over the budget) evicts exactly as
   // select_sinks_recent_top(budget, sinks, recent) on the accumulated mass, that rule: a device
   // backend then runs it where the mass lives (docs/DESIGN.md, "Where selection runs").
@@ -72,7 +74,7 @@ class FullPolicy final : public EvictionPolicy {
  public:
   explicit FullPolicy(int capacity) : capacity_(capacity) {}
   int budget() const override { return capacity_; }
-  int select(const KvStorage&, int, std::vector<int>&) override { return 0; }
+  bool select(const KvStorage&, int, Eviction&) override { return false; }
 
  private:
   int capacity_;
@@ -95,6 +97,7 @@ struct PolicyInfo {
   const char* name;     // --kv-policy value
   const char* summary;  // one line for help texts
   bool coordinated;     // the sequence's layers share one SqueezeCoordinator
+  bool head_adaptive;   // supports --kv-head-alloc adaptive
   std::unique_ptr<EvictionPolicy> (*make)(const PolicyContext&);
   void (*validate)(const CacheConfig&);  // checks beyond the common ones (Error naming the flag); may be null
 };

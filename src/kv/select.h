@@ -11,6 +11,19 @@
 
 namespace squeezekv {
 
+// The rows a step evicts: head g's slots are slots[offsets[g] .. offsets[g + 1]), ascending.
+// Heads may lose different numbers of rows (head-adaptive budgets).
+struct Eviction {
+  std::vector<int> slots;
+  std::vector<int> offsets;  // [G + 1]
+  // slots holds [G][n] (select_sinks_recent_top's layout): every head loses n rows
+  void set_uniform(int G, int n) {
+    offsets.resize(static_cast<size_t>(G) + 1);
+    for (int g = 0; g <= G; ++g) offsets[g] = g * n;
+  }
+  bool any() const { return !offsets.empty() && offsets.back() > 0; }
+};
+
 // scores: per head g, scores + g * stride gives one score per slot [count].
 // Writes the slots to evict as [G][count - budget] (ascending per head) and returns how many
 // (0 when count <= budget: nothing written).
@@ -24,6 +37,24 @@ struct EvictableRange {
   int32_t keep_below = 0, keep_from = 0;
 };
 EvictableRange evictable_range(int budget, int sinks, int recent, int32_t newest_position);
+
+// select_sinks_recent_top into an Eviction; false when nothing is evicted.
+bool select_uniform(const KvStorage& s, int budget, int sinks, int recent, const float* scores, size_t stride,
+                    Eviction& out);
+
+// Head-adaptive budgets (Ada-KV, Feng et al. 2024): the layer keeps G x budget rows in all. Every
+// head keeps its sinks and recent window (as select_sinks_recent_top's); the other rows compete
+// across heads by score (ties to the older position, then the lower head), every head keeping at
+// least a floor of a fifth of its uniform share of them and at most max_rows rows in all. Dead
+// slots (KvStorage::kDeadPos) are always evicted. False when nothing is evicted.
+bool select_head_adaptive(const KvStorage& s, int budget, int sinks, int recent, const float* scores, size_t stride,
+                          int max_rows, Eviction& out);
+
+// The rule of a score-based policy (h2o, snapkv, squeeze): uniform per head, or head-adaptive
+// (--kv-head-alloc adaptive; one head then holds at most 2 x budget rows).
+bool select_by_score(const KvStorage& s, bool adaptive, int budget, int sinks, int recent, const float* scores,
+                     size_t stride, Eviction& out);
+inline int max_head_rows(bool adaptive, int budget) { return adaptive ? 2 * budget : budget; }
 
 // The recent window a score-based policy keeps at a budget: `recent` when set (>= 0), else
 // budget / 2, and never more than leaves room for the sinks.

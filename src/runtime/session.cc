@@ -87,6 +87,7 @@ std::vector<int32_t> Session::kv_positions(int layer, int kv_head) const {
   if (kv_head < 0 || kv_head >= s.n_kv_heads()) throw Error("kv_positions: kv head " + std::to_string(kv_head) + " out of range");
   std::vector<int32_t> pos(s.positions(kv_head), s.positions(kv_head) + s.count());
   std::sort(pos.begin(), pos.end());  // slots are unordered after eviction
+  pos.resize(static_cast<size_t>(s.live(kv_head)));  // dead slots (kDeadPos) sort last
   return pos;
 }
 

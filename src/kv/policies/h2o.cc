@@ -10,16 +10,22 @@ namespace {
 class H2OPolicy final : public EvictionPolicy {
  public:
   explicit H2OPolicy(const CacheConfig& c)
-      : budget_(c.budget), sinks_(c.sinks), recent_(recent_window(c.budget, c.sinks, c.recent)) {}
+      : budget_(c.budget), sinks_(c.sinks), recent_(recent_window(c.budget, c.sinks, c.recent)),
+        adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
   bool needs_mass() const override { return true; }
   int budget() const override { return budget_; }
-  std::optional<DecodeRule> decode_rule() const override { return DecodeRule{sinks_, recent_}; }
-  int select(const KvStorage& s, int, std::vector<int>& evict) override {
-    return select_sinks_recent_top(s, budget_, sinks_, recent_, s.mass(0), static_cast<size_t>(s.capacity()), evict);
+  int max_head_rows() const override { return squeezekv::max_head_rows(adaptive_, budget_); }
+  std::optional<DecodeRule> decode_rule() const override {
+    if (adaptive_) return std::nullopt;
+    return DecodeRule{sinks_, recent_};
+  }
+  bool select(const KvStorage& s, int, Eviction& out) override {
+    return select_by_score(s, adaptive_, budget_, sinks_, recent_, s.mass(0), static_cast<size_t>(s.capacity()), out);
   }
 
  private:
   int budget_, sinks_, recent_;
+  bool adaptive_;
 };
 
 }  // namespace

@@ -19,12 +19,12 @@ class KvzipPolicy final : public EvictionPolicy {
   KvzipPolicy(const CacheConfig& c, int max_tokens) : cfg_(c), max_tokens_(max_tokens) {}
   bool needs_mass() const override { return phase_ != Phase::kPrompt; }
   int budget() const override { return phase_ == Phase::kDecode ? cfg_.budget : max_tokens_; }
-  int select(const KvStorage& s, int, std::vector<int>& evict) override {
-    if (phase_ != Phase::kDecode) return 0;
+  bool select(const KvStorage& s, int, Eviction& out) override {
+    if (phase_ != Phase::kDecode) return false;
     // right after scoring: the scores alone (no recent window), then h2o bookkeeping
     const int recent = just_scored_ ? 0 : recent_window(cfg_.budget, cfg_.sinks, cfg_.recent);
     just_scored_ = false;
-    return select_sinks_recent_top(s, cfg_.budget, cfg_.sinks, recent, s.mass(0), static_cast<size_t>(s.capacity()), evict);
+    return select_uniform(s, cfg_.budget, cfg_.sinks, recent, s.mass(0), static_cast<size_t>(s.capacity()), out);
   }
   std::optional<DecodeRule> decode_rule() const override {
     if (phase_ != Phase::kDecode) return std::nullopt;

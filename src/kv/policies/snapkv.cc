@@ -18,29 +18,30 @@ namespace {
 
 class SnapKVPolicy : public EvictionPolicy {
  public:
-  explicit SnapKVPolicy(const CacheConfig& c) : cfg_(c), budget_(c.budget) {}
+  explicit SnapKVPolicy(const CacheConfig& c) : cfg_(c), budget_(c.budget), adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
   bool needs_mass() const override { return true; }
   int mass_rows() const override { return cfg_.window; }
   int budget() const override { return budget_; }
+  int max_head_rows() const override { return squeezekv::max_head_rows(adaptive_, budget()); }
 
-  int select(const KvStorage& s, int step_rows, std::vector<int>& evict) override {
+  bool select(const KvStorage& s, int step_rows, Eviction& out) override {
     decide_budget(s);
-    const int n = s.count();
-    if (n <= budget_) return 0;
+    const int n = s.count(), G = s.n_kv_heads();
+    if (s.live_total() <= static_cast<int64_t>(G) * budget_) return false;
     const int w = std::min(cfg_.window, budget_ - std::min(cfg_.sinks, budget_));
     if (step_rows <= 1) {  // decode: h2o bookkeeping on the accumulated window scores
-      return select_sinks_recent_top(s, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), evict);
+      return select_by_score(s, adaptive_, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), out);
     }
     // prompt: pool the prefix scores along positions (zero padding counted, as avg_pool1d does
     // by default); the window's own rows keep no score, they are kept as the recent part
-    const int G = s.n_kv_heads(), k = cfg_.pool_kernel, half = k / 2;
-    const int prefix = n - w;
+    const int k = cfg_.pool_kernel, half = k / 2;
     pooled_.assign(static_cast<size_t>(G) * n, 0.0f);
     order_.resize(static_cast<size_t>(n));
     for (int g = 0; g < G; ++g) {
       const float* m = s.mass(g);
       const int32_t* pos = s.positions(g);
       float* p = pooled_.data() + static_cast<size_t>(g) * n;
+      const int prefix = s.live(g) - w;  // dead slots (head-adaptive) sort last and are not pooled
       for (int j = 0; j < n; ++j) order_[j] = j;
       std::sort(order_.begin(), order_.end(), [pos](int a, int b) { return pos[a] < pos[b]; });
       for (int r = 0; r < prefix; ++r) {  // r: rank by position among the prefix
@@ -50,13 +51,14 @@ class SnapKVPolicy : public EvictionPolicy {
         p[order_[r]] = acc / static_cast<float>(k);
       }
     }
-    return select_sinks_recent_top(s, budget_, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(n), evict);
+    return select_by_score(s, adaptive_, budget_, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(n), out);
   }
 
  protected:
   virtual void decide_budget(const KvStorage&) {}
   CacheConfig cfg_;
   int budget_;
+  bool adaptive_;
   std::vector<float> pooled_;  // [G][n], reused
   std::vector<int> order_;     // [n] slots sorted by position, reused
 };

@@ -26,14 +26,16 @@ class SqueezePolicy final : public EvictionPolicy {
       if (auto b = coord_->resolved_budget(layer_)) return *b;
     return cfg_.budget;
   }
+  int max_head_rows() const override { return squeezekv::max_head_rows(adaptive(), budget()); }
   std::optional<DecodeRule> decode_rule() const override {
+    if (adaptive()) return std::nullopt;
     const int b = budget();
     return DecodeRule{cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent)};
   }
-  int select(const KvStorage& s, int, std::vector<int>& evict) override {
+  bool select(const KvStorage& s, int, Eviction& out) override {
     const int b = budget();
-    return select_sinks_recent_top(s, b, cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent), s.mass(0),
-                                   static_cast<size_t>(s.capacity()), evict);
+    return select_by_score(s, adaptive(), b, cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent), s.mass(0),
+                           static_cast<size_t>(s.capacity()), out);
   }
   ConcentrationMeter* meter() override { return reported_ || coord_ == nullptr ? nullptr : &meter_; }
   void before_compaction(const KvStorage& s, const StepInfo& step) override {
@@ -56,6 +58,7 @@ class SqueezePolicy final : public EvictionPolicy {
   }
 
  private:
+  bool adaptive() const { return cfg_.head_alloc == HeadAlloc::kAdaptive; }
   CacheConfig cfg_;
   int layer_;
   SqueezeCoordinator* coord_;

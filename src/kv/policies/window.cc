@@ -10,9 +10,9 @@ class WindowPolicy final : public EvictionPolicy {
   explicit WindowPolicy(const CacheConfig& c) : budget_(c.budget), sinks_(c.sinks) {}
   int budget() const override { return budget_; }
   std::optional<DecodeRule> decode_rule() const override { return DecodeRule{sinks_, budget_ - sinks_}; }
-  int select(const KvStorage& s, int, std::vector<int>& evict) override {
+  bool select(const KvStorage& s, int, Eviction& out) override {
     // no scores needed: everything outside sinks and recent is evicted
-    return select_sinks_recent_top(s, budget_, sinks_, budget_ - sinks_, s.mass(0), 0, evict);
+    return select_uniform(s, budget_, sinks_, budget_ - sinks_, s.mass(0), 0, out);
   }
 
  private:
