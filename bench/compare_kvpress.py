@@ -34,7 +34,9 @@ def run_squeezekv(args, policy, out):
            "--kv-policy", policy, "--kv-budget", str(budget), "-t", str(args.threads), "--json", out]
     if args.question_aware:
         cmd.append("--question-aware")
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"compare_kvpress: {' '.join(cmd)} failed:\n{done.stderr}")
     with open(out) as f:
         return json.loads(f.readline())
 
@@ -95,8 +97,14 @@ def main():
     ap.add_argument("--out", help="write the comparison as JSON")
     args = ap.parse_args()
 
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import logging
+    logging.getLogger("kvpress").setLevel(logging.ERROR)
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    transformers.logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
     d, f = os.path.split(os.path.abspath(args.model))
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
