@@ -149,6 +149,34 @@ def tiny_hf():
     return json.dumps(config).encode() + sep + json.dumps(tok).encode() + sep + st
 
 
+# ---- llama2.c checkpoint + tokenizer (fuzz_llama2c: first byte 0 = checkpoint, 1 = tokenizer) ----
+def tiny_llama2c():
+    E, F, L, H, G, V, seq = 8, 16, 1, 2, 2, 8, 4
+    D = E // H
+    n = V * E + L * E + 4 * L * E * E + L * E + 3 * L * F * E + E + seq * D
+    rnd = random.Random(5)
+    return struct.pack("<7i", E, F, L, H, G, V, seq) + struct.pack("<%df" % n, *[rnd.uniform(-0.1, 0.1) for _ in range(n)])
+
+
+def tiny_llama2c_tokenizer():
+    toks = ["<unk>", "<s>", "</s>", "a", "b", " ", "ab", "<0x41>"]
+    out = struct.pack("<i", max(len(t) for t in toks))
+    for i, t in enumerate(toks):
+        out += struct.pack("<fi", -float(i), len(t)) + t.encode()
+    return out
+
+
+CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+          "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+          "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}")
+LLAMA3 = ("{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+          "'<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}{% endfor %}")
+
+
+def chat_input(template, messages):
+    return template.encode() + b"\0" + b"\x02".join(r.encode() + b"\x01" + c.encode() for r, c in messages)
+
+
 TEXTS = ["Hello, world!", "The quick brown fox jumps over the lazy dog.", "  leading and trailing spaces  ",
          "naïve café — “quotes” ‘and’ … ellipsis", "日本語のテキストと한국어 텍스트", "emoji 🙂👍🏽 and ZWJ 👩‍👩‍👧",
          "<|im_start|>user\nhi<|im_end|>", "numbers 1234567890 3.14159 -42", "tabs\tand\nnewlines\r\n",
@@ -174,6 +202,12 @@ def main():
     ]
     for i, r in enumerate(requests):
         files[("request", "request_%02d.json" % i)] = json.dumps(r).encode()
+    files[("llama2c", "checkpoint")] = b"\x00" + tiny_llama2c()
+    files[("llama2c", "tokenizer")] = b"\x01" + tiny_llama2c_tokenizer()
+    files[("chat", "chatml")] = chat_input(CHATML, [("user", "Hi there"), ("assistant", "Hello!"), ("user", "A river?")])
+    files[("chat", "chatml_system")] = chat_input(CHATML, [("system", "Be brief."), ("user", "naïve café 🙂")])
+    files[("chat", "llama3")] = chat_input(LLAMA3, [("user", "What is 2+2?")])
+    files[("chat", "plain")] = chat_input("", [("user", "plain text"), ("user", "")])
     for (target, name), data in files.items():
         d = os.path.join(a.out, target)
         os.makedirs(d, exist_ok=True)

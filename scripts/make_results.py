@@ -191,6 +191,35 @@ def findings(recs, cfg, labels, fr):
     return out
 
 
+def kvpress_section(out_dir):
+    """The side-by-side runs of bench/compare_kvpress.py (kvpress_*.json beside the records)."""
+    files = sorted(glob.glob(os.path.join(out_dir, "kvpress_*.json")))
+    if not files:
+        return []
+    out = ["## Against NVIDIA kvpress (same GGUF, same prompts)", "",
+           "`bench/compare_kvpress.py`: squeezekv's policies and the matching kvpress presses on Hugging Face "
+           "transformers (the same GGUF, dequantized to f32 by transformers), on exactly the same token ids "
+           "(squeezekv's `eval retrieval --json` writes them), greedy answers, exact match.", "",
+           "| task | policy / press | budget | squeezekv | kvpress | same outcome |", "|---|---|---|---|---|---|"]
+    notes = []
+    for f in files:
+        doc = json.load(open(f))
+        for r in doc["rows"]:
+            task = f"passkey {r['ctx']}" + (" question-aware" if r["question_aware"] else "")
+            n = r["samples"]
+            same = round(r["same_outcome"] * n)
+            out.append(f"| {task} | {r['policy']} / {r['press']} | {100 * r['fraction']:g}% | "
+                       f"{r['squeezekv_accuracy']:.2f} | {r['kvpress_accuracy']:.2f} | {same}/{n} |")
+            if n - same > n / 10:
+                diff = [d for d in r["detail"] if d["squeezekv_correct"] != d["kvpress_correct"]]
+                notes.append(f"- {task}, {r['policy']}: {n - same} of {n} samples differ, e.g. depth {diff[0]['depth']}: "
+                             f"squeezekv \"{diff[0]['squeezekv'].strip()[:60]}\", kvpress \"{diff[0]['kvpress'].strip()[:60]}\".")
+    out.append("")
+    if notes:
+        out += ["Where the two differ by more than one sample in ten:", ""] + notes + [""]
+    return out
+
+
 def report(a):
     import plot_sweep  # matplotlib is needed for the report only
 
@@ -282,6 +311,7 @@ def report(a):
             if h2o and "h2o" not in best:
                 vs = f"; h2o {fmt(metric, h2o['value'])}"
             verdicts.append(f"- {task} {ctx} at {100 * f:g}%: **{', '.join(best)}** {fmt(metric, best_v)}, {margin}{vs}.")
+    lines += kvpress_section(out_dir)
     lines.append("## Who wins where")
     lines.append("")
     if wins:

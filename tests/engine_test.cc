@@ -35,6 +35,12 @@ CacheConfig snapkv(int budget, int window) {
   return c;
 }
 
+CacheConfig squeeze_at_prompt_end(int budget) {
+  CacheConfig c = cache_of(KvPolicy::kSqueeze, budget);
+  c.squeeze_resolve = SqueezeResolve::kPrompt;
+  return c;
+}
+
 struct Case {
   std::string prompt;
   CacheConfig cache;
@@ -49,6 +55,11 @@ std::vector<Case> cases() {
       {"def fibonacci(n):", cache_of(KvPolicy::kWindow, 10)},
       {"The capital of France is a city that many people", snapkv(12, 4), 30},
       {"Water boils at", cache_of(KvPolicy::kFull, 0), 5},
+      // kvzip scores its prompt when the prompt ends (the last of its chunks, Segment::input_end)
+      {"Mr. Knightley, a sensible man about seven or eight and thirty, was not only a very old and intimate friend of the family",
+       cache_of(KvPolicy::kKvzip, 12)},
+      {"It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.",
+       squeeze_at_prompt_end(14)},
   };
 }
 
@@ -80,7 +91,7 @@ TEST_P(EngineTest, BatchedRequestsEqualLoneGeneration) {
     const auto ids = m.tokenizer().encode(c.prompt, true);
     lone.push_back(generate(s, ids, greedy(c.n)));
   }
-  Engine engine(m, options(GetParam()), 4);  // 6 requests over 4 slots: two wait, then join running batches
+  Engine engine(m, options(GetParam()), 4);  // 8 requests over 4 slots: four wait, then join running batches
   Scheduler sched(engine);
   std::map<int64_t, GenerateResult> done;
   std::map<int64_t, std::string> streamed;
@@ -99,7 +110,7 @@ TEST_P(EngineTest, BatchedRequestsEqualLoneGeneration) {
     ids.push_back(sched.submit(std::move(r)));
     EXPECT_EQ(ids.back(), id);
   }
-  EXPECT_EQ(sched.waiting(), 6);
+  EXPECT_EQ(sched.waiting(), static_cast<int>(cs.size()));
   int steps = 0;
   int most_running = 0;
   while (sched.step()) {
