@@ -1,6 +1,7 @@
 // A grid of runs (tasks x lengths x policies x budgets) from a JSON config; one JSON line per run
 // is appended to the output file as soon as the run ends, so a killed sweep resumes where it
 // stopped: runs whose key is already in the output are skipped.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -122,8 +123,21 @@ void run_sweep(const SweepOptions& o, int threads) {
   for (const TaskSpec& t : tasks)
     for (int ctx : t.ctx) {
       if (include_full) runs.push_back({t.label + "|" + std::to_string(ctx) + "|full|1", &t, ctx, &full, 1.0});
+      // a task may run a subset of the budgets ("budget_fractions" of its own)
+      std::vector<double> task_fractions = fractions;
+      if (t.raw.contains("budget_fractions")) {
+        try {
+          task_fractions = t.raw.at("budget_fractions").get<std::vector<double>>();
+        } catch (const json::exception& e) {
+          throw Error("--config: task '" + t.label + "': budget_fractions must be a list of numbers: " + e.what());
+        }
+        for (double f : task_fractions)
+          if (!(f > 0.0 && f <= 1.0)) throw Error("--config: task '" + t.label + "': budget fraction " + std::to_string(f) + " outside (0, 1]");
+        // within the config's budgets (a shard of a split sweep holds a part of them)
+        std::erase_if(task_fractions, [&](double f) { return std::find(fractions.begin(), fractions.end(), f) == fractions.end(); });
+      }
       for (const PolicySpec& p : policies)
-        for (double f : fractions) {
+        for (double f : task_fractions) {
           CacheConfig c = p.cache;
           c.budget = static_cast<int>(std::lround(f * ctx));
           validate(c);
