@@ -82,7 +82,9 @@ void SequenceCache::reset() {
 }
 
 void LayerCache::before_compaction(int64_t input_end) {
-  if (policy_->meter() != nullptr) storage_.sync_to_host();  // a report may read the mass (a copy only on a device)
+  // mass_coverage reads the accumulated mass when it reports (a copy only on a device)
+  if (const ConcentrationMeter* m = policy_->meter(); m != nullptr && m->metric() == SqueezeMetric::kMassCoverage)
+    storage_.sync_to_host();
   policy_->before_compaction(storage_, {last_step_rows_, tokens_seen_, input_end});
 }
 

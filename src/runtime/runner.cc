@@ -15,9 +15,6 @@ namespace squeezekv {
 
 constexpr int kDefaultMaxTokens = 16384;
 
-
-
-
 // The model's weights as the session's backend multiplies them (the CPU: the stored bytes as they
 // are; a device: its own copies). Norm vectors and biases travel as 1 x n F32 matrices.
 struct DeviceWeights {
