@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+LAYERWISE = True  # --kvzip-global: kvpress's default, one ratio over all layers and heads
+
 PAIRS = {"full": None, "window": "StreamingLLMPress", "snapkv": "SnapKVPress", "kvzip": "KVzipPress"}
 
 
@@ -48,7 +50,7 @@ def make_press(name, ratio):
     if name == "SnapKVPress":
         return kvpress.SnapKVPress(compression_ratio=ratio, window_size=32, kernel_size=5)
     if name == "KVzipPress":
-        return kvpress.KVzipPress(compression_ratio=ratio, layerwise=True)
+        return kvpress.KVzipPress(compression_ratio=ratio, layerwise=LAYERWISE)
     raise ValueError(name)
 
 
@@ -95,7 +97,11 @@ def main():
     ap.add_argument("--policies", default="full,window,snapkv,kvzip")
     ap.add_argument("--answer-tokens", type=int, default=24)
     ap.add_argument("--out", help="write the comparison as JSON")
+    ap.add_argument("--kvzip-global", action="store_true",
+                    help="KVzipPress with kvpress's default (one ratio over all layers and heads) instead of per layer")
     args = ap.parse_args()
+    global LAYERWISE
+    LAYERWISE = not args.kvzip_global
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -143,7 +149,7 @@ def main():
             detail.append({"depth": s["depth"], "expected": s["expected"], "squeezekv": s["answer"], "squeezekv_correct": s["correct"],
                            "kvpress": ans, "kvpress_correct": ok})
         n = len(samples)
-        row = {"policy": policy, "press": press_name or "none", "ctx": args.ctx, "fraction": args.fraction,
+        row = {"policy": policy, "press": (press_name or "none") + ("" if LAYERWISE or policy != "kvzip" else " (global)"), "ctx": args.ctx, "fraction": args.fraction,
                "question_aware": args.question_aware, "samples": n, "squeezekv_accuracy": rec["accuracy"],
                "kvpress_accuracy": hits / n, "same_outcome": agree / n, "squeezekv_seconds": sq_s,
                "kvpress_seconds": time.time() - t0, "compression_ratio": ratio, "detail": detail}

@@ -57,7 +57,7 @@ class EvictionPolicy {
 
   // kvzip: true from the end of the prompt until end_scoring(): the runtime then runs the
   // context-reconstruction pass, whose attention adds each retained key's largest probability
-  // into the mass (AttentionProbe::MassReduce::kMax), and calls end_scoring().
+  // into the mass (MassReduce::kMax), and calls end_scoring().
   virtual bool wants_scoring() const { return false; }
   // kvzip: whether the runtime must keep the token ids of the input until scoring (the
   // reconstruction pass repeats them).
