@@ -217,6 +217,18 @@ def kvpress_section(out_dir):
     out.append("")
     if notes:
         out += ["Where the two differ by more than one sample in ten:", ""] + notes + [""]
+        out += ["What differs between the two KVzip implementations (read from kvpress 0.5.5's `kvzip_press.py`): "
+                "kvpress scores only the tokens after the chat template's opening (the template's system prompt "
+                "gets score 0, so it goes first), normalises each repeat row's softmax over the sinks, the chunk "
+                "being repeated and the repeat rows only, wraps the repeat instruction in the chat template, and "
+                "prunes by one bottom-k over all heads of a layer (`layerwise=True`: heads keep different "
+                "counts) or of the whole model (its default) by masking the pruned keys; squeezekv scores every "
+                "cached token with the real attention over the whole cache, repeats after a plain-text "
+                "instruction, and keeps the same count in every head of a layer. kvpress's misses are the "
+                "shallow needles (depths 0.1-0.3 and one at 0.5), answered with the key's first digit only, the "
+                "mark of digits lost in some layers or heads. Which of these differences causes it is not "
+                "isolated yet; kvpress's own default (one ratio over all layers and heads) is the row marked "
+                "(global) where it was run.", ""]
     return out
 
 
