@@ -88,9 +88,11 @@ def targets(recs):
         if None in (full, sq, h2o):
             continue
         ok = sq <= h2o and sq <= 1.10 * full
+        best_v, best_p = min((v, p) for (p, f), v in g.items() if f == 0.1)
         out.append(f"- {task} {ctx}, 10% KV: squeeze {sq:.3f} ({sq / full:.3f}x full {full:.3f}), h2o {h2o:.3f} "
                    f"({h2o / full:.3f}x): squeeze {'at or below' if sq <= h2o else 'ABOVE'} h2o, "
-                   f"{'within' if sq <= 1.10 * full else 'OUTSIDE'} 1.10x full -> {'met' if ok else 'NOT met'}.")
+                   f"{'within' if sq <= 1.10 * full else 'OUTSIDE'} 1.10x full -> {'met' if ok else 'NOT met'} "
+                   f"(best of all policies here: {best_p} {best_v:.3f}, {best_v / full:.3f}x).")
     acc = [r for r in recs if r["metric"] == "accuracy"]
     for task, ctx, f, need in [("passkey", 2048, 0.2, 0.8), ("passkey-4k", 4096, 0.2, 0.8), ("passkey-question-aware", 2048, 0.4, 0.9)]:
         g = [r for r in acc if r["task"] == task and r["ctx"] == ctx]
@@ -375,11 +377,12 @@ def report(a):
     lines.append("")
     lines.append("## Charts")
     lines.append("")
+    rel = os.path.relpath(out_dir, os.path.dirname(os.path.abspath(a.out)) or ".")
     for c in charts:
-        lines.append(f"![{c}](results/{c})")
+        lines.append(f"![{c}]({rel}/{c})")
     if lb:
         lines.append("")
-        lines.append(f"![per-layer budgets](results/{lb})")
+        lines.append(f"![per-layer budgets]({rel}/{lb})")
     lines.append("")
     with open(a.out, "w") as f:
         f.write("\n".join(lines))
