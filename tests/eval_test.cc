@@ -116,6 +116,11 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
   kvzip.cache.budget = 128;
   const eval::RetrievalResult z = eval::run_retrieval(*m, kvzip, o);
   for (const auto& s : z.samples) EXPECT_TRUE(s.correct) << "kvzip lost the needle: " << s.answer;
+  SessionOptions kvzip_heads = kvzip;  // KVzip's own ranking over the heads (no per-head floor)
+  kvzip_heads.cache.head_alloc = HeadAlloc::kAdaptive;
+  const eval::RetrievalResult zh = eval::run_retrieval(*m, kvzip_heads, o);
+  for (const auto& s : zh.samples) EXPECT_TRUE(s.correct) << "head-adaptive kvzip lost the needle: " << s.answer;
+  EXPECT_LE(zh.cost.kept_bytes, z.cost.kept_bytes);
   EXPECT_LT(z.cost.kept_bytes * 3, z.cost.full_bytes + z.cost.full_bytes / 10);
   for (KvPolicy p : {KvPolicy::kH2O, KvPolicy::kSnapKV}) {
     SessionOptions other = kvzip;

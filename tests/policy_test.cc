@@ -194,7 +194,7 @@ TEST(Policy, HeadAdaptiveH2OSharesTheLayersRowsByScore) {
     }
   }
   // only the score-based policies take it
-  for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kKvzip}) {
+  for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kFull}) {
     CacheConfig w = config(p, 24);
     w.head_alloc = HeadAlloc::kAdaptive;
     EXPECT_THROW(validate(w), Error) << kv_policy_name(p);

@@ -14,7 +14,7 @@ enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSque
 enum class KvDType : uint8_t { kF16, kF32 };
 // How a layer's budget is shared by its kv heads: equally, or by their scores (Ada-KV, Feng et al.
 // 2024: one top-k over every head's candidates, each head keeping a floor; for h2o, snapkv,
-// pyramidkv and squeeze).
+// pyramidkv, squeeze, and kvzip at its scoring without a floor, as KVzip ranks).
 enum class HeadAlloc : uint8_t { kUniform, kAdaptive };
 // What a squeeze layer reports; higher always means "needs fewer tokens".
 // kMassCoverage: the share of the layer's accumulated attention mass that its average budget's

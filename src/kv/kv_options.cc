@@ -85,7 +85,7 @@ const KvOption kOptions[] = {
      [](CacheConfig& c, const std::string& t) { c.squeeze_p = parse_real("--squeeze-p", t); },
      [](const CacheConfig& c) { return real_text(c.squeeze_p); }},
     {"head_alloc", "--kv-head-alloc", K::kName,
-     "uniform | adaptive: a layer's budget split equally over its kv heads, or by their scores (Ada-KV; h2o, snapkv, pyramidkv, squeeze)",
+     "uniform | adaptive: a layer's budget split equally over its kv heads, or by their scores (Ada-KV; h2o, snapkv, pyramidkv, squeeze, kvzip)",
      [](CacheConfig& c, const std::string& t) {
        if (t == "uniform") c.head_alloc = HeadAlloc::kUniform;
        else if (t == "adaptive") c.head_alloc = HeadAlloc::kAdaptive;

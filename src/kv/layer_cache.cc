@@ -110,7 +110,7 @@ void validate(const CacheConfig& c) {
   if (c.max_tokens < 0) fail("--ctx: must be positive, got " + std::to_string(c.max_tokens));
   if (c.sinks < 0) fail("--kv-sinks: must be >= 0, got " + std::to_string(c.sinks));
   if (c.head_alloc == HeadAlloc::kAdaptive && !policy_info(c.policy).head_adaptive)
-    fail(std::string("--kv-head-alloc: adaptive is for h2o, snapkv, pyramidkv and squeeze, not ") + kv_policy_name(c.policy));
+    fail(std::string("--kv-head-alloc: adaptive is for h2o, snapkv, pyramidkv, squeeze and kvzip, not ") + kv_policy_name(c.policy));
   if (c.policy == KvPolicy::kFull) return;
   if (c.budget < 1)
     fail(std::string("--kv-budget: policy ") + kv_policy_name(c.policy) + " needs a budget >= 1, got " +
@@ -135,7 +135,7 @@ SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfi
                                                           cfg.squeeze_alloc, cfg.squeeze_p);
   sc.layers.reserve(static_cast<size_t>(model.n_layers));
   for (int l = 0; l < model.n_layers; ++l) {
-    const PolicyContext ctx{cfg, l, model.n_layers, max_tokens, sc.coordinator.get()};
+    const PolicyContext ctx{cfg, l, model.n_layers, max_tokens, model.n_kv_heads, sc.coordinator.get()};
     sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, info.make(ctx), max_step_rows, max_tokens, backend);
   }
   return sc;

@@ -88,6 +88,7 @@ struct PolicyContext {
   const CacheConfig& cfg;
   int layer = 0, n_layers = 0;
   int max_tokens = 0;                         // most rows the sequence may see
+  int n_kv_heads = 0;
   SqueezeCoordinator* coordinator = nullptr;  // null unless PolicyInfo::coordinated
 };
 

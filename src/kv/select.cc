@@ -14,7 +14,7 @@ bool select_uniform(const KvStorage& s, int budget, int sinks, int recent, const
 }
 
 bool select_head_adaptive(const KvStorage& s, int budget, int sinks, int recent, const float* scores, size_t stride,
-                          int max_rows, Eviction& out) {
+                          int max_rows, Eviction& out, double floor_share) {
   const int G = s.n_kv_heads(), n = s.count();
   if (s.live_total() <= static_cast<int64_t>(G) * budget) return false;
   const EvictableRange range = evictable_range(budget, sinks, recent, s.newest_position());
@@ -54,7 +54,7 @@ bool select_head_adaptive(const KvStorage& s, int budget, int sinks, int recent,
   int64_t heavy = static_cast<int64_t>(G) * budget;
   for (int g = 0; g < G; ++g) heavy -= protected_rows[g];
   // the floor: each head's best fifth of its uniform share of the heavy rows
-  const int floor_rows = std::max(0, (budget - std::min(budget, sinks + recent)) / 5);
+  const int floor_rows = std::max(0, static_cast<int>(floor_share * (budget - std::min(budget, sinks + recent))));
   for (int g = 0; g < G; ++g) {
     std::sort(cand.begin() + first[g], cand.begin() + first[g + 1], better);
     const int f = std::min({floor_rows, first[g + 1] - first[g], std::max(0, max_rows - protected_rows[g])});

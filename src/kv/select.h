@@ -45,10 +45,11 @@ bool select_uniform(const KvStorage& s, int budget, int sinks, int recent, const
 // Head-adaptive budgets (Ada-KV, Feng et al. 2024): the layer keeps G x budget rows in all. Every
 // head keeps its sinks and recent window (as select_sinks_recent_top's); the other rows compete
 // across heads by score (ties to the older position, then the lower head), every head keeping at
-// least a floor of a fifth of its uniform share of them and at most max_rows rows in all. Dead
-// slots (KvStorage::kDeadPos) are always evicted. False when nothing is evicted.
+// least floor_share of its uniform share of them (Ada-KV's safeguard; 0: none, as KVzip) and at
+// most max_rows rows in all. Dead slots (KvStorage::kDeadPos) are always evicted. False when
+// nothing is evicted.
 bool select_head_adaptive(const KvStorage& s, int budget, int sinks, int recent, const float* scores, size_t stride,
-                          int max_rows, Eviction& out);
+                          int max_rows, Eviction& out, double floor_share = 0.2);
 
 // The rule of a score-based policy (h2o, snapkv, squeeze): uniform per head, or head-adaptive
 // (--kv-head-alloc adaptive; one head then holds at most 2 x budget rows).

@@ -16,18 +16,26 @@ namespace {
 
 class KvzipPolicy final : public EvictionPolicy {
  public:
-  KvzipPolicy(const CacheConfig& c, int max_tokens) : cfg_(c), max_tokens_(max_tokens) {}
+  KvzipPolicy(const CacheConfig& c, int max_tokens, int n_kv_heads)
+      : cfg_(c), max_tokens_(max_tokens), G_(n_kv_heads), adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
   bool needs_mass() const override { return phase_ != Phase::kPrompt; }
   int budget() const override { return phase_ == Phase::kDecode ? cfg_.budget : max_tokens_; }
+  // head-adaptive: one head may take the whole layer's rows (KVzip's bottom-k over the heads)
+  int max_head_rows() const override { return adaptive_ && phase_ == Phase::kDecode ? G_ * cfg_.budget : budget(); }
   bool select(const KvStorage& s, int, Eviction& out) override {
     if (phase_ != Phase::kDecode) return false;
     // right after scoring: the scores alone (no recent window), then h2o bookkeeping
     const int recent = just_scored_ ? 0 : recent_window(cfg_.budget, cfg_.sinks, cfg_.recent);
+    const bool scored = just_scored_;
     just_scored_ = false;
-    return select_uniform(s, cfg_.budget, cfg_.sinks, recent, s.mass(0), static_cast<size_t>(s.capacity()), out);
+    const size_t stride = static_cast<size_t>(s.capacity());
+    if (adaptive_)  // KVzip's own selection: one ranking over the heads, no per-head floor at scoring
+      return select_head_adaptive(s, cfg_.budget, cfg_.sinks, recent, s.mass(0), stride, G_ * cfg_.budget, out,
+                                  scored ? 0.0 : 0.2);
+    return select_uniform(s, cfg_.budget, cfg_.sinks, recent, s.mass(0), stride, out);
   }
   std::optional<DecodeRule> decode_rule() const override {
-    if (phase_ != Phase::kDecode) return std::nullopt;
+    if (phase_ != Phase::kDecode || adaptive_) return std::nullopt;
     return DecodeRule{cfg_.sinks, recent_window(cfg_.budget, cfg_.sinks, cfg_.recent)};
   }
   void before_compaction(const KvStorage&, const StepInfo& step) override {
@@ -50,7 +58,8 @@ class KvzipPolicy final : public EvictionPolicy {
  private:
   enum class Phase { kPrompt, kScoring, kDecode };
   CacheConfig cfg_;
-  int max_tokens_;
+  int max_tokens_, G_;
+  bool adaptive_;
   Phase phase_ = Phase::kPrompt;
   bool just_scored_ = false;
 };
@@ -58,7 +67,7 @@ class KvzipPolicy final : public EvictionPolicy {
 }  // namespace
 
 std::unique_ptr<EvictionPolicy> make_kvzip_policy(const PolicyContext& c) {
-  return std::make_unique<KvzipPolicy>(c.cfg, c.max_tokens);
+  return std::make_unique<KvzipPolicy>(c.cfg, c.max_tokens, c.n_kv_heads);
 }
 
 }  // namespace squeezekv

@@ -20,7 +20,7 @@ const PolicyInfo kPolicies[] = {
      make_pyramidkv_policy, validate_snapkv},
     {KvPolicy::kSqueeze, "squeeze", "SqueezeAttention: h2o per layer, budgets re-split across layers", true, true,
      make_squeeze_policy, validate_squeeze},
-    {KvPolicy::kKvzip, "kvzip", "KVzip: prompt scored by reconstructing it (query-agnostic)", false, false, make_kvzip_policy,
+    {KvPolicy::kKvzip, "kvzip", "KVzip: prompt scored by reconstructing it (query-agnostic)", false, true, make_kvzip_policy,
      nullptr},
 };
 }  // namespace
