@@ -228,13 +228,15 @@ def kvpress_section(out_dir):
                 "cached token with the real attention over the whole cache, repeats after a plain-text "
                 "instruction, and keeps the same count in every head of a layer. kvpress's misses are the "
                 "shallow needles (depths 0.1-0.3 and one at 0.5), answered with the key's first digit only, the "
-                "mark of digits lost in some layers or heads. One difference is ruled out: squeezekv's kvzip "
+                "mark of digits lost in some layers or heads. Two differences are ruled out: squeezekv's kvzip "
                 "with kvpress's ranking over the heads (`--kv-head-alloc adaptive`: one bottom-k over a layer's "
                 "heads, no per-head floor) also answers 10 of 10 on these prompts (`squeezekv eval retrieval "
                 "--task passkey --ctx 2048 --depths 0.1 0.3 0.5 0.7 0.9 --samples 2 --kv-policy kvzip --kv-budget "
-                "410 --kv-head-alloc adaptive`). Left to isolate: the chat-wrapped repeat instruction, the "
-                "softmax restricted to the repeated chunk, and the template prefix scored 0. kvpress's own "
-                "default (one ratio over all layers and heads) is the row marked (global).", ""]
+                "410 --kv-head-alloc adaptive`), and so does it with the repeat instruction closed as a chat turn "
+                "as kvpress does (\"...exactly.<|im_end|>\\n<|im_start|>assistant\\n\", a one-line change of "
+                "`Runner::score_context` tried and reverted). Left to isolate: the softmax restricted to the "
+                "repeated chunk and the template prefix scored 0. kvpress's own default (one ratio over all "
+                "layers and heads) is the row marked (global).", ""]
     return out
 
 
