@@ -24,8 +24,6 @@ import sys
 import tempfile
 import time
 
-LAYERWISE = True  # --kvzip-global: kvpress's default, one ratio over all layers and heads
-
 PAIRS = {"full": None, "window": "StreamingLLMPress", "snapkv": "SnapKVPress", "kvzip": "KVzipPress"}
 
 
@@ -43,14 +41,14 @@ def run_squeezekv(args, policy, out):
         return json.loads(f.readline())
 
 
-def make_press(name, ratio):
+def make_press(name, ratio, layerwise):
     import kvpress
     if name == "StreamingLLMPress":
         return kvpress.StreamingLLMPress(compression_ratio=ratio, n_sink=4)
     if name == "SnapKVPress":
         return kvpress.SnapKVPress(compression_ratio=ratio, window_size=32, kernel_size=5)
     if name == "KVzipPress":
-        return kvpress.KVzipPress(compression_ratio=ratio, layerwise=LAYERWISE)
+        return kvpress.KVzipPress(compression_ratio=ratio, layerwise=layerwise)
     raise ValueError(name)
 
 
@@ -100,8 +98,6 @@ def main():
     ap.add_argument("--kvzip-global", action="store_true",
                     help="KVzipPress with kvpress's default (one ratio over all layers and heads) instead of per layer")
     args = ap.parse_args()
-    global LAYERWISE
-    LAYERWISE = not args.kvzip_global
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -140,7 +136,7 @@ def main():
         for s in samples:
             n_prompt = len(s["prompt_ids"])
             ratio = 0.0 if press_name is None else max(0.0, 1.0 - rec["budget"] / n_prompt)
-            press = None if press_name is None else make_press(press_name, ratio)
+            press = None if press_name is None else make_press(press_name, ratio, not args.kvzip_global)
             ans = hf_answer(model, tok, press, s["prompt_ids"], s["continue_ids"], args.answer_tokens, eos)
             numbers = re.findall(r"\d+", ans)  # as squeezekv's answer_matches: whole digit runs
             ok = bool(s["expected"]) and all(e in numbers for e in s["expected"])
@@ -149,7 +145,7 @@ def main():
             detail.append({"depth": s["depth"], "expected": s["expected"], "squeezekv": s["answer"], "squeezekv_correct": s["correct"],
                            "kvpress": ans, "kvpress_correct": ok})
         n = len(samples)
-        row = {"policy": policy, "press": (press_name or "none") + ("" if LAYERWISE or policy != "kvzip" else " (global)"), "ctx": args.ctx, "fraction": args.fraction,
+        row = {"policy": policy, "press": (press_name or "none") + (" (global)" if args.kvzip_global and policy == "kvzip" else ""), "ctx": args.ctx, "fraction": args.fraction,
                "question_aware": args.question_aware, "samples": n, "squeezekv_accuracy": rec["accuracy"],
                "kvpress_accuracy": hits / n, "same_outcome": agree / n, "squeezekv_seconds": sq_s,
                "kvpress_seconds": time.time() - t0, "compression_ratio": ratio, "detail": detail}

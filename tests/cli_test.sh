@@ -68,6 +68,11 @@ expect_error "--squeeze-strength" generate -m "$m" --tokenizer "$tok" -p hi --kv
 expect_error "--squeeze-metric" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-metric loud
 expect_error "--squeeze-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-alloc magic
 expect_error "--squeeze-p" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-alloc kmeans3 --squeeze-p 0
+expect_error "--kv-head-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy h2o --kv-budget 16 --kv-head-alloc sideways
+expect_error "--kv-head-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy window --kv-budget 16 --kv-head-alloc adaptive
+expect_error "--squeeze-cap" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-cap maybe
+expect_error "--squeeze-resolve" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-resolve later
+expect_error "--kv-budget" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy kvzip
 expect_error "--snapkv-window" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy snapkv --kv-budget 16 --snapkv-window 16
 expect_error "--kv-stats-json" generate -m "$m" --tokenizer "$tok" -p hi -n 2 --kv-stats-json /nonexistent/dir/x.json
 # a bad flag is refused before the model is even read

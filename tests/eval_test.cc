@@ -248,6 +248,14 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   bad = cfg;
   bad["tasks"] = {{{"task", "passkey"}, {"ctx", {256}}, {"question_aware", "yes"}}};
   refused(bad, "question_aware");
+  bad = cfg;
+  bad["tasks"][0]["budget_fractions"] = {0.25, 1.5};
+  refused(bad, "task 'ppl': budget fraction");
+  bad["tasks"][0]["budget_fractions"] = "half";
+  refused(bad, "budget_fractions");
+  bad = cfg;
+  bad["policies"] = {{{"kv_policy", "squeeze"}, {"squeeze_resolve", "later"}}};
+  refused(bad, "squeeze_resolve");
   EXPECT_FALSE(fs::exists(out2));
   fs::remove_all(dir);
 }

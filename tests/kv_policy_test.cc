@@ -179,8 +179,11 @@ TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
         for (int g = 0; g < m.config().n_kv_heads; ++g) {
           const auto pos = s.kv_positions(st.layer, g);
           total += static_cast<int>(pos.size());
-          if (adaptive) ASSERT_LE(static_cast<int>(pos.size()), std::min(seen, 2 * st.budget)) << "head over 2 x budget";
-          else ASSERT_EQ(static_cast<int>(pos.size()), std::min(seen, st.tokens_kept));
+          if (adaptive) {
+            ASSERT_LE(static_cast<int>(pos.size()), std::min(seen, 2 * st.budget)) << "head over 2 x budget";
+          } else {
+            ASSERT_EQ(static_cast<int>(pos.size()), std::min(seen, st.tokens_kept));
+          }
           for (size_t i = 1; i < pos.size(); ++i) ASSERT_LT(pos[i - 1], pos[i]) << "not ascending/distinct";
           const std::set<int32_t> have(pos.begin(), pos.end());
           for (int p = 0; p < std::min(cc.sinks, seen); ++p) ASSERT_TRUE(have.count(p)) << "sink " << p << " evicted";
@@ -188,7 +191,9 @@ TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
             ASSERT_TRUE(have.count(p)) << kv_policy_name(cc.policy) << ": recent position " << p << " evicted";
         }
         ASSERT_LE(total, m.config().n_kv_heads * st.budget) << "layer over its budget";
-        if (adaptive && seen >= 2 * st.budget) ASSERT_EQ(total, m.config().n_kv_heads * st.budget) << "budget not used";
+        if (adaptive && seen >= 2 * st.budget) {
+          ASSERT_EQ(total, m.config().n_kv_heads * st.budget) << "budget not used";
+        }
       }
       if (cc.policy == KvPolicy::kSqueeze) {
         const SqueezeCoordinator* c = s.coordinator();

@@ -548,8 +548,11 @@ TEST(Attention, DeadSlotsAreInvisible) {
     run(o2.data(), q.data(), qpos.data(), T, H, b, &p2, scratch.data());
     for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-5) << (fast ? "fast" : "ref");
     for (int j = 10; j < 30; ++j) EXPECT_EQ(m1[j], 0.0f);
-    for (int j = 0, r = 0; j < N; ++j)
-      if (j < 10 || j >= 30) ASSERT_NEAR(m1[j], m2[r++], 1e-6);
+    for (int j = 0, r = 0; j < N; ++j) {
+      if (j < 10 || j >= 30) {
+        ASSERT_NEAR(m1[j], m2[r++], 1e-6);
+      }
+    }
     EXPECT_EQ(p1.entropy_rows, p2.entropy_rows);
     EXPECT_NEAR(p1.entropy_sum, p2.entropy_sum, 1e-5);
   }

@@ -242,19 +242,26 @@ std::vector<float> keys_for(bool concentrated, int T, std::mt19937& rng) {
   return k;
 }
 
+// One prompt step of T rows into a squeeze sequence: layer l's keys concentrated or broad
+// (keys_for), handed to its meter as the forward pass would; then the step ends.
+template <typename Concentrated>
+void squeeze_prompt(SequenceCache& sc, int T, Concentrated concentrated, std::mt19937& rng) {
+  std::vector<int32_t> p(static_cast<size_t>(T));
+  std::iota(p.begin(), p.end(), 0);
+  for (int l = 0; l < static_cast<int>(sc.layers.size()); ++l) {
+    const std::vector<float> k = keys_for(concentrated(l), T, rng);
+    sc.layers[l].meter()->add_keys(k.data(), T, kG, kD);
+    sc.layers[l].append(k.data(), k.data(), p.data(), T);
+  }
+  sc.end_step(T);
+}
+
 TEST(Policy, SqueezeGivesConcentratedLayersLessAndKeepsTheTotal) {
   CacheConfig c = config(KvPolicy::kSqueeze, 40, 4);
   const int L = 4;
   SequenceCache sc = CacheBuilder::for_model(tiny_model(L), c, 256);
   std::mt19937 rng(3);
-  std::vector<int32_t> p(200);
-  std::iota(p.begin(), p.end(), 0);
-  for (int l = 0; l < L; ++l) {
-    const std::vector<float> k = keys_for(l % 2 == 0, 200, rng);
-    sc.layers[l].meter()->add_keys(k.data(), 200, kG, kD);
-    sc.layers[l].append(k.data(), k.data(), p.data(), 200);
-  }
-  sc.end_step(200);
+  squeeze_prompt(sc, 200, [](int l) { return l % 2 == 0; }, rng);
   ASSERT_TRUE(sc.coordinator->is_finalized());
   int total = 0;
   for (int l = 0; l < L; ++l) {
@@ -276,14 +283,7 @@ TEST(Policy, SqueezeCapHandsTheExcessOfShortPromptLayersOn) {
     const int L = 4;
     SequenceCache sc = CacheBuilder::for_model(tiny_model(L), c, 256);
     std::mt19937 rng(5);
-    std::vector<int32_t> p(60);
-    std::iota(p.begin(), p.end(), 0);
-    for (int l = 0; l < L; ++l) {
-      const std::vector<float> k = keys_for(l != 0, 60, rng);  // only layer 0 is broad
-      sc.layers[l].meter()->add_keys(k.data(), 60, kG, kD);
-      sc.layers[l].append(k.data(), k.data(), p.data(), 60);
-    }
-    sc.end_step(60);
+    squeeze_prompt(sc, 60, [](int l) { return l != 0; }, rng);  // only layer 0 is broad
     int total = 0, over = 0;
     for (int l = 0; l < L; ++l) {
       total += sc.layers[l].budget();

@@ -68,6 +68,9 @@ KvPolicy parse_kv_policy(const std::string& name);
 KvDType parse_kv_dtype(const std::string& name);
 SqueezeMetric parse_squeeze_metric(const std::string& name);
 SqueezeAlloc parse_squeeze_alloc(const std::string& name);
+SqueezeResolve parse_squeeze_resolve(const std::string& name);
+HeadAlloc parse_head_alloc(const std::string& name);
+bool parse_on_off(const std::string& flag, const std::string& name);  // "on" | "off"
 const char* kv_policy_name(KvPolicy p);
 const char* kv_policy_names();  // "full | window | ..." in registry order
 const char* squeeze_metric_name(SqueezeMetric m);

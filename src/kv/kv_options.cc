@@ -40,11 +40,6 @@ const char* dtype_name(KvDType t) { return t == KvDType::kF16 ? "f16" : "f32"; }
 const char* alloc_name(SqueezeAlloc a) { return a == SqueezeAlloc::kInverse ? "inverse" : "kmeans3"; }
 const char* resolve_name(SqueezeResolve r) { return r == SqueezeResolve::kFirstChunk ? "first-chunk" : "prompt"; }
 
-bool parse_on_off(const char* flag, const std::string& t) {
-  if (t == "on") return true;
-  if (t == "off") return false;
-  throw Error(std::string(flag) + ": unknown value '" + t + "' (expected on or off)");
-}
 
 using K = KvOption::Kind;
 const KvOption kOptions[] = {
@@ -86,11 +81,7 @@ const KvOption kOptions[] = {
      [](const CacheConfig& c) { return real_text(c.squeeze_p); }},
     {"head_alloc", "--kv-head-alloc", K::kName,
      "uniform | adaptive: a layer's budget split equally over its kv heads, or by their scores (Ada-KV; h2o, snapkv, pyramidkv, squeeze, kvzip)",
-     [](CacheConfig& c, const std::string& t) {
-       if (t == "uniform") c.head_alloc = HeadAlloc::kUniform;
-       else if (t == "adaptive") c.head_alloc = HeadAlloc::kAdaptive;
-       else throw Error("--kv-head-alloc: unknown value '" + t + "' (expected uniform or adaptive)");
-     },
+     [](CacheConfig& c, const std::string& t) { c.head_alloc = parse_head_alloc(t); },
      [](const CacheConfig& c) { return std::string(c.head_alloc == HeadAlloc::kAdaptive ? "adaptive" : "uniform"); }},
     {"squeeze_cap", "--squeeze-cap", K::kName,
      "on | off: cap each layer's budget at the prompt's length, the excess to the other layers (default on)",
@@ -98,11 +89,7 @@ const KvOption kOptions[] = {
      [](const CacheConfig& c) { return std::string(c.squeeze_cap ? "on" : "off"); }},
     {"squeeze_resolve", "--squeeze-resolve", K::kName,
      "first-chunk (default) | prompt: decide the squeeze schedule from the first prompt chunk or the whole prompt",
-     [](CacheConfig& c, const std::string& t) {
-       if (t == "first-chunk" || t == "first_chunk") c.squeeze_resolve = SqueezeResolve::kFirstChunk;
-       else if (t == "prompt") c.squeeze_resolve = SqueezeResolve::kPrompt;
-       else throw Error("--squeeze-resolve: unknown value '" + t + "' (expected first-chunk or prompt)");
-     },
+     [](CacheConfig& c, const std::string& t) { c.squeeze_resolve = parse_squeeze_resolve(t); },
      [](const CacheConfig& c) { return std::string(resolve_name(c.squeeze_resolve)); }},
 };
 

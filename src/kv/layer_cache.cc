@@ -166,6 +166,19 @@ SqueezeAlloc parse_squeeze_alloc(const std::string& name) {
   const std::pair<const char*, SqueezeAlloc> t[] = {{"inverse", SqueezeAlloc::kInverse}, {"kmeans3", SqueezeAlloc::kKmeans3}};
   return parse_enum("--squeeze-alloc", name, t);
 }
+SqueezeResolve parse_squeeze_resolve(const std::string& name) {
+  const std::pair<const char*, SqueezeResolve> t[] = {
+      {"first-chunk", SqueezeResolve::kFirstChunk}, {"first_chunk", SqueezeResolve::kFirstChunk}, {"prompt", SqueezeResolve::kPrompt}};
+  return parse_enum("--squeeze-resolve", name, t);
+}
+HeadAlloc parse_head_alloc(const std::string& name) {
+  const std::pair<const char*, HeadAlloc> t[] = {{"uniform", HeadAlloc::kUniform}, {"adaptive", HeadAlloc::kAdaptive}};
+  return parse_enum("--kv-head-alloc", name, t);
+}
+bool parse_on_off(const std::string& flag, const std::string& name) {
+  const std::pair<const char*, bool> t[] = {{"on", true}, {"off", false}};
+  return parse_enum(flag, name, t);
+}
 const char* squeeze_metric_name(SqueezeMetric m) {
   for (const auto& [n, e] : kMetrics)
     if (e == m) return n;

@@ -104,8 +104,10 @@ void run_sweep(const SweepOptions& o, int threads) {
   } catch (const json::exception& e) {
     throw Error("--config: '" + o.config_file + "': " + e.what());
   }
-  for (double f : fractions)
-    if (!(f > 0.0 && f <= 1.0)) throw Error("--config: budget fraction " + std::to_string(f) + " outside (0, 1]");
+  auto check_fraction = [](double f, const std::string& where) {
+    if (!(f > 0.0 && f <= 1.0)) throw Error("--config: " + where + "budget fraction " + std::to_string(f) + " outside (0, 1]");
+  };
+  for (double f : fractions) check_fraction(f, "");
   std::set<std::string> labels;
   for (const TaskSpec& t : tasks) {
     if (!labels.insert(t.label).second)
@@ -131,8 +133,7 @@ void run_sweep(const SweepOptions& o, int threads) {
         } catch (const json::exception& e) {
           throw Error("--config: task '" + t.label + "': budget_fractions must be a list of numbers: " + e.what());
         }
-        for (double f : task_fractions)
-          if (!(f > 0.0 && f <= 1.0)) throw Error("--config: task '" + t.label + "': budget fraction " + std::to_string(f) + " outside (0, 1]");
+        for (double f : task_fractions) check_fraction(f, "task '" + t.label + "': ");
         // within the config's budgets (a shard of a split sweep holds a part of them)
         std::erase_if(task_fractions, [&](double f) { return std::find(fractions.begin(), fractions.end(), f) == fractions.end(); });
       }
