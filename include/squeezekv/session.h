@@ -30,6 +30,7 @@ struct SessionOptions {
   Device device = Device::kCpu;
   int threads = 0;            // CPU threads (0: all cores)
   bool f32_device_weights = false;  // --device cuda: matrices in f32 (exact test mode) instead of bf16
+  bool cuda_graphs = true;    // --device cuda: a repeated step (decode) replayed as one CUDA graph
   int prefill_chunk = 512;    // rows per prefill step
   DecodeActivations decode_activations = DecodeActivations::kF32;
   CacheConfig cache;
@@ -54,6 +55,8 @@ class Session {
   // of matrices one decode step reads from device memory.
   double device_copy_bandwidth();
   int64_t device_matrix_bytes() const;
+  // Steps (or other repeated launch lists) the device replayed as one CUDA graph; 0 on the CPU.
+  int64_t device_graph_replays() const;
   std::vector<LayerStats> kv_stats() const;
   // Absolute positions one layer's kv head holds now, sorted ascending.
   std::vector<int32_t> kv_positions(int layer, int kv_head) const;

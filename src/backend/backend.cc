@@ -29,6 +29,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
 #if SQUEEZEKV_CUDA
   CudaOptions co;
   co.f32_weights = o.f32_device_weights;
+  co.graphs = o.cuda_graphs;
   return make_cuda_backend(co);
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "

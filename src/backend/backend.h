@@ -43,6 +43,7 @@ struct KvArrays {
   float* mass = nullptr;     // [G][capacity] accumulated attention mass
   KvType type = KvType::kF16;
   int G = 0, D = 0, capacity = 0;
+  const int32_t* count_dev = nullptr;  // [1] the rows held once this step's are in (KvView::count_dev), or null
   size_t row_bytes() const { return static_cast<size_t>(D) * kv_type_bytes(type); }
 };
 
@@ -115,7 +116,8 @@ class Backend {
 
   // KV rows (one layer's arrays, KvArrays). kv_write puts the T new rows into slots
   // [at, at + T) of every head: k, v [T][G*D] (f32, this backend's memory) into K and V, their
-  // positions rows_pos[T] (this backend's memory) into pos, and 0 into mass.
+  // positions rows_pos[T] (this backend's memory) into pos, and 0 into mass. With a.count_dev a
+  // device may take `at` from there instead (*count_dev - T; the same value).
   virtual void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) = 0;
   // Compaction: for i < n, slot from[i] moves to slot to[i] in K, V, pos and mass (slots over all
   // heads, [0, G * capacity); from, to: host memory).
@@ -123,10 +125,16 @@ class Backend {
   // A decode step's eviction where the mass lives: for every head, among slots [0, count) whose
   // position p has keep_below <= p < keep_from, the one with the least mass goes (between equal
   // masses the newer position), and row count - 1 moves into its hole (K, V, pos, mass).
-  // kv/select.cc's select_sinks_recent_top with one row to evict, run on this backend.
-  virtual void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from) = 0;
+  // kv/select.cc's select_sinks_recent_top with one row to evict, run on this backend. With
+  // newest_dev (this backend's memory: the newest row's position) a device may take keep_from as
+  // *newest_dev - n_recent + 1 instead (the same value; a replayed step reads it there).
+  virtual void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from,
+                            const int32_t* newest_dev = nullptr, int n_recent = 0) = 0;
   // The device's copy bandwidth in bytes/s (read + written), measured once; 0 where not measured.
   virtual double copy_bandwidth() { return 0.0; }
+  // How many times a recorded launch list was replayed as a whole (a device's CUDA graphs; 0 on
+  // the CPU). Tests and the bench read it.
+  virtual int64_t graph_replays() const { return 0; }
   // Whether host code may read and write this backend's memory directly (the CPU's).
   virtual bool host_visible() const = 0;
 };
@@ -142,6 +150,7 @@ struct BackendOptions {
   int threads = 0;                 // CPU threads (0: all cores)
   bool f32_device_weights = false; // a device's exact test mode (matrices in f32, not bf16)
   Activations decode = Activations::kF32;  // the decode arithmetic the session asks for (the CPU lays weights out for it)
+  bool cuda_graphs = true;         // CUDA: repeated launch lists replayed as graphs
 };
 // The backend for options.device; a device this build lacks is refused with a message naming
 // --device.

@@ -24,7 +24,7 @@ void KvStorage::allocate() {
   v_ = backend_->alloc(rows * D_ * kv_type_bytes(type_));
   pos_ = backend_->alloc(rows * sizeof(int32_t));
   mass_ = backend_->alloc(rows * sizeof(float));
-  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), type_, G_, D_, capacity_};
+  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), type_, G_, D_, capacity_, count_dev_};
   if (backend_->host_visible()) {
     pos_host_ = arrays_.pos;
     mass_host_ = arrays_.mass;
@@ -55,7 +55,11 @@ void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T
   }
   count_ += T;
   for (int& x : live_) x += T;
-  if (T > 0) newest_ = std::max(newest_, pos[T - 1]);
+  if (T > 0) {
+    newest_ = std::max(newest_, pos[T - 1]);
+    last_appended_ = pos[T - 1];
+    newest_dev_ = pos_dev != nullptr ? pos_dev + T - 1 : nullptr;
+  }
 }
 
 void KvStorage::truncate(const Mark& m) {
@@ -63,6 +67,7 @@ void KvStorage::truncate(const Mark& m) {
   for (int& x : live_) x -= count_ - m.count;  // the dropped rows are the newest, held by every head
   count_ = m.count;
   newest_ = m.newest;
+  newest_dev_ = nullptr;
 }
 
 void KvStorage::clear_mass() {
@@ -82,7 +87,9 @@ void KvStorage::sync_to_host() const {
 void KvStorage::evict_one_on_backend(int budget, int sinks, int recent) {
   assert(count_ == budget + 1);
   const EvictableRange range = evictable_range(budget, sinks, recent, newest_);  // the host rule's
-  backend_->kv_evict_one(arrays_, count_, range.keep_below, range.keep_from);
+  // the newest position where the device has it, when the last row appended is the newest
+  const int32_t* newest_dev = last_appended_ == newest_ ? newest_dev_ : nullptr;
+  backend_->kv_evict_one(arrays_, count_, range.keep_below, range.keep_from, newest_dev, newest_ - range.keep_from + 1);
   --count_;
   for (int& x : live_) --x;
   if (!backend_->host_visible()) pos_stale_ = true;
@@ -175,6 +182,7 @@ KvView KvStorage::view() const {
   v.k = arrays_.k;
   v.v = arrays_.v;
   v.pos = arrays_.pos;
+  v.count_dev = count_dev_;
   v.count = count_;
   v.capacity = capacity_;
   v.n_kv_heads = G_;

@@ -45,6 +45,7 @@ class KvStorage {
   void clear() {
     count_ = 0;
     newest_ = -1;
+    newest_dev_ = nullptr;
     live_.assign(static_cast<size_t>(G_), 0);
   }
   // The rows held now, to drop the rows appended after it (a scoring pass's own rows).
@@ -89,6 +90,14 @@ class KvStorage {
   // count must be budget + 1. The host metadata is stale until sync_to_host().
   void evict_one_on_backend(int budget, int sinks, int recent);
   bool host_visible() const { return backend_->host_visible(); }
+  // On a device: where the sequence stages this storage's count for each step (one int32 of the
+  // backend's memory holding count() + the step's rows; SequenceCache::stage_step). view() and
+  // append() hand it to the backend, whose kernels then read N there, so the launches of one
+  // decode step equal the next one's and a device can replay them (CUDA graphs).
+  void bind_device_count(const int32_t* count_dev) {
+    count_dev_ = count_dev;
+    arrays_.count_dev = count_dev;
+  }
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
 
@@ -99,6 +108,10 @@ class KvStorage {
   std::unique_ptr<Backend> own_backend_;  // when none was given
   Backend* backend_;
   int count_ = 0;
+  const int32_t* count_dev_ = nullptr;  // see bind_device_count
+  // the last row appended: its position, and where the backend holds it (valid within the step)
+  int32_t last_appended_ = -1;
+  const int32_t* newest_dev_ = nullptr;
   int32_t newest_ = -1;
   std::vector<int> live_;  // [G] rows held per head
   std::unique_ptr<Buffer> k_, v_, pos_, mass_;  // the backend's arrays (KvArrays)

@@ -88,6 +88,12 @@ void LayerCache::before_compaction(int64_t input_end) {
   policy_->before_compaction(storage_, {last_step_rows_, tokens_seen_, input_end});
 }
 
+void SequenceCache::stage_step(int T) {
+  if (!counts_dev) return;  // host-visible backends read the count from the view
+  for (size_t l = 0; l < layers.size(); ++l) counts_host[l] = layers[l].storage().count() + T;
+  backend->upload(counts_dev->data(), counts_host.data(), counts_host.size() * sizeof(int32_t));
+}
+
 void SequenceCache::end_step(int64_t input_end) {
   for (LayerCache& l : layers) l.before_compaction(input_end);
   for (LayerCache& l : layers) l.end_step();
@@ -137,6 +143,12 @@ SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfi
   for (int l = 0; l < model.n_layers; ++l) {
     const PolicyContext ctx{cfg, l, model.n_layers, max_tokens, model.n_kv_heads, sc.coordinator.get()};
     sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, info.make(ctx), max_step_rows, max_tokens, backend);
+  }
+  if (backend != nullptr && !backend->host_visible()) {
+    sc.backend = backend;
+    sc.counts_dev = backend->alloc(static_cast<size_t>(model.n_layers) * sizeof(int32_t));
+    sc.counts_host.assign(static_cast<size_t>(model.n_layers), 0);
+    for (int l = 0; l < model.n_layers; ++l) sc.layers[l].bind_device_count(sc.counts_dev->as<int32_t>() + l);
   }
   return sc;
 }

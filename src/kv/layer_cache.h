@@ -58,6 +58,7 @@ class LayerCache {
   void reset();
   LayerStats stats() const;
   const KvStorage& storage() const { return storage_; }
+  void bind_device_count(const int32_t* count_dev) { storage_.bind_device_count(count_dev); }
   int budget() const { return policy_->budget(); }
 
  private:
@@ -76,6 +77,13 @@ class LayerCache {
 struct SequenceCache {
   std::vector<LayerCache> layers;
   std::unique_ptr<SqueezeCoordinator> coordinator;
+  // On a device (CacheBuilder binds them): every layer's count for the step about to run, [L] in
+  // the backend's memory, staged in one copy per step (KvStorage::bind_device_count).
+  Backend* backend = nullptr;
+  std::unique_ptr<Buffer> counts_dev;  // [L] int32
+  std::vector<int32_t> counts_host;    // [L]
+  // Before a step that appends T rows to every layer: each layer's count once they are in.
+  void stage_step(int T);
   void reset();
   // Ends a step of every layer: first each policy hears the step (squeeze reports to the
   // coordinator), then each layer compacts. input_end: the tokens seen when the caller's

@@ -60,7 +60,7 @@ Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m
   const ModelConfig& c = m.config();
   if (opt_.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt_.prefill_chunk));
   act_ = opt_.decode_activations == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
-  backend_ = make_backend({opt_.device, opt_.threads, opt_.f32_device_weights, act_});
+  backend_ = make_backend({opt_.device, opt_.threads, opt_.f32_device_weights, act_, opt_.cuda_graphs});
   dw_ = std::make_unique<DeviceWeights>(*backend_, m.weights());
   chunk_ = opt_.prefill_chunk;
   const size_t T = static_cast<size_t>(max_rows_), E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,
@@ -170,6 +170,7 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
   };
   b.upload(rows_pos_->data(), rows_pos_host_.data(), static_cast<size_t>(T) * sizeof(int32_t));
   const int32_t* rpos = rows_pos_->as<int32_t>();
+  for (const Segment& s : segments) s.seq->caches.stage_step(s.T);  // a device's per-layer counts, one copy
   b.embed(x, dw_->tok_embd, rows_tok_.data(), T);
   b.rmsnorm(xn, x, dw_->layers[0].attn_norm, T, E, c.norm_eps);
   meters_.resize(segments.size());

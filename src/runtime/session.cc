@@ -71,6 +71,7 @@ int Session::position() const { return impl_->seq.pos; }
 const Model& Session::model() const { return impl_->runner.model(); }
 std::string Session::device_description() const { return impl_->runner.backend().describe(); }
 double Session::device_copy_bandwidth() { return impl_->runner.backend().copy_bandwidth(); }
+int64_t Session::device_graph_replays() const { return impl_->runner.backend().graph_replays(); }
 int64_t Session::device_matrix_bytes() const { return impl_->runner.matrix_bytes(); }
 
 std::vector<LayerStats> Session::kv_stats() const {

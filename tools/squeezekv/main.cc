@@ -33,6 +33,7 @@ constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 struct CommonArgs {
   std::string device = "cpu";
   std::string device_weights = "bf16";
+  std::string cuda_graphs = "on";
   std::string model;
   std::string dummy;
   std::string tokenizer;
@@ -80,6 +81,7 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("--device", a.device,
                   "cpu | cuda (an NVIDIA GPU: weights dequantized to bf16 on load; needs a build with the CUDA toolkit)");
   app->add_option("--device-weights", a.device_weights, "--device cuda: bf16 (default) | f32 (exact, for tests)");
+  app->add_option("--cuda-graphs", a.cuda_graphs, "--device cuda: on (default: a decode step replays as one CUDA graph) | off");
   if (with_ctx)
     app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
@@ -129,6 +131,9 @@ SessionOptions session_options(const CommonArgs& a) {
   if (a.device_weights != "bf16" && a.device_weights != "f32")
     throw Error("--device-weights: unknown value '" + a.device_weights + "' (expected bf16 or f32)");
   so.f32_device_weights = a.device_weights == "f32";
+  if (a.cuda_graphs != "on" && a.cuda_graphs != "off")
+    throw Error("--cuda-graphs: unknown value '" + a.cuda_graphs + "' (expected on or off)");
+  so.cuda_graphs = a.cuda_graphs == "on";
   if (!device_available(so.device))
     throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON on a "
                 "machine with the CUDA toolkit)");

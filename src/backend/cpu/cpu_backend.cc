@@ -152,7 +152,7 @@ class CpuBackend final : public Backend {
       a.mass[to[i]] = a.mass[from[i]];
     }
   }
-  void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from) override {
+  void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from, const int32_t*, int) override {
     for (int g = 0; g < a.G; ++g) {
       const size_t base = static_cast<size_t>(g) * a.capacity;
       const int32_t* pos = a.pos + base;

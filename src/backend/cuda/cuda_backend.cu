@@ -11,9 +11,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,16 +33,159 @@ void check(cudaError_t e, const char* what) {
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string("cublas: ") + what + ": status " + std::to_string(int(s)));
 }
-void check_launch(const char* what) { check(cudaGetLastError(), what); }
+template <class T>
+struct Same {
+  using type = T;
+};
+
+// The kernel launches of one stream. Launches are recorded until the host next needs the device
+// (a copy, a library call, a free), then issued: directly, or, when the same launches with the
+// same arguments, byte for byte, came before, as one launch of the CUDA graph captured from them.
+// A decode step repeats its launches exactly once the counts that grow with every token are read
+// from device memory (KvView::count_dev), so from its third step on a whole step is one graph
+// launch instead of ~14 launches a layer (docs/DESIGN.md "Decode as a CUDA graph"). A graph
+// replays only the bytes it was captured from, so a replay does exactly what the launches it
+// stands for would do. Thread safety: one host thread at a time (the backend's).
+class Launcher {
+ public:
+  explicit Launcher(bool graphs) : graphs_on_(graphs) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~Launcher() {
+    try {
+      flush();
+    } catch (...) {  // the device is failing; nothing left to report to
+    }
+    for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+    cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream() const { return stream_; }
+
+  // Records fn<<<grid, block, smem>>>(args...); the arguments are copied now.
+  template <class... P>
+  void launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, typename Same<P>::type... args) {
+    static_assert(sizeof...(P) <= kMaxArgs, "Launcher: too many kernel arguments");
+    Rec r{reinterpret_cast<const void*>(fn), grid, block, static_cast<unsigned>(smem), static_cast<uint32_t>(arg_off_.size()),
+          static_cast<uint32_t>(sizeof...(P))};
+    put(&r.fn, sizeof(r.fn), 8);
+    put(&r.grid, sizeof(dim3), 4);
+    put(&r.block, sizeof(dim3), 4);
+    put(&r.smem, sizeof(unsigned), 4);
+    (arg_off_.push_back(put(&args, sizeof(P), alignof(P))), ...);
+    recs_.push_back(r);
+  }
+
+  // Issues what was recorded (in order, on the stream; does not wait for the device).
+  void flush() {
+    if (recs_.empty()) return;
+    struct Clear {
+      Launcher* l;
+      ~Clear() { l->recs_.clear(), l->arg_off_.clear(), l->sig_.clear(); }
+    } clear{this};
+    if (!graphs_on_ || recs_.size() < kMinGraphLaunches) return issue();
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the record
+    for (unsigned char c : sig_) h = (h ^ c) * 1099511628211ull;
+    for (Graph& g : graphs_)
+      if (g.hash == h && g.sig == sig_) {
+        g.used = ++clock_;
+        ++replays_;
+        return check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
+      }
+    // a first sighting runs directly; the second is captured (one-off launch lists cost no capture)
+    if (std::find(seen_.begin(), seen_.end(), h) == seen_.end()) {
+      seen_[seen_next_++ % seen_.size()] = h;
+      return issue();
+    }
+    capture(h);
+  }
+  // Graph launches so far (tests check that a decode loop replays).
+  int64_t replays() const { return replays_; }
+
+ private:
+  static constexpr size_t kMinGraphLaunches = 16;
+  static constexpr size_t kMaxGraphs = 8;
+  static constexpr size_t kMaxArgs = 24;
+  struct Rec {
+    const void* fn;
+    dim3 grid, block;
+    unsigned smem;
+    uint32_t first_arg, n_args;
+  };
+  struct Graph {
+    uint64_t hash;
+    std::vector<unsigned char> sig;
+    cudaGraphExec_t exec;
+    uint64_t used;
+  };
+
+  // Appends n bytes at the next multiple of align (the gap stays zero); returns their offset.
+  uint32_t put(const void* p, size_t n, size_t align) {
+    const size_t off = (sig_.size() + align - 1) / align * align;
+    sig_.resize(off + n, 0);
+    std::memcpy(sig_.data() + off, p, n);
+    return static_cast<uint32_t>(off);
+  }
+  void issue() {
+    for (const Rec& r : recs_) {
+      void* args[kMaxArgs];
+      for (uint32_t i = 0; i < r.n_args; ++i) args[i] = sig_.data() + arg_off_[r.first_arg + i];
+      check(cudaLaunchKernel(r.fn, r.grid, r.block, args, r.smem, stream_), "kernel launch");
+    }
+  }
+  void capture(uint64_t h) {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      issue();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(e, "cudaGraphInstantiate");
+    if (graphs_.size() == kMaxGraphs) {  // the least recently used goes
+      auto lru = std::min_element(graphs_.begin(), graphs_.end(), [](const Graph& a, const Graph& b) { return a.used < b.used; });
+      cudaGraphExecDestroy(lru->exec);
+      graphs_.erase(lru);
+    }
+    graphs_.push_back({h, sig_, exec, ++clock_});
+    check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  }
+
+  bool graphs_on_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Rec> recs_;
+  std::vector<uint32_t> arg_off_;   // offsets of every recorded argument in sig_
+  std::vector<unsigned char> sig_;  // the launches: function, sizes, argument bytes
+  std::vector<Graph> graphs_;
+  std::array<uint64_t, 16> seen_{};  // hashes of recent launch lists
+  size_t seen_next_ = 0;
+  uint64_t clock_ = 0;
+  int64_t replays_ = 0;
+};
 
 class DeviceBuffer final : public Buffer {
  public:
-  explicit DeviceBuffer(size_t bytes) {
+  // Zeroed; the launcher's pending work is issued before the memory is freed.
+  DeviceBuffer(size_t bytes, std::shared_ptr<Launcher> launcher) : launcher_(std::move(launcher)) {
     bytes_ = bytes;
     check(cudaMalloc(&data_, std::max<size_t>(bytes, 16)), "cudaMalloc");
-    check(cudaMemset(data_, 0, std::max<size_t>(bytes, 16)), "cudaMemset");
+    check(cudaMemsetAsync(data_, 0, std::max<size_t>(bytes, 16), launcher_->stream()), "cudaMemset");
   }
-  ~DeviceBuffer() override { cudaFree(data_); }
+  ~DeviceBuffer() override {
+    try {
+      launcher_->flush();  // launches that still use this memory go first (cudaFree then waits for them)
+    } catch (...) {
+    }
+    cudaFree(data_);
+  }
+
+ private:
+  std::shared_ptr<Launcher> launcher_;
 };
 
 constexpr int kThreads = 256;
@@ -205,13 +350,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(float* out, const floa
 }
 
 template <typename WT>
-void launch_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
+void launch_gemv(Launcher& L, float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
   const unsigned grid = static_cast<unsigned>((R + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock);
   switch (T) {
-    case 1: k_gemv<WT, 1><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
-    case 2: k_gemv<WT, 2><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
-    case 3: k_gemv<WT, 3><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
-    default: k_gemv<WT, 4><<<grid, kGemvWarps * 32>>>(out, x, W, bias, R, C); break;
+    case 1: L.launch(k_gemv<WT, 1>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
+    case 2: L.launch(k_gemv<WT, 2>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
+    case 3: L.launch(k_gemv<WT, 3>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
+    default: L.launch(k_gemv<WT, 4>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
   }
 }
 
@@ -230,10 +375,30 @@ constexpr int kKeyTile = 32;
 constexpr int kMaxHeadDim = 256;
 
 struct AttnShape {
-  int T, H, G, grp, D, N, cap, qt;  // qt: query tokens per block
-  int splits, chunk;                // key range split: chunk keys (a multiple of 32) per split
+  int T, H, G, grp, D, N, cap, qt;  // qt: query tokens per block; N: 0 when kv.count_dev holds it
+  int splits;                       // most splits of the key range (the grid's z may be fewer)
+  int direct;                       // 1: one split at most, the output is written without a merge
   float scale;
 };
+static_assert(sizeof(AttnShape) == 11 * 4, "AttnShape: no padding (a recorded kernel argument)");
+
+// How the N keys split over blocks: at most max_splits splits of at least 256 keys, each a whole
+// number of 32-key tiles. Computed on the device from N (which may live in device memory, so a
+// recorded step replays for every N) and on the host to size the grid; results depend on sizes only.
+struct KeyRange {
+  int N, splits, chunk;
+};
+__host__ __device__ inline KeyRange key_range(int N, int max_splits) {
+  int splits = (N + 255) / 256 < max_splits ? (N + 255) / 256 : max_splits;
+  if (splits < 1) splits = 1;
+  int chunk = ((N + splits - 1) / splits + kKeyTile - 1) / kKeyTile * kKeyTile;
+  if (chunk < kKeyTile) chunk = kKeyTile;
+  splits = N > 0 ? (N + chunk - 1) / chunk : 1;
+  return {N, splits, chunk};
+}
+__device__ inline KeyRange key_range(const KvView& kv, const AttnShape& a) {
+  return key_range(kv.count_dev != nullptr ? *kv.count_dev : a.N, a.splits);
+}
 
 template <typename KT>
 __device__ inline float to_f(KT v);
@@ -295,6 +460,8 @@ template <typename KT>
 __global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
   extern __shared__ float smem[];
   const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
+  const KeyRange kr = key_range(kv, a);
+  if (split >= kr.splits) return;  // a split this N does not need
   const AttnSmem sm = carve(smem, D);
   float *qs = sm.q, *ks = sm.k, *vs = sm.v;
   int* ps = sm.pos;
@@ -312,7 +479,7 @@ __global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, c
 #pragma unroll
     for (int dd = 0; dd < kMaxHeadDim / 32; ++dd) acc[i][dd] = 0.0f;
   }
-  const int begin = split * a.chunk, end = min(a.N, begin + a.chunk);
+  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
   for (int start = begin; start < end; start += kKeyTile) {
     __syncthreads();
     load_tile<KT>(ks, vs, ps, kv, g, start, end, D);
@@ -348,7 +515,7 @@ __global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, c
     if (!live[i]) continue;
     const int r = warp + kAttnWarps * i, t = t0 + r / a.grp, h = g * a.grp + r % a.grp;
     const size_t row = static_cast<size_t>(t) * a.H + h;
-    if (a.splits == 1) {
+    if (a.direct) {
       const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
 #pragma unroll
       for (int dd = 0; dd < kMaxHeadDim / 32; ++dd)
@@ -365,8 +532,9 @@ __global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, c
 }
 
 // grid T*H, block 32 x (D/32 lanes of output): merges the splits of one row; ml_out [T*H][2].
-__global__ void k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, int splits, int D) {
-  const int row = blockIdx.x;
+__global__ void k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, KvView kv,
+                             AttnShape a) {
+  const int row = blockIdx.x, splits = key_range(kv, a).splits, D = a.D;
   float M = -INFINITY;
   for (int s = 0; s < splits; ++s) M = fmaxf(M, part_ml[2 * (static_cast<size_t>(s) * rows + row)]);
   float L = 0.0f;
@@ -395,6 +563,8 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
                              const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
   extern __shared__ float smem[];
   const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
+  const KeyRange kr = key_range(kv, a);
+  if (split >= kr.splits) return;
   const AttnSmem sm = carve(smem, D);
   float *qs = sm.q, *ks = sm.k, *vs = sm.v;
   int* ps = sm.pos;
@@ -414,7 +584,7 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
     to_mass[i] = live[i] && mass != nullptr && t >= mass_row_begin;
     h_sum[i] = 0.0f, n_vis[i] = 0.0f;
   }
-  const int begin = split * a.chunk, end = min(a.N, begin + a.chunk);
+  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
   for (int start = begin; start < end; start += kKeyTile) {
     __syncthreads();
     load_tile<KT>(ks, vs, ps, kv, g, start, end, D);
@@ -452,13 +622,198 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
   }
 }
 
+// ---- decode attention (one query token) ----------------------------------------------------------
+// Flash-decoding for T = 1: grid (G, splits), kDecWarps warps. The grp query heads of kv head g
+// ride together, so each K/V row is read once: LPK lanes hold a row, 16 bytes each (8 f16 or 4 f32
+// values), and a warp covers 32 / LPK rows per step, two steps loaded before either is used (bytes
+// in flight). Each warp keeps an online softmax per query head over its rows; the warps merge in
+// shared memory and the block writes its split's partial max, sum and output, which k_attn_merge
+// combines. With `scores` the scaled logits are kept ([G][GMAX][capacity], -inf where masked), and
+// the policies' mass comes from them (k_attn_mass) without reading K again.
+
+constexpr int kDecWarps = 4;
+
+template <typename KT>
+__device__ inline void load16(const KT* p, float* f);
+template <>
+__device__ inline void load16<__half>(const __half* p, float* f) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 x = __half22float2(h[k]);
+    f[2 * k] = x.x, f[2 * k + 1] = x.y;
+  }
+}
+template <>
+__device__ inline void load16<float>(const float* p, float* f) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  f[0] = x.x, f[1] = x.y, f[2] = x.z, f[3] = x.w;
+}
+
+// GMAX: the most query heads per kv head this instantiation serves (a.grp <= GMAX).
+template <typename KT, int LPK, int GMAX>
+__global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* part_acc, float* part_ml, float* scores, const float* q,
+                                                                 const int32_t* q_pos, KvView kv, AttnShape a) {
+  constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
+  constexpr int D = LPK * EPV;
+  constexpr int KPW = 32 / LPK;         // rows a warp covers per step
+  const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
+  const KeyRange kr = key_range(kv, a);
+  if (split >= kr.splits) return;
+  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / LPK, part = lane % LPK;
+  const int qp = q_pos[0];
+  float qv[GMAX][EPV], m[GMAX], l[GMAX], acc[GMAX][EPV];
+#pragma unroll
+  for (int r = 0; r < GMAX; ++r) {
+    m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPV; ++e) {
+      qv[r][e] = r < grp ? q[static_cast<size_t>(g * grp + r) * D + part * EPV + e] * a.scale : 0.0f;
+      acc[r][e] = 0.0f;
+    }
+  }
+  const KT* Kg = static_cast<const KT*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D + part * EPV;
+  const KT* Vg = static_cast<const KT*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D + part * EPV;
+  const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
+  for (int j0 = begin + warp * 2 * KPW; j0 < end; j0 += kDecWarps * 2 * KPW) {
+    float kf[2][EPV], vf[2][EPV];
+    bool vis[2];
+    int jj[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {  // both steps' loads first
+      const int j = j0 + u * KPW + sub;
+      jj[u] = j;
+      const bool in = j < end;
+      if (in) {
+        load16<KT>(Kg + static_cast<size_t>(j) * D, kf[u]);
+        load16<KT>(Vg + static_cast<size_t>(j) * D, vf[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) kf[u][e] = vf[u][e] = 0.0f;
+      }
+      vis[u] = in && Pg[j] <= qp;
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+#pragma unroll
+      for (int r = 0; r < GMAX; ++r) {
+        if (r >= grp) break;  // uniform
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) s += qv[r][e] * kf[u][e];
+#pragma unroll
+        for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        s = vis[u] ? s : -INFINITY;
+        if (scores != nullptr && part == 0 && jj[u] < end) scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + jj[u]] = s;
+        float mx = s;
+#pragma unroll
+        for (int o = LPK; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float mn = fmaxf(m[r], mx);
+        if (mn == -INFINITY) continue;  // uniform: nothing visible yet
+        const float p = vis[u] ? __expf(s - mn) : 0.0f;
+        const float alpha = m[r] > -INFINITY ? __expf(m[r] - mn) : 0.0f;
+        l[r] = l[r] * alpha + p;
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) acc[r][e] = acc[r][e] * alpha + p * vf[u][e];
+        m[r] = mn;
+      }
+    }
+  }
+  // the warp's row groups share one max per head: sum their sums and outputs
+#pragma unroll
+  for (int r = 0; r < GMAX; ++r) {
+#pragma unroll
+    for (int o = LPK; o < 32; o <<= 1) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
+#pragma unroll
+      for (int e = 0; e < EPV; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
+    }
+  }
+  // the block's warps: each puts its max, sum and output in shared memory; then per head the merge
+  __shared__ float s_ml[kDecWarps][GMAX][2];
+  __shared__ float s_acc[kDecWarps][GMAX][D];
+#pragma unroll
+  for (int r = 0; r < GMAX; ++r) {
+    if (lane == 0) s_ml[warp][r][0] = m[r], s_ml[warp][r][1] = l[r];
+    if (sub == 0)
+#pragma unroll
+      for (int e = 0; e < EPV; ++e) s_acc[warp][r][part * EPV + e] = acc[r][e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < grp * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, s_ml[w][r][0]);
+    float L = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) {
+      const float mw = s_ml[w][r][0];
+      if (mw == -INFINITY) continue;
+      const float c = __expf(mw - M);
+      L += s_ml[w][r][1] * c;
+      o += s_acc[w][r][d] * c;
+    }
+    const size_t prow = static_cast<size_t>(split) * a.H + g * grp + r;  // rows: T * H with T = 1
+    part_acc[prow * D + d] = o;
+    if (d == 0) part_ml[2 * prow] = M, part_ml[2 * prow + 1] = L;
+  }
+}
+
+// The policies' mass from the kept scores and the final max and sum (ml [H][2]): per key j of the
+// split, mass[g][j] += sum over the grp heads of exp(s - M) / L, / grp (or the max over them). One
+// thread per key: no atomics, the same sums every run.
+template <int GMAX>
+__global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, KvView kv,
+                            AttnShape a) {
+  const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
+  const KeyRange kr = key_range(kv, a);
+  if (split >= kr.splits) return;
+  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
+  float M[GMAX], inv[GMAX];
+#pragma unroll
+  for (int r = 0; r < GMAX; ++r) {
+    const int h = g * grp + (r < grp ? r : 0);
+    M[r] = ml[2 * h];
+    inv[r] = ml[2 * h + 1] > 0.0f ? 1.0f / ml[2 * h + 1] : 0.0f;
+  }
+  for (int j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < GMAX; ++r) {
+      if (r >= grp) break;
+      const float s = scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j];
+      if (s == -INFINITY) continue;
+      const float p = __expf(s - M[r]) * inv[r];
+      acc = mass_max ? fmaxf(acc, p) : acc + p;
+    }
+    float* dst = mass + static_cast<size_t>(g) * stride + j;
+    *dst = mass_max ? fmaxf(*dst, acc) : *dst + acc / static_cast<float>(grp);
+  }
+}
+
+
+template <typename KT, int GMAX>
+void launch_decode(Launcher& L, int lpk, dim3 grid, float* part_acc, float* part_ml, float* scores, const float* q,
+                   const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
+  switch (lpk) {
+    case 4: L.launch(k_attn_decode<KT, 4, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    case 8: L.launch(k_attn_decode<KT, 8, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    case 16: L.launch(k_attn_decode<KT, 16, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    default: L.launch(k_attn_decode<KT, 32, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+  }
+}
+
 // ---- KV rows ----------------------------------------------------------------------------------
 
-// grid (T, G), block D (<= 1024)
+// grid (T, G), block D (<= 1024); the first slot is at, or *count_dev - T when count_dev is set
 template <typename KT>
-__global__ void k_kv_write(KT* K, KT* V, int32_t* P, float* M, int G, int D, int cap, int at, const float* k,
-                           const float* v, const int32_t* rows_pos) {
+__global__ void k_kv_write(KT* K, KT* V, int32_t* P, float* M, int G, int D, int cap, int at, const int32_t* count_dev,
+                           const float* k, const float* v, const int32_t* rows_pos) {
   const int r = blockIdx.x, g = blockIdx.y, d = threadIdx.x;
+  if (count_dev != nullptr) at = *count_dev - static_cast<int>(gridDim.x);
   const size_t slot = static_cast<size_t>(g) * cap + at + r;
   const size_t src = (static_cast<size_t>(r) * G + g) * D + d;
   if (d < D) {
@@ -487,7 +842,8 @@ __global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t
 // grid G, block 256: per head the least-mass slot among positions [keep_below, keep_from) (ties:
 // the newer position goes), then row count - 1 into its hole (cpu_backend.cc's loop, in parallel).
 __global__ void k_kv_evict_one(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, int cap, int count,
-                               int32_t keep_below, int32_t keep_from) {
+                               int32_t keep_below, int32_t keep_from, const int32_t* newest, int n_recent) {
+  if (newest != nullptr) keep_from = *newest - n_recent + 1;
   const size_t base = static_cast<size_t>(blockIdx.x) * cap;
   const int32_t* pos = P + base;
   const float* m = M + base;
@@ -531,28 +887,33 @@ class CudaBackend final : public Backend {
     check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
     name_ = p.name;
     sms_ = p.multiProcessorCount;
+    launcher_ = std::make_shared<Launcher>(opt_.graphs);
     check(cublasCreate(&blas_), "cublasCreate");
+    check(cublasSetStream(blas_, launcher_->stream()), "cublasSetStream");
     // the exact test mode must not round through TF32
     check(cublasSetMathMode(blas_, opt_.f32_weights ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   }
-  ~CudaBackend() override { cublasDestroy(blas_); }
+  ~CudaBackend() override {
+    try {
+      launcher_->flush();
+      cudaStreamSynchronize(launcher_->stream());
+    } catch (...) {
+    }
+    cublasDestroy(blas_);
+  }
 
   Device kind() const override { return Device::kCuda; }
   std::string describe() const override {
-    return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights";
+    return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights" + (opt_.graphs ? "" : ", no graphs");
   }
   bool host_visible() const override { return false; }
 
-  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes); }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "upload");
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "download");
-  }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy");
-  }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, launcher_); }
+  // Copies wait for the device: the recorded launches go first, then the copy, on the one stream.
+  void upload(void* dst, const void* src, size_t bytes) override { sync_copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload"); }
+  void download(void* dst, const void* src, size_t bytes) override { sync_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "download"); }
+  void copy(void* dst, const void* src, size_t bytes) override { sync_copy(dst, src, bytes, cudaMemcpyDeviceToDevice, "copy"); }
+  int64_t graph_replays() const override { return launcher_->replays(); }
 
   WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
     // vectors stay f32; matrices become bf16 (f32 in the exact mode), dequantized row by row
@@ -601,9 +962,8 @@ class CudaBackend final : public Backend {
       const int n = static_cast<int>(std::min<int64_t>(kGemvRows, T - t0));
       float* o = out + t0 * R;
       const float* xt = x + t0 * C;
-      if (w.type == DType::BF16) launch_gemv(o, xt, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, n);
-      else launch_gemv(o, xt, reinterpret_cast<const float*>(w.data), bias, R, C, n);
-      check_launch("gemv rows");
+      if (w.type == DType::BF16) launch_gemv(*launcher_, o, xt, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, n);
+      else launch_gemv(*launcher_, o, xt, reinterpret_cast<const float*>(w.data), bias, R, C, n);
     }
   }
 
@@ -611,10 +971,9 @@ class CudaBackend final : public Backend {
     const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
     if (T <= kGemvRows && C % 8 == 0) {
       if (w.type == DType::BF16)
-        launch_gemv(out, x, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, static_cast<int>(T));
+        launch_gemv(*launcher_, out, x, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, static_cast<int>(T));
       else
-        launch_gemv(out, x, reinterpret_cast<const float*>(w.data), bias, R, C, static_cast<int>(T));
-      check_launch("gemv");
+        launch_gemv(*launcher_, out, x, reinterpret_cast<const float*>(w.data), bias, R, C, static_cast<int>(T));
       return;
     }
     // column-major view: out (R x T) = W^T-as-stored (C x R, transposed) x x (C x T)
@@ -622,48 +981,50 @@ class CudaBackend final : public Backend {
     if (w.type == DType::BF16) {
       const size_t need = static_cast<size_t>(T) * C * 2;
       if (!xb_ || xb_->bytes() < need) xb_ = alloc(need);
-      k_to_bf16<<<blocks_for(T * C), kThreads>>>(xb_->as<__nv_bfloat16>(), x, T * C);
-      check_launch("to_bf16");
+      launcher_->launch(k_to_bf16, blocks_for(T * C), kThreads, 0, xb_->as<__nv_bfloat16>(), x, T * C);
+      launcher_->flush();  // cuBLAS issues its own work on the stream
       check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), C, &one, w.data, CUDA_R_16BF, C,
                          xb_->data(), CUDA_R_16BF, C, &zero, out, CUDA_R_32F, R, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "gemm bf16");
     } else {
+      launcher_->flush();
       check(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), C, &one,
                         reinterpret_cast<const float*>(w.data), C, x, C, &zero, out, R),
             "gemm f32");
     }
     if (bias != nullptr) {
-      k_add_bias<<<blocks_for(T * R), kThreads>>>(out, bias, T * R, R);
-      check_launch("add_bias");
+      launcher_->launch(k_add_bias, blocks_for(T * R), kThreads, 0, out, bias, T * R, R);
     }
   }
 
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
-    k_rmsnorm<<<static_cast<unsigned>(T), 1024>>>(out, x, w, static_cast<int>(E), eps);  // one row: latency-bound
-    check_launch("rmsnorm");
+    launcher_->launch(k_rmsnorm, static_cast<unsigned>(T), 1024, 0, out, x, w, static_cast<int>(E), eps);  // one row: latency-bound
   }
   void add_rmsnorm(float* out, float* x, const float* y, const float* w, int64_t T, int64_t E, float eps) override {
-    k_add_rmsnorm<<<static_cast<unsigned>(T), 1024>>>(out, x, y, w, static_cast<int>(E), eps);
-    check_launch("add_rmsnorm");
+    launcher_->launch(k_add_rmsnorm, static_cast<unsigned>(T), 1024, 0, out, x, y, w, static_cast<int>(E), eps);
   }
   void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq, RopePairing pairing) override {
-    k_rope<<<dim3(static_cast<unsigned>(T), n_heads), std::max(32, D / 2)>>>(x, pos, n_heads, D, inv_freq,
-                                                                            pairing == RopePairing::kAdjacent);
-    check_launch("rope");
+    launcher_->launch(k_rope, dim3(static_cast<unsigned>(T), n_heads), std::max(32, D / 2), 0, x, pos, n_heads, D, inv_freq,
+                      pairing == RopePairing::kAdjacent ? 1 : 0);
   }
   void silu_mul(float* gate, const float* up, int64_t n) override {
-    k_silu_mul<<<blocks_for(n), kThreads>>>(gate, up, n);
-    check_launch("silu_mul");
+    launcher_->launch(k_silu_mul, blocks_for(n), kThreads, 0, gate, up, n);
   }
   void add(float* x, const float* y, int64_t n) override {
-    k_add<<<blocks_for(n), kThreads>>>(x, y, n);
-    check_launch("add");
+    launcher_->launch(k_add, blocks_for(n), kThreads, 0, x, y, n);
   }
 
-  void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
+  void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
                  AttentionProbe* probe) override {
-    AttnShape a;
-    a.T = static_cast<int>(T), a.H = H, a.G = kv.n_kv_heads, a.grp = H / kv.n_kv_heads, a.D = kv.head_dim, a.N = kv.count;
+    if (T == 1 && attention_decode(out, q, q_pos, H, view, probe)) return;
+    // with the count in device memory the kernels read N there, and their arguments stay the same
+    // from step to step (a recorded decode step replays); the grid is then sized for the capacity
+    KvView kv = view;
+    const bool dev_n = kv.count_dev != nullptr;
+    if (dev_n) kv.count = 0;
+    AttnShape a{};
+    a.T = static_cast<int>(T), a.H = H, a.G = kv.n_kv_heads, a.grp = H / kv.n_kv_heads, a.D = kv.head_dim;
+    a.N = dev_n ? 0 : view.count;
     a.cap = kv.capacity;
     a.scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));
     if (a.D > kMaxHeadDim) throw Error("cuda attention: head dim " + std::to_string(a.D) + " above 256");
@@ -671,19 +1032,18 @@ class CudaBackend final : public Backend {
     a.qt = std::max(1, std::min(a.T, kAttnRows / a.grp));
     const int qtiles = (a.T + a.qt - 1) / a.qt;
     // split long key ranges when the blocks alone would not fill the device (sizes only)
-    const int blocks = a.G * qtiles;
-    a.splits = 1;
-    if (blocks < 2 * sms_) a.splits = std::max(1, std::min({(2 * sms_) / blocks, (a.N + 255) / 256, 64}));
-    a.chunk = ((a.N + a.splits - 1) / a.splits + kKeyTile - 1) / kKeyTile * kKeyTile;
-    a.splits = a.N > 0 ? (a.N + a.chunk - 1) / a.chunk : 1;
+    const int blocks = a.G * qtiles, n_bound = dev_n ? kv.capacity : view.count;
+    a.splits = blocks < 2 * sms_ ? std::max(1, std::min({(2 * sms_) / blocks, (n_bound + 255) / 256, 64})) : 1;
+    const int grid_splits = dev_n ? a.splits : key_range(view.count, a.splits).splits;
+    a.direct = grid_splits == 1;
     const size_t rows = static_cast<size_t>(a.T) * H;
     grow(ml_, rows * 2 * sizeof(float));
-    if (a.splits > 1) {
-      grow(part_acc_, a.splits * rows * a.D * sizeof(float));
-      grow(part_ml_, a.splits * rows * 2 * sizeof(float));
+    if (!a.direct) {
+      grow(part_acc_, grid_splits * rows * a.D * sizeof(float));
+      grow(part_ml_, grid_splits * rows * 2 * sizeof(float));
     }
     const size_t smem = attn_smem_bytes(a.D);
-    const dim3 grid(a.G, qtiles, a.splits);
+    const dim3 grid(a.G, qtiles, grid_splits);
     const bool f16 = kv.type == KvType::kF16;
     if (smem > 48 * 1024 && smem_set_ < smem) {
       check(cudaFuncSetAttribute(k_attn<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "smem");
@@ -692,33 +1052,27 @@ class CudaBackend final : public Backend {
       check(cudaFuncSetAttribute(k_attn_probe<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "smem");
       smem_set_ = smem;
     }
-    float* part_ml = a.splits > 1 ? part_ml_->as<float>() : ml_->as<float>();
-    float* part_acc = a.splits > 1 ? part_acc_->as<float>() : nullptr;
-    if (f16)
-      k_attn<__half><<<grid, kAttnWarps * 32, smem>>>(out, part_acc, part_ml, q, q_pos, kv, a);
-    else
-      k_attn<float><<<grid, kAttnWarps * 32, smem>>>(out, part_acc, part_ml, q, q_pos, kv, a);
-    check_launch("attention");
-    if (a.splits > 1) {
-      k_attn_merge<<<static_cast<unsigned>(rows), 32>>>(out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows),
-                                                       a.splits, a.D);
-      check_launch("attention merge");
-    }
+    float* part_ml = a.direct ? ml_->as<float>() : part_ml_->as<float>();
+    float* part_acc = a.direct ? nullptr : part_acc_->as<float>();
+    Launcher& L = *launcher_;
+    if (f16) L.launch(k_attn<__half>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
+    else L.launch(k_attn<float>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
+    if (!a.direct) L.launch(k_attn_merge, static_cast<unsigned>(rows), 32, 0, out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows), kv, a);
     float* mass = probe != nullptr ? probe->mass : nullptr;
     const bool ent = probe != nullptr && probe->entropy;
     if (mass == nullptr && !ent) return;  // no second pass unless a policy needs it
-    const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : kv.count;
+    if (probe->mass_stride <= 0 && dev_n) throw Error("cuda attention: a mass accumulator needs its stride when N is on the device");
+    const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : view.count;
     float* e = nullptr;
     if (ent) {
       grow(ent_, rows * 2 * sizeof(float));
-      check(cudaMemset(ent_->data(), 0, rows * 2 * sizeof(float)), "memset");
+      L.flush();
+      check(cudaMemsetAsync(ent_->data(), 0, rows * 2 * sizeof(float), L.stream()), "memset");
       e = ent_->as<float>();
     }
-    if (f16)
-      k_attn_probe<__half><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, probe->reduce == MassReduce::kMax, e, ml_->as<float>(), q, q_pos, kv, a);
-    else
-      k_attn_probe<float><<<grid, kAttnWarps * 32, smem>>>(mass, stride, probe->mass_row_begin, probe->reduce == MassReduce::kMax, e, ml_->as<float>(), q, q_pos, kv, a);
-    check_launch("attention probe");
+    const bool mass_max = probe->reduce == MassReduce::kMax;
+    if (f16) L.launch(k_attn_probe<__half>, grid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a);
+    else L.launch(k_attn_probe<float>, grid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a);
     if (ent) {  // the one step that reports a squeeze metric
       std::vector<float> h(rows * 2);
       download(h.data(), e, h.size() * sizeof(float));
@@ -727,24 +1081,77 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from) override {
-    k_kv_evict_one<<<static_cast<unsigned>(a.G), 256>>>(static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass,
-                                                          a.row_bytes() / 4, a.capacity, count, keep_below, keep_from);
-    check_launch("kv_evict_one");
+  // One query token (decode) where k_attn_decode serves the shape: splits of the keys, their merge,
+  // and the mass from the kept scores when a policy asks for it. False: the general kernel's turn.
+  bool attention_decode(float* out, const float* q, const int32_t* q_pos, int H, const KvView& view, AttentionProbe* probe) {
+    const int G = view.n_kv_heads, grp = H / G, D = view.head_dim;
+    const int vbytes = D * static_cast<int>(kv_type_bytes(view.type)), lpk = vbytes / 16;
+    if (vbytes % 16 != 0 || (lpk != 4 && lpk != 8 && lpk != 16 && lpk != 32) || grp > 8 || H % G != 0) return false;
+    if (probe != nullptr && probe->entropy) return false;
+    const bool use_mass = probe != nullptr && probe->mass != nullptr && probe->mass_row_begin <= 0;
+    KvView kv = view;
+    const bool dev_n = kv.count_dev != nullptr;
+    if (dev_n) kv.count = 0;  // the kernels read N on the device (see attention())
+    if (use_mass && probe->mass_stride <= 0 && dev_n) throw Error("cuda attention: a mass accumulator needs its stride when N is on the device");
+    AttnShape a{};
+    a.T = 1, a.H = H, a.G = G, a.grp = grp, a.D = D, a.N = dev_n ? 0 : view.count, a.cap = kv.capacity, a.qt = 1;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    // enough blocks to keep every SM streaming (about four per SM), at least 256 keys each
+    const int n_bound = dev_n ? kv.capacity : view.count;
+    a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + 255) / 256, 128}));
+    a.direct = 0;
+    const int grid_splits = dev_n ? a.splits : key_range(view.count, a.splits).splits;
+    const size_t rows = static_cast<size_t>(H);
+    grow(ml_, rows * 2 * sizeof(float));
+    grow(part_acc_, grid_splits * rows * D * sizeof(float));
+    grow(part_ml_, grid_splits * rows * 2 * sizeof(float));
+    const int gmax = grp <= 4 ? 4 : 8;
+    float* scores = nullptr;
+    if (use_mass) {
+      grow(scores_, static_cast<size_t>(G) * gmax * kv.capacity * sizeof(float));
+      scores = scores_->as<float>();
+    }
+    Launcher& L = *launcher_;
+    const dim3 grid(G, grid_splits);
+    float *pa = part_acc_->as<float>(), *pm = part_ml_->as<float>();
+    const bool f16 = kv.type == KvType::kF16;
+    if (f16 && gmax == 4) launch_decode<__half, 4>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
+    else if (f16) launch_decode<__half, 8>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
+    else if (gmax == 4) launch_decode<float, 4>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
+    else launch_decode<float, 8>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
+    L.launch(k_attn_merge, static_cast<unsigned>(rows), 32, 0, out, ml_->as<float>(), static_cast<const float*>(pa),
+             static_cast<const float*>(pm), static_cast<int>(rows), kv, a);
+    if (use_mass) {
+      const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : view.count;
+      const bool mass_max = probe->reduce == MassReduce::kMax;
+      if (gmax == 4) L.launch(k_attn_mass<4>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml_->as<float>()), kv, a);
+      else L.launch(k_attn_mass<8>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml_->as<float>()), kv, a);
+    }
+    return true;
+  }
+
+  void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from, const int32_t* newest_dev,
+                    int n_recent) override {
+    if (newest_dev != nullptr) keep_from = 0;  // the kernel reads it (the arguments stay the same from step to step)
+    else n_recent = 0;
+    launcher_->launch(k_kv_evict_one, static_cast<unsigned>(a.G), 256, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v),
+                      a.pos, a.mass, a.row_bytes() / 4, a.capacity, count, keep_below, keep_from, newest_dev, n_recent);
   }
 
   double copy_bandwidth() override {
     if (bandwidth_ > 0) return bandwidth_;
     const size_t bytes = size_t{1} << 30;  // 1 GiB each way, well past the L2
     auto a = alloc(bytes), b = alloc(bytes);
+    const cudaStream_t st = launcher_->stream();
+    launcher_->flush();
     cudaEvent_t e0, e1;
     check(cudaEventCreate(&e0), "event");
     check(cudaEventCreate(&e1), "event");
     std::vector<float> ms;
     for (int i = 0; i < 6; ++i) {
-      check(cudaEventRecord(e0), "event");
-      check(cudaMemcpy(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice), "copy");
-      check(cudaEventRecord(e1), "event");
+      check(cudaEventRecord(e0, st), "event");
+      check(cudaMemcpyAsync(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice, st), "copy");
+      check(cudaEventRecord(e1, st), "event");
       check(cudaEventSynchronize(e1), "event");
       float t = 0;
       check(cudaEventElapsedTime(&t, e0, e1), "event");
@@ -760,13 +1167,13 @@ class CudaBackend final : public Backend {
   void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
     if (a.D > 1024) throw Error("cuda kv_write: head dim above 1024");
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
+    if (a.count_dev != nullptr) at = 0;  // the kernel reads it (the arguments stay the same from step to step)
     if (a.type == KvType::kF16)
-      k_kv_write<<<grid, a.D>>>(static_cast<__half*>(a.k), static_cast<__half*>(a.v), a.pos, a.mass, a.G, a.D, a.capacity, at,
-                                k, v, rows_pos);
+      launcher_->launch(k_kv_write<__half>, grid, a.D, 0, static_cast<__half*>(a.k), static_cast<__half*>(a.v), a.pos, a.mass, a.G,
+                        a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
     else
-      k_kv_write<<<grid, a.D>>>(static_cast<float*>(a.k), static_cast<float*>(a.v), a.pos, a.mass, a.G, a.D, a.capacity, at,
-                                k, v, rows_pos);
-    check_launch("kv_write");
+      launcher_->launch(k_kv_write<float>, grid, a.D, 0, static_cast<float*>(a.k), static_cast<float*>(a.v), a.pos, a.mass, a.G, a.D,
+                        a.capacity, at, a.count_dev, k, v, rows_pos);
   }
   void kv_move(const KvArrays& a, const int* from, const int* to, int n) override {
     if (n == 0) return;
@@ -774,9 +1181,8 @@ class CudaBackend final : public Backend {
     if (!moves_ || moves_->bytes() < need) moves_ = alloc(std::max<size_t>(need, 4096));
     upload(moves_->data(), from, n * sizeof(int));
     upload(moves_->as<int>() + n, to, n * sizeof(int));
-    k_kv_move<<<static_cast<unsigned>(n), 128>>>(static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass,
-                                                  a.row_bytes() / 4, moves_->as<int>(), moves_->as<int>() + n);
-    check_launch("kv_move");
+    launcher_->launch(k_kv_move, static_cast<unsigned>(n), 128, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos,
+                      a.mass, a.row_bytes() / 4, static_cast<const int*>(moves_->as<int>()), static_cast<const int*>(moves_->as<int>() + n));
   }
 
  private:
@@ -786,7 +1192,15 @@ class CudaBackend final : public Backend {
     return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
   }
 
+  void sync_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+    if (bytes == 0) return;
+    launcher_->flush();
+    check(cudaMemcpyAsync(dst, src, bytes, kind, launcher_->stream()), what);
+    check(cudaStreamSynchronize(launcher_->stream()), what);
+  }
+
   CudaOptions opt_;
+  std::shared_ptr<Launcher> launcher_;  // shared with every buffer (a free issues what still uses it)
   std::string name_;
   cublasHandle_t blas_ = nullptr;
   void grow(std::unique_ptr<Buffer>& b, size_t bytes) {
@@ -795,7 +1209,7 @@ class CudaBackend final : public Backend {
   int sms_ = 1;
   size_t smem_set_ = 0;
   // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
-  std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_;
+  std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_, scores_;
   std::vector<float> host_rows_;              // embedding rows on their way up
   double bandwidth_ = 0.0;
 };
