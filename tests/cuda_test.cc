@@ -312,10 +312,12 @@ TEST_F(Cuda, GraphReplayEqualsDirectLaunches) {
     }
     std::printf("%-6s graph replays %lld (off: %lld), steps whose logits differ: %d of 30\n", kv_policy_name(policy),
                 static_cast<long long>(a.device_graph_replays()), static_cast<long long>(b.device_graph_replays()), differ);
-    EXPECT_GE(a.device_graph_replays(), 28) << kv_policy_name(policy);
+    // 30 steps: the first two run directly and are captured, and so do the two after N passes
+    // 512 (a third split of the keys: another grid, so another graph)
+    EXPECT_GE(a.device_graph_replays(), 26) << kv_policy_name(policy);
     EXPECT_EQ(b.device_graph_replays(), 0);
-    // h2o's and squeeze's mass sums use float atomics (their order varies from run to run), so
-    // only full and window are bit-exact; PoliciesKeepTheSameSurvivors checks the others' survivors
+    // h2o's and squeeze's prompt mass sums use float atomics (their order varies from run to
+    // run), so only full and window are bit-exact; PoliciesKeepTheSameSurvivors checks the others
     if (policy == KvPolicy::kFull || policy == KvPolicy::kWindow) {
       EXPECT_EQ(differ, 0) << kv_policy_name(policy);
     }

@@ -46,6 +46,7 @@ void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T
     throw Error("kv cache: append on a device needs the positions in device memory (pos_dev)");
   backend_->kv_write(arrays_, count_, k, v, pos_dev != nullptr ? pos_dev : pos, T);
   if (!backend_->host_visible()) {
+    mass_stale_ = true;  // attention adds to the mass next
     for (int g = 0; g < G_; ++g)
       for (int t = 0; t < T; ++t) {
         const size_t slot = static_cast<size_t>(g) * capacity_ + count_ + t;
@@ -74,14 +75,15 @@ void KvStorage::clear_mass() {
   const std::vector<float> zero(static_cast<size_t>(G_) * capacity_, 0.0f);
   backend_->upload(arrays_.mass, zero.data(), zero.size() * sizeof(float));
   if (!backend_->host_visible()) std::fill(mass_mirror_.begin(), mass_mirror_.end(), 0.0f);
+  mass_stale_ = false;
 }
 
 void KvStorage::sync_to_host() const {
   if (backend_->host_visible()) return;
   const size_t rows = static_cast<size_t>(G_) * capacity_;
-  backend_->download(mass_host_, arrays_.mass, rows * sizeof(float));
+  if (mass_stale_) backend_->download(mass_host_, arrays_.mass, rows * sizeof(float));
   if (pos_stale_) backend_->download(pos_host_, arrays_.pos, rows * sizeof(int32_t));
-  pos_stale_ = false;
+  pos_stale_ = mass_stale_ = false;
 }
 
 void KvStorage::evict_one_on_backend(int budget, int sinks, int recent) {
@@ -92,7 +94,7 @@ void KvStorage::evict_one_on_backend(int budget, int sinks, int recent) {
   backend_->kv_evict_one(arrays_, count_, range.keep_below, range.keep_from, newest_dev, newest_ - range.keep_from + 1);
   --count_;
   for (int& x : live_) --x;
-  if (!backend_->host_visible()) pos_stale_ = true;
+  if (!backend_->host_visible()) pos_stale_ = mass_stale_ = true;
 }
 
 void KvStorage::evict(const int* evict, int n_evict) {
@@ -103,6 +105,7 @@ void KvStorage::evict(const int* evict, int n_evict) {
 }
 
 void KvStorage::evict(const Eviction& ev) {
+  sync_to_host();  // the host mirror moves with the rows: current first (a copy only where stale)
   // prepare: per head, holes below its new count take the surviving rows from the top of
   // [new count, count): one move per hole, so a decode step that evicts one row per head moves at
   // most one row each

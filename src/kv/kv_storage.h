@@ -76,14 +76,23 @@ class KvStorage {
   KvType type() const { return type_; }
   // Position of the newest row ever appended (-1 before the first).
   int32_t newest_position() const { return newest_; }
-  // The policies' metadata, host memory: positions [G][capacity] and accumulated mass.
-  const int32_t* positions(int g) const { return pos_host_ + static_cast<size_t>(g) * capacity_; }
-  const float* mass(int g) const { return mass_host_ + static_cast<size_t>(g) * capacity_; }
+  // The policies' metadata, host memory: positions [G][capacity] and accumulated mass. On a device
+  // the first read after the device changed them copies them over (so a policy that never reads
+  // the mass, or a step that evicts on the device, costs no copy).
+  const int32_t* positions(int g) const {
+    if (pos_stale_) sync_to_host();
+    return pos_host_ + static_cast<size_t>(g) * capacity_;
+  }
+  const float* mass(int g) const {
+    if (mass_stale_) sync_to_host();
+    return mass_host_ + static_cast<size_t>(g) * capacity_;
+  }
   // Accumulated attention mass, [G][capacity] in the backend's memory; attention adds to it.
   float* mass_accumulator() { return arrays_.mass; }
-  // Brings the backend's mass (and, after a device-side eviction, the positions) to the host
-  // metadata: a copy only when the backend's memory is not host-visible (docs/DESIGN.md says when
-  // a device backend needs it). Const: the metadata mirrors what the backend holds.
+  // Brings the backend's mass and positions to the host metadata where the device changed them
+  // since the last sync (attention adds mass after every append; a device-side eviction moves
+  // rows): a copy only then, and never when the backend's memory is host-visible. Const: the
+  // metadata mirrors what the backend holds.
   void sync_to_host() const;
   // A decode step's eviction run by the backend where the mass lives (Backend::kv_evict_one):
   // one row per head goes, chosen as select_sinks_recent_top(budget, sinks, recent) would;
@@ -119,6 +128,7 @@ class KvStorage {
   mutable std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible
   mutable std::vector<float> mass_mirror_;
   mutable bool pos_stale_ = false;           // positions moved on the backend since the last sync
+  mutable bool mass_stale_ = false;          // mass added or moved on the backend since the last sync
   int32_t* pos_host_ = nullptr;      // [G][capacity]: the backend's array or the mirror
   float* mass_host_ = nullptr;
   std::vector<int> move_from_, move_to_;  // compaction moves, [G * capacity] at most, reused

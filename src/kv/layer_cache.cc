@@ -44,7 +44,8 @@ void LayerCache::end_step() {
 }
 
 void LayerCache::compact() {
-  storage_.sync_to_host();  // a copy only for a device backend
+  // (a policy reads the host metadata through positions()/mass(), which copy from a device only
+  // what it changed, and only when read)
   if (policy_->select(storage_, last_step_rows_, evict_)) storage_.evict(evict_);
   const int cap = capacity_for();
   if (cap != storage_.capacity() && cap >= storage_.count()) storage_.set_capacity(cap);

@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -531,24 +532,37 @@ __global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, c
   }
 }
 
-// grid T*H, block 32 x (D/32 lanes of output): merges the splits of one row; ml_out [T*H][2].
-__global__ void k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, KvView kv,
-                             AttnShape a) {
+// grid T*H, block kMergeThreads: merges the splits of one row; ml_out [T*H][2]. The splits'
+// weights exp(m_s - M) are formed once in shared memory, then each thread sums its output values
+// over the splits with several loads in flight (the partials sit in L2).
+constexpr int kMergeThreads = 128;
+constexpr int kMaxSplits = 128;
+__global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
+                                                              int rows, KvView kv, AttnShape a) {
+  __shared__ float w[kMaxSplits];
+  __shared__ float red[32];
   const int row = blockIdx.x, splits = key_range(kv, a).splits, D = a.D;
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, part_ml[2 * (static_cast<size_t>(s) * rows + row)]);
+  mx = warp_max(mx);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+  __syncthreads();
   float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, part_ml[2 * (static_cast<size_t>(s) * rows + row)]);
-  float L = 0.0f;
-  for (int s = 0; s < splits; ++s) {
+  for (int i = 0; i < static_cast<int>(blockDim.x) / 32; ++i) M = fmaxf(M, red[i]);
+  __syncthreads();
+  float l = 0.0f;
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
     const float ms = part_ml[2 * (static_cast<size_t>(s) * rows + row)];
-    if (ms > -INFINITY) L += part_ml[2 * (static_cast<size_t>(s) * rows + row) + 1] * __expf(ms - M);
+    const float c = ms > -INFINITY ? __expf(ms - M) : 0.0f;
+    w[s] = c;
+    l += c * part_ml[2 * (static_cast<size_t>(s) * rows + row) + 1];
   }
+  const float L = block_sum(l, red);  // its barriers also publish w
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float ms = part_ml[2 * (static_cast<size_t>(s) * rows + row)];
-      if (ms > -INFINITY) o += part_acc[(static_cast<size_t>(s) * rows + row) * D + d] * __expf(ms - M);
-    }
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) o += part_acc[(static_cast<size_t>(s) * rows + row) * D + d] * w[s];
     out[static_cast<size_t>(row) * D + d] = o * inv;
   }
   if (threadIdx.x == 0) ml_out[2 * row] = M, ml_out[2 * row + 1] = L;
@@ -623,15 +637,19 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
 }
 
 // ---- decode attention (one query token) ----------------------------------------------------------
-// Flash-decoding for T = 1: grid (G, splits), kDecWarps warps. The grp query heads of kv head g
-// ride together, so each K/V row is read once: LPK lanes hold a row, 16 bytes each (8 f16 or 4 f32
-// values), and a warp covers 32 / LPK rows per step, two steps loaded before either is used (bytes
-// in flight). Each warp keeps an online softmax per query head over its rows; the warps merge in
-// shared memory and the block writes its split's partial max, sum and output, which k_attn_merge
-// combines. With `scores` the scaled logits are kept ([G][GMAX][capacity], -inf where masked), and
-// the policies' mass comes from them (k_attn_mass) without reading K again.
+// Flash-decoding for T = 1: grid (G, splits), kDecWarps warps. The block streams its split's K/V
+// rows through shared memory in tiles of 8 KB of K and 8 KB of V, kDecStages tiles in flight
+// (cp.async: the copies run while the warps compute on an earlier tile, so enough bytes are on
+// their way to keep HBM busy). The grp query heads of kv head g ride together, so each row is read
+// once: LPK lanes hold a row, 16 bytes each (8 f16 or 4 f32 values), a warp covers 32 / LPK rows
+// per step; each warp keeps an online softmax per query head over its rows; at the end the warps
+// merge in shared memory and the block writes its split's partial max, sum and output, which
+// k_attn_merge combines. With `scores` the scaled logits are kept ([G][GMAX][capacity], -inf where
+// masked), and the policies' mass comes from them (k_attn_mass) without reading K again.
 
 constexpr int kDecWarps = 4;
+constexpr int kDecStages = 3;
+constexpr int kDecTileBytes = 8192;  // of K (and as much of V) per tile
 
 template <typename KT>
 __device__ inline void load16(const KT* p, float* f);
@@ -651,19 +669,52 @@ __device__ inline void load16<float>(const float* p, float* f) {
   f[0] = x.x, f[1] = x.y, f[2] = x.z, f[3] = x.w;
 }
 
+// Shared memory of k_attn_decode for rows of `row_bytes`: the stages' K, V and positions.
+__host__ __device__ constexpr int dec_tile_keys(int row_bytes) { return kDecTileBytes / row_bytes; }
+__host__ __device__ constexpr size_t dec_smem_bytes(int row_bytes) {
+  return static_cast<size_t>(kDecStages) * (2 * kDecTileBytes + dec_tile_keys(row_bytes) * sizeof(int32_t));
+}
+
 // GMAX: the most query heads per kv head this instantiation serves (a.grp <= GMAX).
 template <typename KT, int LPK, int GMAX>
-__global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* part_acc, float* part_ml, float* scores, const float* q,
-                                                                 const int32_t* q_pos, KvView kv, AttnShape a) {
+__global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+                                                                 const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
   constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
   constexpr int D = LPK * EPV;
   constexpr int KPW = 32 / LPK;         // rows a warp covers per step
+  constexpr int ROW = D * sizeof(KT);   // bytes of a row
+  constexpr int TILE = dec_tile_keys(ROW);
+  constexpr int CHUNKS = TILE * ROW / 16;  // 16-byte copies per tile of K (and of V)
+  static_assert(TILE % (kDecWarps * KPW) == 0, "a tile splits evenly over the warps");
+  extern __shared__ __align__(16) unsigned char dsm[];
+  unsigned char* sk = dsm;                                  // [stage][TILE][ROW]
+  unsigned char* sv = dsm + kDecStages * kDecTileBytes;     // [stage][TILE][ROW]
+  int32_t* sp = reinterpret_cast<int32_t*>(dsm + 2 * kDecStages * kDecTileBytes);  // [stage][TILE]
+
   const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
   const KeyRange kr = key_range(kv, a);
   if (split >= kr.splits) return;
   const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / LPK, part = lane % LPK;
   const int qp = q_pos[0];
+  const unsigned char* Kg = static_cast<const unsigned char*>(kv.k) + static_cast<size_t>(g) * kv.capacity * ROW;
+  const unsigned char* Vg = static_cast<const unsigned char*>(kv.v) + static_cast<size_t>(g) * kv.capacity * ROW;
+  const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
+  const int n_tiles = (end - begin + TILE - 1) / TILE;
+  // issues the copies of tile t (rows past `end` are not copied; their slots are never read)
+  auto issue = [&](int t) {
+    if (t < n_tiles) {
+      const int j0 = begin + t * TILE, rows = min(TILE, end - j0), st = t % kDecStages;
+      for (int c = threadIdx.x; c < rows * (ROW / 16); c += blockDim.x) {
+        __pipeline_memcpy_async(sk + st * kDecTileBytes + c * 16, Kg + static_cast<size_t>(j0) * ROW + c * 16, 16);
+        __pipeline_memcpy_async(sv + st * kDecTileBytes + c * 16, Vg + static_cast<size_t>(j0) * ROW + c * 16, 16);
+      }
+      for (int c = threadIdx.x; c < rows; c += blockDim.x) __pipeline_memcpy_async(sp + st * TILE + c, Pg + j0 + c, 4);
+    }
+    __pipeline_commit();  // an empty group past the last tile keeps the counting uniform
+  };
+  (void)CHUNKS;
+
   float qv[GMAX][EPV], m[GMAX], l[GMAX], acc[GMAX][EPV];
 #pragma unroll
   for (int r = 0; r < GMAX; ++r) {
@@ -674,52 +725,48 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* part_acc,
       acc[r][e] = 0.0f;
     }
   }
-  const KT* Kg = static_cast<const KT*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D + part * EPV;
-  const KT* Vg = static_cast<const KT*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D + part * EPV;
-  const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
-  for (int j0 = begin + warp * 2 * KPW; j0 < end; j0 += kDecWarps * 2 * KPW) {
-    float kf[2][EPV], vf[2][EPV];
-    bool vis[2];
-    int jj[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {  // both steps' loads first
-      const int j = j0 + u * KPW + sub;
-      jj[u] = j;
+  for (int t = 0; t < kDecStages - 1; ++t) issue(t);
+  for (int t = 0; t < n_tiles; ++t) {
+    issue(t + kDecStages - 1);
+    __pipeline_wait_prior(kDecStages - 1);  // this thread's copies of tile t have landed
+    __syncthreads();                          // and everyone's
+    const int st = t % kDecStages, j0 = begin + t * TILE;
+    const unsigned char* kt = sk + st * kDecTileBytes;
+    const unsigned char* vt = sv + st * kDecTileBytes;
+    const int32_t* pt = sp + st * TILE;
+    // warp w takes rows [w * TILE / kDecWarps, (w + 1) * TILE / kDecWarps) of the tile, KPW a step
+#pragma unroll 2
+    for (int i = warp * (TILE / kDecWarps) + sub; i < (warp + 1) * (TILE / kDecWarps); i += KPW) {
+      const int j = j0 + i;
       const bool in = j < end;
-      if (in) {
-        load16<KT>(Kg + static_cast<size_t>(j) * D, kf[u]);
-        load16<KT>(Vg + static_cast<size_t>(j) * D, vf[u]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < EPV; ++e) kf[u][e] = vf[u][e] = 0.0f;
-      }
-      vis[u] = in && Pg[j] <= qp;
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
+      float kf[EPV], vf[EPV];
+      load16<KT>(reinterpret_cast<const KT*>(kt + i * ROW + part * 16), kf);
+      load16<KT>(reinterpret_cast<const KT*>(vt + i * ROW + part * 16), vf);
+      const bool vis = in && pt[i] <= qp;
 #pragma unroll
       for (int r = 0; r < GMAX; ++r) {
         if (r >= grp) break;  // uniform
         float s = 0.0f;
 #pragma unroll
-        for (int e = 0; e < EPV; ++e) s += qv[r][e] * kf[u][e];
+        for (int e = 0; e < EPV; ++e) s += qv[r][e] * kf[e];
 #pragma unroll
         for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        s = vis[u] ? s : -INFINITY;
-        if (scores != nullptr && part == 0 && jj[u] < end) scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + jj[u]] = s;
+        s = vis ? s : -INFINITY;
+        if (scores != nullptr && part == 0 && in) scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j] = s;
         float mx = s;
 #pragma unroll
         for (int o = LPK; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         const float mn = fmaxf(m[r], mx);
         if (mn == -INFINITY) continue;  // uniform: nothing visible yet
-        const float p = vis[u] ? __expf(s - mn) : 0.0f;
+        const float p = vis ? __expf(s - mn) : 0.0f;
         const float alpha = m[r] > -INFINITY ? __expf(m[r] - mn) : 0.0f;
         l[r] = l[r] * alpha + p;
 #pragma unroll
-        for (int e = 0; e < EPV; ++e) acc[r][e] = acc[r][e] * alpha + p * vf[u][e];
+        for (int e = 0; e < EPV; ++e) acc[r][e] = acc[r][e] * alpha + (vis ? p * vf[e] : 0.0f);
         m[r] = mn;
       }
     }
+    __syncthreads();  // the stage is refilled by a later issue()
   }
   // the warp's row groups share one max per head: sum their sums and outputs
 #pragma unroll
@@ -731,34 +778,42 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* part_acc,
       for (int e = 0; e < EPV; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
     }
   }
-  // the block's warps: each puts its max, sum and output in shared memory; then per head the merge
-  __shared__ float s_ml[kDecWarps][GMAX][2];
-  __shared__ float s_acc[kDecWarps][GMAX][D];
+  // the block's warps (the stages' memory, free now): each puts its max, sum and output there;
+  // then per head the merge
+  float* s_ml = reinterpret_cast<float*>(dsm);               // [warp][GMAX][2]
+  float* s_acc = s_ml + kDecWarps * GMAX * 2;                // [warp][GMAX][D]
+  static_assert(sizeof(float) * kDecWarps * GMAX * (2 + D) <= 2 * kDecStages * kDecTileBytes, "merge fits the stages");
 #pragma unroll
   for (int r = 0; r < GMAX; ++r) {
-    if (lane == 0) s_ml[warp][r][0] = m[r], s_ml[warp][r][1] = l[r];
+    if (lane == 0) s_ml[(warp * GMAX + r) * 2] = m[r], s_ml[(warp * GMAX + r) * 2 + 1] = l[r];
     if (sub == 0)
 #pragma unroll
-      for (int e = 0; e < EPV; ++e) s_acc[warp][r][part * EPV + e] = acc[r][e];
+      for (int e = 0; e < EPV; ++e) s_acc[(warp * GMAX + r) * D + part * EPV + e] = acc[r][e];
   }
   __syncthreads();
   for (int i = threadIdx.x; i < grp * D; i += blockDim.x) {
     const int r = i / D, d = i % D;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, s_ml[w][r][0]);
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, s_ml[(w * GMAX + r) * 2]);
     float L = 0.0f, o = 0.0f;
 #pragma unroll
     for (int w = 0; w < kDecWarps; ++w) {
-      const float mw = s_ml[w][r][0];
+      const float mw = s_ml[(w * GMAX + r) * 2];
       if (mw == -INFINITY) continue;
       const float c = __expf(mw - M);
-      L += s_ml[w][r][1] * c;
-      o += s_acc[w][r][d] * c;
+      L += s_ml[(w * GMAX + r) * 2 + 1] * c;
+      o += s_acc[(w * GMAX + r) * D + d] * c;
     }
-    const size_t prow = static_cast<size_t>(split) * a.H + g * grp + r;  // rows: T * H with T = 1
-    part_acc[prow * D + d] = o;
-    if (d == 0) part_ml[2 * prow] = M, part_ml[2 * prow + 1] = L;
+    const size_t h = static_cast<size_t>(g) * grp + r;  // rows: T * H with T = 1
+    if (gridDim.y == 1) {  // one split: the final output, no merge
+      out[h * D + d] = L > 0.0f ? o / L : 0.0f;
+      if (d == 0) ml[2 * h] = M, ml[2 * h + 1] = L;
+    } else {
+      const size_t prow = static_cast<size_t>(split) * a.H + h;
+      part_acc[prow * D + d] = o;
+      if (d == 0) part_ml[2 * prow] = M, part_ml[2 * prow + 1] = L;
+    }
   }
 }
 
@@ -795,14 +850,27 @@ __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const fl
 }
 
 
+template <typename KT, int LPK, int GMAX>
+void launch_decode_one(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+                       const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
+  constexpr size_t smem = dec_smem_bytes(LPK * 16);
+  static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
+  if (!attribute_set) {
+    check(cudaFuncSetAttribute(k_attn_decode<KT, LPK, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "decode attention smem");
+    attribute_set = true;
+  }
+  L.launch(k_attn_decode<KT, LPK, GMAX>, grid, kDecWarps * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a);
+}
+
 template <typename KT, int GMAX>
-void launch_decode(Launcher& L, int lpk, dim3 grid, float* part_acc, float* part_ml, float* scores, const float* q,
-                   const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
+void launch_decode(Launcher& L, int lpk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+                   const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
   switch (lpk) {
-    case 4: L.launch(k_attn_decode<KT, 4, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
-    case 8: L.launch(k_attn_decode<KT, 8, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
-    case 16: L.launch(k_attn_decode<KT, 16, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
-    default: L.launch(k_attn_decode<KT, 32, GMAX>, grid, kDecWarps * 32, 0, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    case 4: launch_decode_one<KT, 4, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    case 8: launch_decode_one<KT, 8, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    case 16: launch_decode_one<KT, 16, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    default: launch_decode_one<KT, 32, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
   }
 }
 
@@ -1034,7 +1102,7 @@ class CudaBackend final : public Backend {
     // split long key ranges when the blocks alone would not fill the device (sizes only)
     const int blocks = a.G * qtiles, n_bound = dev_n ? kv.capacity : view.count;
     a.splits = blocks < 2 * sms_ ? std::max(1, std::min({(2 * sms_) / blocks, (n_bound + 255) / 256, 64})) : 1;
-    const int grid_splits = dev_n ? a.splits : key_range(view.count, a.splits).splits;
+    const int grid_splits = key_range(view.count, a.splits).splits;  // as in attention_decode
     a.direct = grid_splits == 1;
     const size_t rows = static_cast<size_t>(a.T) * H;
     grow(ml_, rows * 2 * sizeof(float));
@@ -1057,7 +1125,7 @@ class CudaBackend final : public Backend {
     Launcher& L = *launcher_;
     if (f16) L.launch(k_attn<__half>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
     else L.launch(k_attn<float>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
-    if (!a.direct) L.launch(k_attn_merge, static_cast<unsigned>(rows), 32, 0, out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows), kv, a);
+    if (!a.direct) L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows), kv, a);
     float* mass = probe != nullptr ? probe->mass : nullptr;
     const bool ent = probe != nullptr && probe->entropy;
     if (mass == nullptr && !ent) return;  // no second pass unless a policy needs it
@@ -1099,8 +1167,10 @@ class CudaBackend final : public Backend {
     // enough blocks to keep every SM streaming (about four per SM), at least 256 keys each
     const int n_bound = dev_n ? kv.capacity : view.count;
     a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + 255) / 256, 128}));
-    a.direct = 0;
-    const int grid_splits = dev_n ? a.splits : key_range(view.count, a.splits).splits;
+    // the grid from this step's N (the host knows it): a replayed step has the same N's split
+    // count, and the kernels, reading N on the device, find the same splits
+    const int grid_splits = key_range(view.count, a.splits).splits;
+    a.direct = grid_splits == 1;
     const size_t rows = static_cast<size_t>(H);
     grow(ml_, rows * 2 * sizeof(float));
     grow(part_acc_, grid_splits * rows * D * sizeof(float));
@@ -1113,14 +1183,15 @@ class CudaBackend final : public Backend {
     }
     Launcher& L = *launcher_;
     const dim3 grid(G, grid_splits);
-    float *pa = part_acc_->as<float>(), *pm = part_ml_->as<float>();
+    float *pa = part_acc_->as<float>(), *pm = part_ml_->as<float>(), *ml = ml_->as<float>();
     const bool f16 = kv.type == KvType::kF16;
-    if (f16 && gmax == 4) launch_decode<__half, 4>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
-    else if (f16) launch_decode<__half, 8>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
-    else if (gmax == 4) launch_decode<float, 4>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
-    else launch_decode<float, 8>(L, lpk, grid, pa, pm, scores, q, q_pos, kv, a);
-    L.launch(k_attn_merge, static_cast<unsigned>(rows), 32, 0, out, ml_->as<float>(), static_cast<const float*>(pa),
-             static_cast<const float*>(pm), static_cast<int>(rows), kv, a);
+    if (f16 && gmax == 4) launch_decode<__half, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
+    else if (f16) launch_decode<__half, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
+    else if (gmax == 4) launch_decode<float, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
+    else launch_decode<float, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
+    if (!a.direct)
+      L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml, static_cast<const float*>(pa),
+               static_cast<const float*>(pm), static_cast<int>(rows), kv, a);
     if (use_mass) {
       const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : view.count;
       const bool mass_max = probe->reduce == MassReduce::kMax;
