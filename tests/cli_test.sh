@@ -40,6 +40,7 @@ expect_error "--kv-policy" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy
 expect_error "--threads" generate -m "$m" --tokenizer "$tok" -p hi -t 0
 expect_error "--device" generate -m "$m" --tokenizer "$tok" -p hi --device gpu
 expect_error "--device-weights" generate -m "$m" --tokenizer "$tok" -p hi --device-weights fp8
+expect_error "--cuda-graphs" generate -m "$m" --tokenizer "$tok" -p hi --cuda-graphs sometimes
 # a build without the CUDA backend, or a machine without a GPU, says so (this test runs without one)
 if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
 expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi
