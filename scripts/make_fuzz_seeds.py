@@ -208,6 +208,35 @@ def main():
     files[("chat", "chatml_system")] = chat_input(CHATML, [("system", "Be brief."), ("user", "naïve café 🙂")])
     files[("chat", "llama3")] = chat_input(LLAMA3, [("user", "What is 2+2?")])
     files[("chat", "plain")] = chat_input("", [("user", "plain text"), ("user", "")])
+    configs = [  # Hugging Face config.json shapes: llama (tied and not), qwen2 with biases, GQA
+        {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 300, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+         "rope_theta": 10000.0, "tie_word_embeddings": True},
+        {"model_type": "llama", "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 3, "num_attention_heads": 8,
+         "num_key_value_heads": 8, "vocab_size": 512, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
+         "rope_theta": 500000.0, "head_dim": 16, "tie_word_embeddings": False,
+         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 512}},
+        {"model_type": "qwen2", "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 6,
+         "num_key_value_heads": 2, "vocab_size": 400, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+         "rope_theta": 1000000.0, "tie_word_embeddings": True},
+    ]
+    for i, c in enumerate(configs):
+        files[("config", "config_%02d.json" % i)] = json.dumps(c, indent=1).encode()
+    sweeps = [  # eval sweep configs: every task kind, per-task budgets, shards, KV options
+        {"model": "m.gguf", "output": "out.jsonl", "budget_fractions": [0.1, 0.2, 0.5],
+         "policies": [{"kv_policy": "h2o"}, {"kv_policy": "squeeze", "squeeze_metric": "key_cosine", "label": "sq"},
+                      {"kv_policy": "snapkv", "snapkv_window": 8}],
+         "tasks": [{"task": "ppl", "text": "t.txt", "ctx": [1024, 4096], "prefix_fraction": 0.5, "windows": 2},
+                   {"task": "passkey", "ctx": [2048], "depths": [0, 0.5, 1], "samples": 10, "seed": 3,
+                    "budget_fractions": [0.2], "question_aware": True, "prefill_chunk": 256}]},
+        {"model": "m.gguf", "output": "o.jsonl", "include_full": False, "budget_fractions": [0.25],
+         "done_records": ["a.jsonl"], "policies": [{"kv_policy": "window", "kv_sinks": 4}, {"kv_policy": "kvzip"}],
+         "tasks": [{"task": "niah-multikey", "label": "mk", "ctx": [512], "haystack": "h.txt"},
+                   {"task": "niah-multivalue", "ctx": [256, 512]}]},
+    ]
+    for i, c in enumerate(sweeps):
+        files[("sweep", "sweep_%02d.json" % i)] = json.dumps(c, indent=1).encode()
     for (target, name), data in files.items():
         d = os.path.join(a.out, target)
         os.makedirs(d, exist_ok=True)

@@ -41,6 +41,11 @@ expect_error "--threads" generate -m "$m" --tokenizer "$tok" -p hi -t 0
 expect_error "--device" generate -m "$m" --tokenizer "$tok" -p hi --device gpu
 expect_error "--device-weights" generate -m "$m" --tokenizer "$tok" -p hi --device-weights fp8
 expect_error "--cuda-graphs" generate -m "$m" --tokenizer "$tok" -p hi --cuda-graphs sometimes
+expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory lots
+expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory 0
+expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory 2K   # below the weights
+expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory 1500K --ctx 4096  # a full cache beyond it
+expect_error "--max-memory" bench --dummy "$(dirname "$0")/../bench/configs/llama-3.1-8b.json" --max-memory 1G  # refused before allocating 16 GB
 # a build without the CUDA backend, or a machine without a GPU, says so (this test runs without one)
 if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
 expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi

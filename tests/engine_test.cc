@@ -11,6 +11,7 @@
 
 #include "squeezekv/error.h"
 #include "squeezekv/model.h"
+#include "runtime/runner.h"
 #include "test_paths.h"
 
 namespace squeezekv {
@@ -215,6 +216,65 @@ TEST(Scheduler, RefusesBadRequestsNamingTheField) {
   }
   EXPECT_EQ(reason, "error");
   EXPECT_NE(error.find("context"), std::string::npos) << error;
+  EXPECT_EQ(engine.sequences(), 0);
+}
+
+// --max-memory: a run is refused before allocating what would not fit (naming the flag and the
+// parts), a budgeted cache fits where a full one does not, and under the Scheduler a request
+// that would fit once another finishes waits for it instead of failing.
+TEST(MaxMemory, RefusesWhatDoesNotFitAndQueuesWhatWill) {
+  const Model& m = smollm();
+  SessionOptions so = options(DecodeActivations::kF32);
+  so.prefill_chunk = 64;
+  const int64_t base = m.weight_summary().total_bytes + Runner::scratch_bytes(m.config(), 64);
+  const int64_t full_kv = CacheBuilder::planned_bytes(m.config(), cache_of(KvPolicy::kFull, 0), 64, false);
+  const int64_t small_kv = CacheBuilder::planned_bytes(m.config(), cache_of(KvPolicy::kH2O, 32), 64, false);
+  ASSERT_LT(small_kv * 4, full_kv);
+  // the weights alone are over the limit
+  so.max_memory = base / 2;
+  try {
+    Session s(m, so);
+    ADD_FAILURE() << "a limit below the weights was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-memory"), std::string::npos) << e.what();
+  }
+  // room for a budgeted cache but not a full one
+  so.max_memory = base + full_kv / 2;
+  so.cache = cache_of(KvPolicy::kFull, 0);
+  try {
+    Session s(m, so);
+    ADD_FAILURE() << "a full cache over the limit was accepted";
+  } catch (const MemoryLimitError& e) {
+    EXPECT_TRUE(e.alone());
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+  }
+  so.cache = cache_of(KvPolicy::kH2O, 32);
+  EXPECT_NO_THROW(Session(m, so));
+  // one budgeted sequence fits, two do not: the second request waits for the first to finish
+  so.max_memory = base + small_kv + small_kv / 2;
+  Engine engine(m, so, 2);
+  const SequenceId a = engine.add_sequence(cache_of(KvPolicy::kH2O, 32));
+  try {
+    engine.add_sequence(cache_of(KvPolicy::kH2O, 32));
+    ADD_FAILURE() << "a second sequence over the limit was accepted";
+  } catch (const MemoryLimitError& e) {
+    EXPECT_FALSE(e.alone());
+  }
+  engine.remove_sequence(a);
+  Scheduler sched(engine);
+  std::vector<std::string> reasons(2);
+  for (int i = 0; i < 2; ++i) {
+    GenerationRequest r;
+    r.prompt = m.tokenizer().encode("Once upon a time", true);
+    r.options = greedy(8);
+    r.cache = cache_of(KvPolicy::kH2O, 32);
+    r.on_done = [&reasons, i](const GenerateResult& res) { reasons[i] = res.stop_reason + res.error; };
+    sched.submit(std::move(r));
+  }
+  while (sched.step()) {
+  }
+  EXPECT_EQ(reasons[0], "length");
+  EXPECT_EQ(reasons[1], "length");
   EXPECT_EQ(engine.sequences(), 0);
 }
 

@@ -295,7 +295,9 @@ TEST(FuzzRegressions, EveryFoundInputIsHandled) {
       ASSERT_TRUE(id >= 0 && id < tok.vocab_size()) << e.path();
       unk = unk || tok.is_control(id);
     }
-    if (!unk) EXPECT_EQ(tok.decode(ids), s) << e.path();
+    if (!unk) {
+      EXPECT_EQ(tok.decode(ids), s) << e.path();
+    }
     ++n;
   }
   EXPECT_GE(n, 5);

@@ -18,6 +18,7 @@ struct ModelWeights;  // src/model/weights.h
 
 struct LoadOptions {
   std::string tokenizer_path;  // llama2.c checkpoints only: the tok*.bin file
+  int64_t max_memory = 0;      // --max-memory: the weights must fit in these bytes (0: no limit)
 };
 
 class Model {
@@ -27,7 +28,8 @@ class Model {
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
   // Random BF16 weights of the shape a Hugging Face config.json describes (for speed runs where
   // the real weights cannot go); the weights depend on the seed only. Its tokenizer knows bytes.
-  static std::unique_ptr<Model> dummy(const std::string& config_json, uint64_t seed = 1);
+  // options.max_memory is checked before anything is allocated.
+  static std::unique_ptr<Model> dummy(const std::string& config_json, uint64_t seed = 1, const LoadOptions& options = {});
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -38,6 +40,7 @@ class Model {
   // row is not counted unless the output head shares it) and bytes per stored type, largest first.
   struct WeightSummary {
     int64_t matrix_bytes = 0;
+    int64_t total_bytes = 0;  // every matrix and the embedding table, each once (what the model holds)
     std::vector<std::pair<std::string, int64_t>> bytes_by_type;
   };
   WeightSummary weight_summary() const;

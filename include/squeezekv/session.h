@@ -31,6 +31,9 @@ struct SessionOptions {
   int threads = 0;            // CPU threads (0: all cores)
   bool f32_device_weights = false;  // --device cuda: matrices in f32 (exact test mode) instead of bf16
   bool cuda_graphs = true;    // --device cuda: a repeated step (decode) replayed as one CUDA graph
+  // --max-memory: the bytes the run may hold (weights as stored, a step's activations, every
+  // sequence's KV cache at the capacity it allocates); checked before allocating; 0: no limit
+  int64_t max_memory = 0;
   int prefill_chunk = 512;    // rows per prefill step
   DecodeActivations decode_activations = DecodeActivations::kF32;
   CacheConfig cache;

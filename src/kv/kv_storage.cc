@@ -193,6 +193,11 @@ KvView KvStorage::view() const {
   return v;
 }
 
+int64_t KvStorage::bytes_for(int n_kv_heads, int head_dim, int capacity, KvType type, bool host_mirror) {
+  const int64_t rows = static_cast<int64_t>(n_kv_heads) * capacity;
+  return rows * (2 * head_dim * static_cast<int64_t>(kv_type_bytes(type)) + 8 * (host_mirror ? 2 : 1));
+}
+
 int64_t KvStorage::bytes_per_token() const {
   return static_cast<int64_t>(G_) * D_ * 2 * static_cast<int64_t>(kv_type_bytes(type_));
 }

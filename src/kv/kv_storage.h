@@ -109,6 +109,9 @@ class KvStorage {
   }
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
+  // Bytes a storage of this shape allocates: K, V, positions and mass (and a device's host mirror
+  // of the last two).
+  static int64_t bytes_for(int n_kv_heads, int head_dim, int capacity, KvType type, bool host_mirror);
 
  private:
   void allocate();

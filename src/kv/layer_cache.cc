@@ -19,9 +19,9 @@ LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvType type,
   evict_.slots.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
 }
 
-int LayerCache::capacity_for() const {
-  const int64_t want = static_cast<int64_t>(policy_->max_head_rows()) + max_step_rows_;
-  return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens_) + policy_->scratch_rows(max_step_rows_)));
+int LayerCache::capacity_for(const EvictionPolicy& policy, int max_step_rows, int max_tokens) {
+  const int64_t want = static_cast<int64_t>(policy.max_head_rows()) + max_step_rows;
+  return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens) + policy.scratch_rows(max_step_rows)));
 }
 
 void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
@@ -152,6 +152,21 @@ SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfi
     for (int l = 0; l < model.n_layers; ++l) sc.layers[l].bind_device_count(sc.counts_dev->as<int32_t>() + l);
   }
   return sc;
+}
+
+int64_t CacheBuilder::planned_bytes(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, bool host_mirror) {
+  validate(cfg);
+  const int max_tokens = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
+  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
+  const PolicyInfo& info = policy_info(cfg.policy);
+  int64_t total = 0;
+  for (int l = 0; l < model.n_layers; ++l) {
+    const PolicyContext ctx{cfg, l, model.n_layers, max_tokens, model.n_kv_heads, nullptr};
+    const auto policy = info.make(ctx);
+    const int cap = LayerCache::capacity_for(*policy, max_step_rows, max_tokens);
+    total += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, host_mirror);
+  }
+  return total;
 }
 
 namespace {

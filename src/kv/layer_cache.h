@@ -21,6 +21,9 @@ class LayerCache {
   // backend: where K and V live (null: the CPU).
   LayerCache(int layer, int n_kv_heads, int head_dim, KvType type, std::unique_ptr<EvictionPolicy> policy,
              int max_step_rows, int max_tokens, Backend* backend = nullptr);
+  // Rows per head the storage needs: the policy's most per head + one step (at most what the
+  // sequence can hold, plus the policy's scratch rows).
+  static int capacity_for(const EvictionPolicy& policy, int max_step_rows, int max_tokens);
 
   // k, v [T][G*D] (the backend's memory); pos [T] host, pos_dev the same in the backend's memory
   void append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev = nullptr);
@@ -62,7 +65,7 @@ class LayerCache {
   int budget() const { return policy_->budget(); }
 
  private:
-  int capacity_for() const;  // rows per head the storage needs: the policy's most per head + one step
+  int capacity_for() const { return capacity_for(*policy_, max_step_rows_, max_tokens_); }
   void compact();
   int layer_;
   std::unique_ptr<EvictionPolicy> policy_;
@@ -100,6 +103,9 @@ class CacheBuilder {
   // backend's memory (null: the CPU).
   static SequenceCache for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows,
                                  Backend* backend = nullptr);
+  // The bytes for_model's caches allocate (before any schedule re-splits them: a squeeze
+  // schedule keeps the total), computed without allocating them. host_mirror: a device backend.
+  static int64_t planned_bytes(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, bool host_mirror);
 };
 
 }  // namespace squeezekv

@@ -45,17 +45,18 @@ void fill_bf16(uint16_t* out, int64_t n, float a, uint64_t seed, uint64_t stream
 
 }  // namespace
 
-std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed) {
-  bool tied = false;
-  ModelConfig c = read_hf_config(config_path, &tied);
-  c.name = "dummy:" + config_path;
+namespace {
+
+struct Spec {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool norm = false;
+};
+
+// The tensors of a dummy model of config c, with their shapes.
+std::vector<Spec> dummy_specs(const ModelConfig& c, bool tied) {
   const int64_t E = c.dim, V = c.vocab_size, F = c.ffn_dim;
   const int64_t QD = static_cast<int64_t>(c.n_heads) * c.head_dim, KD = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
-  struct Spec {
-    std::string name;
-    std::vector<int64_t> shape;
-    bool norm = false;
-  };
   std::vector<Spec> specs = {{"token_embd.weight", {V, E}}, {"output_norm.weight", {E}, true}};
   if (!tied) specs.push_back({"output.weight", {V, E}});
   for (int l = 0; l < c.n_layers; ++l) {
@@ -75,12 +76,28 @@ std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t
     specs.push_back({p + "ffn_up.weight", {F, E}});
     specs.push_back({p + "ffn_down.weight", {E, F}});
   }
-  // refuse a shape this machine cannot hold before allocating any of it
-  int64_t values = 0;
-  for (const Spec& sp : specs) values += sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
-  const double need = 2.0 * static_cast<double>(values);
+  return specs;
+}
+
+}  // namespace
+
+int64_t dummy_weight_bytes(const ModelConfig& c, bool tied) {
+  int64_t values = 0;  // validate_config bounds every size, so this stays far from overflow
+  for (const Spec& sp : dummy_specs(c, tied)) values += sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
+  return 2 * values;  // BF16 throughout
+}
+
+std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed, int64_t max_memory) {
+  bool tied = false;
+  ModelConfig c = read_hf_config(config_path, &tied);
+  c.name = "dummy:" + config_path;
+  const std::vector<Spec> specs = dummy_specs(c, tied);
+  // refuse a shape the limit or this machine cannot hold before allocating any of it
+  const int64_t need = dummy_weight_bytes(c, tied);
+  if (max_memory > 0 && need > max_memory)
+    throw Error("--max-memory: the dummy weights of '" + config_path + "' take " + mib(need) + ", above the limit of " + mib(max_memory));
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (have > 0 && need > 0.9 * have)
+  if (have > 0 && static_cast<double>(need) > 0.9 * have)
     throw Error("--dummy: the weights of '" + config_path + "' take " + std::to_string(static_cast<int64_t>(need / 1e9)) +
                 " GB as BF16, more than this machine's memory (" + std::to_string(static_cast<int64_t>(have / 1e9)) + " GB)");
   // one owned BF16 buffer per tensor, rows filled in parallel from per-row streams

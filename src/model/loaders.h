@@ -13,7 +13,13 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir);
 std::unique_ptr<Model> load_llama2c(const std::string& path, const std::string& tokenizer_path);
 
 // Random BF16 weights of the shape config.json describes (dummy.cc); the same for every seed.
-std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed);
+// Refused before any allocation when they would take more than max_memory bytes (0: no limit)
+// or most of this machine's memory.
+std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed, int64_t max_memory = 0);
+// The bytes a dummy model of this shape allocates (BF16 matrices, f32 norms and biases).
+int64_t dummy_weight_bytes(const ModelConfig& c, bool tied);
+// Sizes for messages: "812.5 KiB", "15317.0 MiB".
+std::string mib(int64_t bytes);
 
 // A Hugging Face config.json file as a ModelConfig (tied: whether the output shares the embedding).
 ModelConfig read_hf_config(const std::string& config_path, bool* tied);

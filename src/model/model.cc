@@ -1,5 +1,6 @@
 // Model::load dispatches on the path's format; validate_config guards every loader.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 
@@ -32,6 +33,9 @@ Model::WeightSummary Model::weight_summary() const {
   for (const LayerWeights& L : weights_->layers)
     for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*m);
   add(weights_->output);
+  s.total_bytes = s.matrix_bytes;
+  const WeightMatrix& e = weights_->tok_embd;
+  if (e.data != weights_->output.data) s.total_bytes += static_cast<int64_t>(e.row_bytes) * e.rows;
   s.bytes_by_type.assign(by_type.begin(), by_type.end());
   std::sort(s.bytes_by_type.begin(), s.bytes_by_type.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return s;
@@ -55,24 +59,40 @@ void validate_config(const ModelConfig& c, const std::string& source) {
   check(c.norm_eps > 0.0f && c.rope_theta > 0.0f, "norm epsilon and rope theta must be positive");
 }
 
-std::unique_ptr<Model> Model::dummy(const std::string& config_json, uint64_t seed) {
+std::unique_ptr<Model> Model::dummy(const std::string& config_json, uint64_t seed, const LoadOptions& options) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(config_json, ec))
     throw Error("--dummy: config file '" + config_json + "' does not exist (expected a Hugging Face config.json)");
-  return make_dummy_model(config_json, seed);
+  return make_dummy_model(config_json, seed, options.max_memory);
+}
+
+std::string mib(int64_t bytes) {
+  char b[48];
+  if (bytes < (int64_t{1} << 20)) std::snprintf(b, sizeof b, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
+  else std::snprintf(b, sizeof b, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return b;
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error("load: model path '" + path + "' does not exist");
-  if (fs::is_directory(path, ec)) return load_hf_dir(path);
-  if (is_gguf_file(path)) return load_gguf(path);
-  if (options.tokenizer_path.empty())
-    throw Error("load: '" + path +
-                "' is neither a GGUF file nor a Hugging Face directory; for a llama2.c checkpoint pass "
-                "its tokenizer (--tokenizer tok512.bin)");
-  return load_llama2c(path, options.tokenizer_path);
+  std::unique_ptr<Model> m;
+  if (fs::is_directory(path, ec)) {
+    m = load_hf_dir(path);
+  } else if (is_gguf_file(path)) {
+    m = load_gguf(path);
+  } else {
+    if (options.tokenizer_path.empty())
+      throw Error("load: '" + path +
+                  "' is neither a GGUF file nor a Hugging Face directory; for a llama2.c checkpoint pass "
+                  "its tokenizer (--tokenizer tok512.bin)");
+    m = load_llama2c(path, options.tokenizer_path);
+  }
+  // the weights are mapped from the file, not read: the check comes before any of them is touched
+  if (const int64_t w = m->weight_summary().total_bytes; options.max_memory > 0 && w > options.max_memory)
+    throw Error("--max-memory: the weights of '" + path + "' take " + mib(w) + ", above the limit of " + mib(options.max_memory));
+  return m;
 }
 
 }  // namespace squeezekv

@@ -35,7 +35,9 @@ Engine::Engine(const Model& model, const SessionOptions& options, int max_batch)
 Engine::~Engine() = default;
 
 SequenceId Engine::add_sequence(const CacheConfig& cache) {
-  auto s = std::make_unique<SequenceState>(impl_->runner.new_sequence(cache));
+  int64_t held = 0;  // the live sequences' caches, for --max-memory
+  for (const auto& [id, q] : impl_->seqs) held += q->kv_bytes;
+  auto s = std::make_unique<SequenceState>(impl_->runner.new_sequence(cache, held));
   const SequenceId id = impl_->next_id++;
   impl_->seqs.emplace(id, std::move(s));
   return id;
@@ -189,7 +191,16 @@ bool Scheduler::step() {
     m.waiting.pop_front();
     q->admitted = Impl::clock::now();
     try {
-      q->seq = m.engine.add_sequence(q->r.cache);
+      try {
+        q->seq = m.engine.add_sequence(q->r.cache);
+      } catch (const MemoryLimitError& e) {
+        // it would fit once running sequences finish: it waits at the head of the queue
+        if (!e.alone() && !m.running.empty()) {
+          m.waiting.push_front(std::move(q));
+          break;
+        }
+        throw;
+      }
       if (static_cast<int>(q->r.prompt.size()) >= m.engine.max_tokens(q->seq))
         throw Error("prompt: " + std::to_string(q->r.prompt.size()) + " tokens leave no room to generate in a context of " +
                     std::to_string(m.engine.max_tokens(q->seq)));

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "model/loaders.h"
 #include "model/weights.h"
 #include "squeezekv/error.h"
 
@@ -56,9 +57,23 @@ struct DeviceWeights {
 };
 
 
+int64_t Runner::scratch_bytes(const ModelConfig& c, int max_rows) {
+  const int64_t T = max_rows, E = c.dim, QD = static_cast<int64_t>(c.n_heads) * c.head_dim,
+                KD = static_cast<int64_t>(c.n_kv_heads) * c.head_dim, F = c.ffn_dim;
+  // x, xn, tmp, x_in, xn_keep [T][E]; q, att [T][H*D]; k, v [T][G*D]; gate, up [T][F]; logits
+  // [V] on the device and on the host
+  return 4 * (T * (5 * E + 2 * QD + 2 * KD + 2 * F) + 2 * static_cast<int64_t>(c.vocab_size)) + 8 * T;
+}
+
 Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m), opt_(o), max_rows_(max_rows) {
   const ModelConfig& c = m.config();
   if (opt_.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt_.prefill_chunk));
+  if (opt_.max_memory < 0) throw Error("--max-memory: must be positive, got " + std::to_string(opt_.max_memory));
+  const int64_t weights = m.weight_summary().total_bytes, scratch = scratch_bytes(c, max_rows_);
+  base_bytes_ = weights + scratch;
+  if (opt_.max_memory > 0 && base_bytes_ > opt_.max_memory)
+    throw Error("--max-memory: the weights (" + mib(weights) + ") and a step's activations (" + mib(scratch) + ") take " +
+                mib(base_bytes_) + ", above the limit of " + mib(opt_.max_memory) + "; lower --prefill-chunk or raise --max-memory");
   act_ = opt_.decode_activations == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
   backend_ = make_backend({opt_.device, opt_.threads, opt_.f32_device_weights, act_, opt_.cuda_graphs});
   dw_ = std::make_unique<DeviceWeights>(*backend_, m.weights());
@@ -95,13 +110,21 @@ void check_token_ids(std::span<const int> tokens, int V, const char* op) {
       throw Error(std::string(op) + ": token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
 }
 
-SequenceState Runner::new_sequence(const CacheConfig& cache_in) const {
+SequenceState Runner::new_sequence(const CacheConfig& cache_in, int64_t other_kv_bytes) const {
   const ModelConfig& c = model_.config();
   CacheConfig cache = cache_in;
   validate(cache);
   cache.max_tokens = sequence_max_tokens(c, cache);
   SequenceState s;
   s.max_tokens = cache.max_tokens;
+  s.kv_bytes = CacheBuilder::planned_bytes(c, cache, std::min(chunk_, s.max_tokens), !backend_->host_visible());
+  if (opt_.max_memory > 0 && base_bytes_ + other_kv_bytes + s.kv_bytes > opt_.max_memory)
+    throw MemoryLimitError("--max-memory: this sequence's KV cache (" + mib(s.kv_bytes) + " for " + std::to_string(s.max_tokens) +
+                " tokens) beside the weights and activations (" + mib(base_bytes_) + ")" +
+                (other_kv_bytes > 0 ? " and the other sequences' caches (" + mib(other_kv_bytes) + ")" : std::string()) +
+                " needs " + mib(base_bytes_ + other_kv_bytes + s.kv_bytes) + ", above the limit of " + mib(opt_.max_memory) +
+                "; lower --ctx, use an eviction policy with --kv-budget, or raise --max-memory",
+                base_bytes_ + s.kv_bytes > opt_.max_memory);
   s.caches = CacheBuilder::for_model(c, cache, std::min(chunk_, s.max_tokens), backend_.get());
   return s;
 }

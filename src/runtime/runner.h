@@ -23,6 +23,7 @@ struct SequenceState {
   SequenceCache caches;
   int pos = 0;
   int max_tokens = 0;        // most tokens this sequence may see
+  int64_t kv_bytes = 0;      // what its caches allocate (CacheBuilder::planned_bytes), for --max-memory
   std::vector<int> context;  // the input's token ids while a policy will score by repeating it (kvzip)
 };
 
@@ -46,11 +47,14 @@ struct Segment {
 class Runner {
  public:
   // options.cache is not used here (each sequence brings its own); max_rows: most rows of a step.
+  // With options.max_memory the weights and the step's scratch must fit before any is allocated.
   Runner(const Model& model, const SessionOptions& options, int max_rows);
   ~Runner();
 
-  // A sequence with its own caches (config validated, Error naming the flag otherwise).
-  SequenceState new_sequence(const CacheConfig& cache) const;
+  // A sequence with its own caches (config validated, Error naming the flag otherwise). With
+  // --max-memory its caches must fit beside the weights, the scratch and `other_kv_bytes` (what
+  // the caller's other live sequences hold), checked before they are allocated.
+  SequenceState new_sequence(const CacheConfig& cache, int64_t other_kv_bytes = 0) const;
 
   // One step over the segments' rows (at most max_rows in all). When every segment is one row
   // (a decode batch), each row gets exactly a lone sequence's arithmetic (RowMode::kIndependent).
@@ -68,6 +72,8 @@ class Runner {
   int max_rows() const { return max_rows_; }
   int prefill_chunk() const { return chunk_; }
   int64_t matrix_bytes() const;
+  // Bytes of the activations one step of max_rows rows uses (allocated once per Runner).
+  static int64_t scratch_bytes(const ModelConfig& c, int max_rows);
 
  private:
   const float* host_copy(std::vector<float>& host, const float* src, size_t n);
@@ -80,6 +86,7 @@ class Runner {
 
   const Model& model_;
   SessionOptions opt_;
+  int64_t base_bytes_ = 0;  // weights + scratch, for --max-memory
   int max_rows_ = 0;
   int chunk_ = 0;
   Activations act_ = Activations::kF32;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "squeezekv/kv_cache.h"
@@ -90,6 +91,28 @@ bool answer_matches(const std::string& answer, const std::vector<std::string>& e
 
 // Sweep: a grid from a JSON config, one JSON line per run appended to the output file;
 // runs already recorded there are skipped (resume).
+// One run of the grid, with everything it needs, checked.
+struct SweepRun {
+  std::string key;  // task label | ctx | policy label | budget fraction
+  std::string task, task_label, policy_label;
+  int ctx = 0;
+  double fraction = 1.0;
+  CacheConfig cache;  // the budget set (0 for full)
+  int prefill_chunk = 512;
+  bool is_ppl = false;
+  PplOptions ppl;              // when is_ppl
+  RetrievalOptions retrieval;  // otherwise
+};
+struct SweepPlan {
+  std::string model, output;
+  std::vector<std::string> done_records;  // other shards' outputs: their runs count as done
+  std::vector<SweepRun> runs;
+};
+// Parses and checks a sweep config (source: its file name, for messages): every field's type and
+// range, every run's KV settings and task options, before any model work; throws Error naming
+// the field. check_files: the text and haystack files must be readable (the fuzz target says no).
+SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bool check_files = true);
+
 struct SweepOptions {
   std::string config_file;
   bool progress = true;

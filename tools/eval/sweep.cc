@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -22,24 +24,83 @@ namespace {
 
 using nlohmann::json;
 
+// Checked reads of a config's fields: the right JSON type and a value in range, or an Error that
+// names the field (nlohmann's own conversions are undefined for a float beyond an int).
+// An integer JSON value within [lo, hi] (unsigned values beyond int64 included).
+bool int_in(const json& v, int lo, int hi) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo;  // hi >= 0
+  }
+  const int64_t x = v.get<int64_t>();
+  return x >= lo && x <= hi;
+}
+
+struct Fields {
+  const json& j;
+  std::string where;  // "--config: 'F': task 'x': "
+  [[noreturn]] void fail(const char* key, const std::string& want) const {
+    throw Error(where + key + " must be " + want + ", got " + (j.contains(key) ? j.at(key).dump() : std::string("nothing")));
+  }
+  bool has(const char* key) const { return j.contains(key); }
+  int integer(const char* key, int def, int lo, int hi) const {
+    if (!has(key)) return def;
+    const json& v = j.at(key);
+    if (!v.is_number_integer()) fail(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    if (!int_in(v, lo, hi)) fail(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return static_cast<int>(v.get<int64_t>());
+  }
+  double number(const char* key, double def, double lo, double hi) const {
+    if (!has(key)) return def;
+    const json& v = j.at(key);
+    if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi))
+      fail(key, "a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return v.get<double>();
+  }
+  bool boolean(const char* key, bool def) const {
+    if (!has(key)) return def;
+    if (!j.at(key).is_boolean()) fail(key, "true or false");
+    return j.at(key).get<bool>();
+  }
+  std::string text(const char* key, const std::string& def, bool required = false) const {
+    if (!has(key)) {
+      if (required) fail(key, "a string");
+      return def;
+    }
+    if (!j.at(key).is_string()) fail(key, "a string");
+    return j.at(key).get<std::string>();
+  }
+  std::vector<double> numbers(const char* key, double lo, double hi, bool required) const {
+    if (!has(key)) {
+      if (required) fail(key, "a list of numbers");
+      return {};
+    }
+    const json& v = j.at(key);
+    if (!v.is_array() || v.empty()) fail(key, "a non-empty list of numbers");
+    std::vector<double> out;
+    for (const json& e : v) {
+      if (!e.is_number() || !(e.get<double>() >= lo && e.get<double>() <= hi))
+        fail(key, "a list of numbers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      out.push_back(e.get<double>());
+    }
+    return out;
+  }
+  std::vector<int> integers(const char* key, int lo, int hi) const {
+    const json& v = has(key) ? j.at(key) : json();
+    if (!v.is_array() || v.empty()) fail(key, "a non-empty list of integers");
+    std::vector<int> out;
+    for (const json& e : v) {
+      if (!e.is_number_integer() || !int_in(e, lo, hi))
+        fail(key, "a list of integers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      out.push_back(static_cast<int>(e.get<int64_t>()));
+    }
+    return out;
+  }
+};
+
 struct PolicySpec {
   std::string label;
   CacheConfig cache;  // budget filled per run
-};
-
-struct TaskSpec {
-  std::string task;   // ppl | passkey | niah-multikey | niah-multivalue
-  std::string label;  // the task's name in keys and records (default: task)
-  std::vector<int> ctx;
-  json raw;
-};
-
-struct Run {
-  std::string key;
-  const TaskSpec* task;
-  int ctx;
-  const PolicySpec* policy;
-  double fraction;  // 1.0 for full
 };
 
 PolicySpec parse_policy(const json& j) {
@@ -49,7 +110,7 @@ PolicySpec parse_policy(const json& j) {
   // the budget comes from budget_fractions
   if (j.contains("kv_budget") || j.contains("budget")) throw Error("sweep config: a policy's budget comes from budget_fractions");
   tools::kv_from_json(j, p.cache, "sweep config policy", {"label"}, false);  // validated per run
-  p.label = j.value("label", std::string(kv_policy_name(p.cache.policy)));
+  p.label = Fields{j, "sweep config policy: "}.text("label", kv_policy_name(p.cache.policy));
   return p;
 }
 
@@ -59,7 +120,130 @@ std::string fraction_str(double f) {
   return b;
 }
 
+constexpr int kMaxCtx = 1 << 24;  // as --ctx
+
 }  // namespace
+
+SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bool check_files) {
+  const std::string where = "--config: '" + source + "': ";
+  json cfg;
+  try {
+    cfg = json::parse(config_text);
+  } catch (const json::exception& e) {
+    throw Error("--config: '" + source + "' is not valid JSON: " + e.what());
+  }
+  if (!cfg.is_object()) throw Error(where + "expected a JSON object");
+  const Fields top{cfg, where};
+  SweepPlan plan;
+  plan.model = top.text("model", "", true);
+  plan.output = top.text("output", "", true);
+  if (plan.output.empty()) throw Error(where + "output must name a file");
+  if (!cfg.contains("policies") || !cfg.at("policies").is_array()) top.fail("policies", "a list of policies");
+  if (!cfg.contains("tasks") || !cfg.at("tasks").is_array()) top.fail("tasks", "a list of tasks");
+  std::vector<PolicySpec> policies;
+  for (const json& p : cfg.at("policies")) policies.push_back(parse_policy(p));
+  const std::vector<double> fractions = top.numbers("budget_fractions", 0.0, 1.0, true);
+  auto check_fraction = [&](double f, const std::string& at) {
+    if (!(f > 0.0 && f <= 1.0)) throw Error(where + at + "budget fraction " + std::to_string(f) + " outside (0, 1]");
+  };
+  for (double f : fractions) check_fraction(f, "");
+  const bool include_full = top.boolean("include_full", true);
+  if (cfg.contains("done_records")) {
+    const json& d = cfg.at("done_records");
+    if (!d.is_array()) throw Error(where + "done_records must be a list of file names");
+    for (const json& f : d) {
+      if (!f.is_string()) throw Error(where + "done_records must be a list of file names, got " + f.dump());
+      plan.done_records.push_back(f.get<std::string>());
+    }
+  }
+  std::set<std::string> labels;
+  const SessionOptions defaults;
+  for (const json& t : cfg.at("tasks")) {
+    if (!t.is_object()) throw Error(where + "every task must be an object, got " + t.dump());
+    const std::string task = Fields{t, where + "task: "}.text("task", "", true);
+    const std::string label = Fields{t, where + "task: "}.text("label", task);
+    const Fields f{t, where + "task '" + label + "': "};
+    if (!labels.insert(label).second)
+      throw Error(where + "two tasks are labelled '" + label + "'; give each a distinct \"label\"");
+    const bool ppl = task == "ppl";
+    RetrievalTask rtask = RetrievalTask::kPasskey;
+    if (!ppl) rtask = parse_task(task);
+    const std::vector<int> ctxs = f.integers("ctx", 2, kMaxCtx);
+    const int chunk = f.has("prefill_chunk") ? f.integer("prefill_chunk", 1, 1, kMaxCtx) : defaults.prefill_chunk;
+    const bool question_aware = f.boolean("question_aware", false);
+    // a task may run a subset of the budgets ("budget_fractions" of its own), within the config's
+    // (a shard of a split sweep holds a part of them)
+    std::vector<double> task_fractions = fractions;
+    if (f.has("budget_fractions")) {
+      if (!t.at("budget_fractions").is_array()) f.fail("budget_fractions", "a list of numbers");
+      task_fractions.clear();
+      for (const json& e : t.at("budget_fractions")) {
+        if (!e.is_number()) f.fail("budget_fractions", "a list of numbers");
+        check_fraction(e.get<double>(), "task '" + label + "': ");
+        task_fractions.push_back(e.get<double>());
+      }
+      std::erase_if(task_fractions, [&](double x) { return std::find(fractions.begin(), fractions.end(), x) == fractions.end(); });
+    }
+    PplOptions po;
+    RetrievalOptions ro;
+    if (ppl) {
+      po.text_file = f.text("text", "", true);
+      po.windows = f.integer("windows", 1, 1, 1 << 20);
+      po.progress = false;
+    } else {
+      ro.task = rtask;
+      ro.depths = f.has("depths") ? f.numbers("depths", 0.0, 1.0, true) : ro.depths;
+      ro.samples = f.integer("samples", ro.samples, 1, 1 << 20);
+      ro.seed = static_cast<uint64_t>(f.integer("seed", static_cast<int>(ro.seed), 0, std::numeric_limits<int>::max()));
+      ro.haystack_file = f.text("haystack", "");
+      ro.question_aware = question_aware;
+      ro.progress = false;
+    }
+    const double prefix_fraction = ppl ? f.number("prefix_fraction", 0.5, 0.0, 1.0) : 0.5;
+    for (int ctx : ctxs) {
+      SweepRun base;
+      base.task = task;
+      base.task_label = label;
+      base.ctx = ctx;
+      base.prefill_chunk = chunk;
+      base.is_ppl = ppl;
+      if (ppl) {
+        base.ppl = po;
+        base.ppl.ctx = ctx;
+        base.ppl.prefix = static_cast<int>(ctx * prefix_fraction);
+        if (check_files) {
+          validate(base.ppl);
+        } else if (base.ppl.prefix < 1 || base.ppl.prefix >= ctx) {
+          throw Error("--prefix: must be in [1, ctx - 1] = [1, " + std::to_string(ctx - 1) + "], got " + std::to_string(base.ppl.prefix));
+        }
+      } else {
+        base.retrieval = ro;
+        base.retrieval.ctx = ctx;
+        RetrievalOptions check = base.retrieval;
+        if (!check_files) check.haystack_file.clear();
+        validate(check);
+      }
+      if (include_full) {
+        SweepRun r = base;
+        r.policy_label = "full";
+        r.key = label + "|" + std::to_string(ctx) + "|full|1";
+        plan.runs.push_back(r);
+      }
+      for (const PolicySpec& p : policies)
+        for (double fr : task_fractions) {
+          SweepRun r = base;
+          r.policy_label = p.label;
+          r.cache = p.cache;
+          r.cache.budget = r.cache.policy == KvPolicy::kFull ? 0 : static_cast<int>(std::lround(fr * ctx));
+          r.fraction = fr;
+          if (r.cache.policy != KvPolicy::kFull) validate(r.cache);
+          r.key = label + "|" + std::to_string(ctx) + "|" + p.label + "|" + fraction_str(fr);
+          plan.runs.push_back(r);
+        }
+    }
+  }
+  return plan;
+}
 
 std::string git_commit() {
   // a binary copied away from its checkout (a long sweep while work goes on) is told its commit
@@ -75,100 +259,16 @@ std::string git_commit() {
 }
 
 void run_sweep(const SweepOptions& o, int threads) {
-  std::ifstream in(o.config_file);
+  std::ifstream in(o.config_file, std::ios::binary);
   if (!in) throw Error("--config: cannot read '" + o.config_file + "'");
-  json cfg;
-  try {
-    cfg = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error("--config: '" + o.config_file + "' is not valid JSON: " + e.what());
-  }
-  std::vector<PolicySpec> policies;
-  std::vector<TaskSpec> tasks;
-  std::vector<double> fractions;
-  std::string model_path, output;
-  try {
-    model_path = cfg.at("model").get<std::string>();
-    output = cfg.at("output").get<std::string>();
-    for (const auto& p : cfg.at("policies")) policies.push_back(parse_policy(p));
-    fractions = cfg.at("budget_fractions").get<std::vector<double>>();
-    for (const auto& t : cfg.at("tasks")) {
-      TaskSpec ts;
-      ts.task = t.at("task").get<std::string>();
-      ts.label = t.value("label", ts.task);
-      ts.ctx = t.at("ctx").get<std::vector<int>>();
-      ts.raw = t;
-      if (ts.task != "ppl") parse_task(ts.task);
-      tasks.push_back(ts);
-    }
-  } catch (const json::exception& e) {
-    throw Error("--config: '" + o.config_file + "': " + e.what());
-  }
-  auto check_fraction = [](double f, const std::string& where) {
-    if (!(f > 0.0 && f <= 1.0)) throw Error("--config: " + where + "budget fraction " + std::to_string(f) + " outside (0, 1]");
-  };
-  for (double f : fractions) check_fraction(f, "");
-  std::set<std::string> labels;
-  for (const TaskSpec& t : tasks) {
-    if (!labels.insert(t.label).second)
-      throw Error("--config: two tasks are labelled '" + t.label + "'; give each a distinct \"label\"");
-    const json& chunk = t.raw.contains("prefill_chunk") ? t.raw.at("prefill_chunk") : json(1);
-    if (!chunk.is_number_integer() || chunk.get<int64_t>() < 1)
-      throw Error("--config: task '" + t.label + "': prefill_chunk must be a positive integer");
-    if (t.raw.contains("question_aware") && !t.raw.at("question_aware").is_boolean())
-      throw Error("--config: task '" + t.label + "': question_aware must be true or false");
-  }
-  // the grid, every option checked before any model work
-  std::vector<Run> runs;
-  PolicySpec full{"full", CacheConfig{}};
-  const bool include_full = cfg.value("include_full", true);
-  for (const TaskSpec& t : tasks)
-    for (int ctx : t.ctx) {
-      if (include_full) runs.push_back({t.label + "|" + std::to_string(ctx) + "|full|1", &t, ctx, &full, 1.0});
-      // a task may run a subset of the budgets ("budget_fractions" of its own)
-      std::vector<double> task_fractions = fractions;
-      if (t.raw.contains("budget_fractions")) {
-        try {
-          task_fractions = t.raw.at("budget_fractions").get<std::vector<double>>();
-        } catch (const json::exception& e) {
-          throw Error("--config: task '" + t.label + "': budget_fractions must be a list of numbers: " + e.what());
-        }
-        for (double f : task_fractions) check_fraction(f, "task '" + t.label + "': ");
-        // within the config's budgets (a shard of a split sweep holds a part of them)
-        std::erase_if(task_fractions, [&](double f) { return std::find(fractions.begin(), fractions.end(), f) == fractions.end(); });
-      }
-      for (const PolicySpec& p : policies)
-        for (double f : task_fractions) {
-          CacheConfig c = p.cache;
-          c.budget = static_cast<int>(std::lround(f * ctx));
-          validate(c);
-          runs.push_back({t.label + "|" + std::to_string(ctx) + "|" + p.label + "|" + fraction_str(f), &t, ctx, &p, f});
-        }
-      if (t.task == "ppl") {
-        PplOptions po;
-        po.text_file = t.raw.at("text").get<std::string>();
-        po.ctx = ctx;
-        po.prefix = static_cast<int>(ctx * t.raw.value("prefix_fraction", 0.5));
-        po.windows = t.raw.value("windows", 1);
-        validate(po);
-      } else {
-        RetrievalOptions ro;
-        ro.task = parse_task(t.task);
-        ro.ctx = ctx;
-        ro.depths = t.raw.value("depths", ro.depths);
-        ro.samples = t.raw.value("samples", ro.samples);
-        ro.haystack_file = t.raw.value("haystack", std::string());
-        validate(ro);
-      }
-    }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const SweepPlan plan = plan_sweep(text, o.config_file, true);
+  const std::string& output = plan.output;
+  const std::vector<SweepRun>& runs = plan.runs;
   // runs already recorded: in the output itself, or in the records files the config names as
   // done (the other shards of a split sweep)
   std::vector<std::string> records{output};
-  try {
-    for (const auto& f : cfg.value("done_records", json::array())) records.push_back(f.get<std::string>());
-  } catch (const json::exception& e) {
-    throw Error("--config: '" + o.config_file + "': done_records must be a list of file names: " + e.what());
-  }
+  records.insert(records.end(), plan.done_records.begin(), plan.done_records.end());
   std::set<std::string> done;
   for (size_t i = 0; i < records.size(); ++i) {
     std::ifstream prev{records[i]};
@@ -187,27 +287,26 @@ void run_sweep(const SweepOptions& o, int threads) {
     }
   }
   int64_t todo = 0;
-  for (const Run& r : runs) todo += !done.count(r.key);
+  for (const SweepRun& r : runs) todo += !done.count(r.key);
   std::fprintf(stderr, "sweep: %zu runs, %zu already recorded, %lld to run (output %s)\n", runs.size(),
                runs.size() - todo, static_cast<long long>(todo), output.c_str());
   if (todo == 0) return;
-  auto model = Model::load(model_path);
+  auto model = Model::load(plan.model);
   const std::string commit = git_commit();
   if (!std::filesystem::path(output).parent_path().empty()) std::filesystem::create_directories(std::filesystem::path(output).parent_path());
   Progress bar("sweep", todo, o.progress);
   int64_t n = 0;
-  for (const Run& r : runs) {
+  for (const SweepRun& r : runs) {
     if (done.count(r.key)) continue;
     SessionOptions so;
     so.threads = threads;
-    so.cache = r.policy->cache;
-    so.cache.budget = r.policy->cache.policy == KvPolicy::kFull ? 0 : static_cast<int>(std::lround(r.fraction * r.ctx));
-    so.prefill_chunk = r.task->raw.value("prefill_chunk", so.prefill_chunk);
+    so.cache = r.cache;
+    so.prefill_chunk = r.prefill_chunk;
     json rec;
     rec["key"] = r.key;
-    rec["model"] = model_path;
-    rec["task"] = r.task->label;
-    rec["policy"] = r.policy->label;
+    rec["model"] = plan.model;
+    rec["task"] = r.task_label;
+    rec["policy"] = r.policy_label;
     rec["kv_policy"] = kv_policy_name(so.cache.policy);
     rec["budget"] = so.cache.budget;
     rec["budget_fraction"] = r.fraction;
@@ -216,31 +315,16 @@ void run_sweep(const SweepOptions& o, int threads) {
     rec["threads"] = threads;
     rec["prefill_chunk"] = so.prefill_chunk;
     RunCost cost;
-    if (r.task->task == "ppl") {
-      PplOptions po;
-      po.text_file = r.task->raw.at("text").get<std::string>();
-      po.ctx = r.ctx;
-      po.prefix = static_cast<int>(r.ctx * r.task->raw.value("prefix_fraction", 0.5));
-      po.windows = r.task->raw.value("windows", 1);
-      po.progress = false;
-      const PplResult pr = run_ppl(*model, so, po);
+    if (r.is_ppl) {
+      const PplResult pr = run_ppl(*model, so, r.ppl);
       rec["metric"] = "ppl";
       rec["value"] = pr.ppl;
       rec["window_ppl"] = pr.window_ppl;
       rec["tokens"] = pr.tokens;
       cost = pr.cost;
     } else {
-      RetrievalOptions ro;
-      ro.task = parse_task(r.task->task);
-      ro.ctx = r.ctx;
-      ro.depths = r.task->raw.value("depths", ro.depths);
-      ro.samples = r.task->raw.value("samples", ro.samples);
-      ro.seed = r.task->raw.value("seed", ro.seed);
-      ro.haystack_file = r.task->raw.value("haystack", std::string());
-      ro.question_aware = r.task->raw.value("question_aware", false);
-      ro.progress = false;
-      rec["question_aware"] = ro.question_aware;
-      const RetrievalResult rr = run_retrieval(*model, so, ro);
+      rec["question_aware"] = r.retrieval.question_aware;
+      const RetrievalResult rr = run_retrieval(*model, so, r.retrieval);
       rec["metric"] = "accuracy";
       rec["value"] = rr.accuracy;
       json bd = json::array();

@@ -34,6 +34,7 @@ struct CommonArgs {
   std::string device = "cpu";
   std::string device_weights = "bf16";
   std::string cuda_graphs = "on";
+  std::string max_memory;
   std::string model;
   std::string dummy;
   std::string tokenizer;
@@ -81,6 +82,9 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("--device", a.device,
                   "cpu | cuda (an NVIDIA GPU: weights dequantized to bf16 on load; needs a build with the CUDA toolkit)");
   app->add_option("--device-weights", a.device_weights, "--device cuda: bf16 (default) | f32 (exact, for tests)");
+  app->add_option("--max-memory", a.max_memory,
+                  "most memory the run may hold: weights, activations and every KV cache, checked before allocating "
+                  "(bytes, or with K, M, G: 8G); default no limit");
   app->add_option("--cuda-graphs", a.cuda_graphs, "--device cuda: on (default: a decode step replays as one CUDA graph) | off");
   if (with_ctx)
     app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
@@ -113,12 +117,36 @@ void add_generation(CLI::App* app, GenArgs& g) {
   app->add_option("--system", g.system, "system message (chat)");
 }
 
+// "8G", "512M", "64k", "1000000": bytes (K, M, G, T: powers of 1024); Error naming the flag.
+int64_t parse_size(const std::string& flag, const std::string& text) {
+  const auto bad = [&] { return Error(flag + ": '" + text + "' is not a size (expected bytes, or a number with K, M, G or T: 8G)"); };
+  if (text.empty()) throw bad();
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw bad();
+  }
+  const std::string unit = text.substr(used);
+  int shift = 0;
+  if (unit == "K" || unit == "k" || unit == "KiB") shift = 10;
+  else if (unit == "M" || unit == "MiB") shift = 20;
+  else if (unit == "G" || unit == "GiB") shift = 30;
+  else if (unit == "T" || unit == "TiB") shift = 40;
+  else if (!unit.empty()) throw bad();
+  const double bytes = v * static_cast<double>(int64_t{1} << shift);
+  if (!(bytes >= 1.0 && bytes < 9e18)) throw Error(flag + ": '" + text + "' is out of range (at least 1 byte)");
+  return static_cast<int64_t>(bytes);
+}
+
 std::unique_ptr<Model> load(const CommonArgs& a) {
+  LoadOptions lo;
+  if (!a.max_memory.empty()) lo.max_memory = parse_size("--max-memory", a.max_memory);
   if (!a.dummy.empty()) {
     if (!a.model.empty()) throw Error("--dummy: give either -m MODEL or --dummy CONFIG, not both");
-    return Model::dummy(a.dummy);
+    return Model::dummy(a.dummy, 1, lo);
   }
-  LoadOptions lo;
   lo.tokenizer_path = a.tokenizer;
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   if (!a.tokenizer.empty() && !fs::exists(a.tokenizer)) throw Error("--tokenizer: file '" + a.tokenizer + "' does not exist");
@@ -134,6 +162,7 @@ SessionOptions session_options(const CommonArgs& a) {
   if (a.cuda_graphs != "on" && a.cuda_graphs != "off")
     throw Error("--cuda-graphs: unknown value '" + a.cuda_graphs + "' (expected on or off)");
   so.cuda_graphs = a.cuda_graphs == "on";
+  if (!a.max_memory.empty()) so.max_memory = parse_size("--max-memory", a.max_memory);
   if (!device_available(so.device))
     throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON on a "
                 "machine with the CUDA toolkit)");
