@@ -117,13 +117,17 @@ TEST(SqueezeBudgets, PropertiesOverRandomInputs) {
     ASSERT_EQ(static_cast<int>(b.size()), n);
     ASSERT_EQ(std::accumulate(b.begin(), b.end(), int64_t{0}), int64_t{n} * avg) << "it=" << it;
     for (int i = 0; i < n; ++i) ASSERT_GE(b[i], sink + 1) << "it=" << it;
-    if (s == 0.0)
+    if (s == 0.0) {
       for (int x : b) ASSERT_EQ(x, avg);
+    }
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < n; ++j)
-        if (std::clamp(c[i], 0.0, 1.0) < std::clamp(c[j], 0.0, 1.0))
+        if (std::clamp(c[i], 0.0, 1.0) < std::clamp(c[j], 0.0, 1.0)) {
           ASSERT_GE(b[i], b[j]) << "it=" << it << " lower concentration got a smaller budget";
-    if (n == 1) ASSERT_EQ(b[0], std::max(avg, sink + 1));
+        }
+    if (n == 1) {
+      ASSERT_EQ(b[0], std::max(avg, sink + 1));
+    }
   }
 }
 
@@ -184,7 +188,9 @@ TEST(WaterFill, CapsHandTheExcessOnAndKeepTheTotal) {
       ASSERT_LE(f[i], cap);
       ASSERT_GE(f[i], std::min(r[i], cap));  // nobody loses unless over the cap
       for (int j = 0; j < n; ++j)
-        if (r[i] < r[j]) ASSERT_LE(f[i], f[j] + 1) << "order";  // +1: a remainder unit
+        if (r[i] < r[j]) {
+          ASSERT_LE(f[i], f[j] + 1) << "order";  // +1: a remainder unit
+        }
     }
   }
 }

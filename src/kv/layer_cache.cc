@@ -1,6 +1,7 @@
 #include "kv/layer_cache.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 #include <sstream>
 
@@ -37,10 +38,21 @@ void LayerCache::end_step() {
       storage_.capacity() == capacity_for()) {
     if (const auto rule = policy_->decode_rule()) {
       storage_.evict_one_on_backend(policy_->budget(), rule->sinks, rule->recent);
+      check_held();
       return;
     }
   }
   compact();
+  check_held();
+}
+
+void LayerCache::check_held() const {
+  // builds with assertions (the sanitizer build of the test suite among them): the rows actually
+  // held after a step against the policy's promise for now, budget() (which is what a layer may
+  // hold while a schedule or a scoring pass is pending too), in all and per kv head
+  [[maybe_unused]] const int64_t G = storage_.n_kv_heads();
+  assert(storage_.live_total() <= G * policy_->budget());
+  for ([[maybe_unused]] int g = 0; g < G; ++g) assert(storage_.live(g) <= policy_->max_head_rows());
 }
 
 void LayerCache::compact() {
@@ -54,6 +66,7 @@ void LayerCache::compact() {
 void LayerCache::end_scoring() {
   policy_->end_scoring();
   compact();
+  check_held();
 }
 
 void LayerCache::reset() {

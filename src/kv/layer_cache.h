@@ -67,6 +67,7 @@ class LayerCache {
  private:
   int capacity_for() const { return capacity_for(*policy_, max_step_rows_, max_tokens_); }
   void compact();
+  void check_held() const;  // a debug assertion: the rows held after a step within the policy's promise
   int layer_;
   std::unique_ptr<EvictionPolicy> policy_;
   int max_step_rows_, max_tokens_;
