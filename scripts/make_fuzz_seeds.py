@@ -149,6 +149,16 @@ def tiny_hf():
     return json.dumps(config).encode() + sep + json.dumps(tok).encode() + sep + st
 
 
+def tiny_hf_sharded():
+    """tiny_hf() with a shard index naming model.safetensors for every tensor (the sharded layout)."""
+    parts = tiny_hf().split(b"\n#--file--#\n")
+    st = parts[2]
+    hlen = struct.unpack_from("<Q", st, 0)[0]
+    names = sorted(json.loads(st[8:8 + hlen]).keys())
+    index = {"metadata": {"total_size": len(st) - 8 - hlen}, "weight_map": {n: "model.safetensors" for n in names}}
+    return b"\n#--file--#\n".join(parts + [json.dumps(index).encode()])
+
+
 # ---- llama2.c checkpoint + tokenizer (fuzz_llama2c: first byte 0 = checkpoint, 1 = tokenizer) ----
 def tiny_llama2c():
     E, F, L, H, G, V, seq = 8, 16, 1, 2, 2, 8, 4
@@ -188,7 +198,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fuzz", "corpus"))
     a = ap.parse_args()
     files = {("gguf", "tiny_q8_0.gguf"): tiny_gguf("q8_0"), ("gguf", "tiny_q4_0.gguf"): tiny_gguf("q4_0"),
-             ("hf", "tiny_llama"): tiny_hf()}
+             ("hf", "tiny_llama"): tiny_hf(), ("hf", "tiny_llama_sharded"): tiny_hf_sharded()}
     for i, t in enumerate(TEXTS):
         files[("tokenizer", "text_%02d" % i)] = t.encode()
     files[("tokenizer", "invalid_utf8")] = b"ab\xff\xfe\xc3(\xe2\x82 end"
