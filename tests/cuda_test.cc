@@ -147,6 +147,47 @@ TEST_F(Cuda, Bf16ModeWithinItsTolerance) {
 
 // Attention with both mass reductions (h2o's group-mean sum, kvzip's max) on the two backends, on
 // the same rows: outputs and masses agree (max within float rounding of one probability).
+// One attention call of T query rows over N keys held by a fresh KvStorage on the CPU (dev 0) or
+// the GPU (dev 1): the output and the mass the keys received. dev_count: the GPU reads N from
+// device memory (KvView::count_dev), as a staged decode step does.
+struct Attended {
+  std::vector<float> out, mass;  // [T][H*D], [G][N]
+};
+Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap, const std::vector<float>& k,
+                const std::vector<float>& v, const std::vector<int32_t>& pos, const std::vector<float>& q,
+                const std::vector<int32_t>& qpos, MassReduce reduce, bool dev_count) {
+  auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
+  KvStorage st(G, D, cap, type, be.get());
+  auto put = [&](const void* src, size_t bytes) {
+    auto buf = be->alloc(bytes);
+    be->upload(buf->data(), src, bytes);
+    return buf;
+  };
+  auto kb = put(k.data(), k.size() * 4), vb = put(v.data(), v.size() * 4), pb = put(pos.data(), pos.size() * 4);
+  st.append(kb->as<float>(), vb->as<float>(), pos.data(), N, pb->as<int32_t>());
+  auto cb = put(&N, sizeof(int));
+  if (dev == 1 && dev_count) st.bind_device_count(cb->as<int32_t>());
+  auto qb = put(q.data(), q.size() * 4), qpb = put(qpos.data(), qpos.size() * 4);
+  auto ob = be->alloc(q.size() * 4);
+  AttentionProbe probe;
+  probe.mass = st.mass_accumulator();
+  probe.mass_stride = cap;
+  probe.reduce = reduce;
+  be->attention(ob->as<float>(), qb->as<float>(), qpb->as<int32_t>(), T, H, st.view(), &probe);
+  Attended r;
+  r.out.resize(q.size());
+  be->download(r.out.data(), ob->data(), q.size() * 4);
+  st.sync_to_host();
+  for (int g = 0; g < G; ++g) r.mass.insert(r.mass.end(), st.mass(g), st.mass(g) + N);
+  return r;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0;
+  for (size_t i = 0; i < a.size(); ++i) e = std::max(e, double(std::fabs(a[i] - b[i])));
+  return e;
+}
+
 TEST_F(Cuda, AttentionMassSumAndMaxMatchTheCpu) {
   const int G = 2, H = 6, D = 64, N = 300, T = 37, cap = N + T;
   std::mt19937 rng(5);
@@ -158,32 +199,9 @@ TEST_F(Cuda, AttentionMassSumAndMaxMatchTheCpu) {
   std::iota(pos.begin(), pos.end(), 0);
   for (int t = 0; t < T; ++t) qpos[t] = N - T + t;  // the last T keys are the rows' own (causal)
   for (MassReduce reduce : {MassReduce::kSum, MassReduce::kMax}) {
-    std::vector<float> out[2], mass[2];
-    for (int dev = 0; dev < 2; ++dev) {
-      auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
-      KvStorage st(G, D, cap, KvType::kF32, be.get());
-      auto put = [&](const void* src, size_t bytes) {
-        auto buf = be->alloc(bytes);
-        be->upload(buf->data(), src, bytes);
-        return buf;
-      };
-      auto kb = put(k.data(), k.size() * 4), vb = put(v.data(), v.size() * 4), pb = put(pos.data(), pos.size() * 4);
-      st.append(kb->as<float>(), vb->as<float>(), pos.data(), N, pb->as<int32_t>());
-      auto qb = put(q.data(), q.size() * 4), qpb = put(qpos.data(), qpos.size() * 4);
-      auto ob = be->alloc(q.size() * 4);
-      AttentionProbe probe;
-      probe.mass = st.mass_accumulator();
-      probe.mass_stride = cap;
-      probe.reduce = reduce;
-      be->attention(ob->as<float>(), qb->as<float>(), qpb->as<int32_t>(), T, H, st.view(), &probe);
-      out[dev].resize(q.size());
-      be->download(out[dev].data(), ob->data(), q.size() * 4);
-      st.sync_to_host();
-      for (int g = 0; g < G; ++g) mass[dev].insert(mass[dev].end(), st.mass(g), st.mass(g) + N);
-    }
-    double eo = 0, em = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) eo = std::max(eo, double(std::fabs(out[0][i] - out[1][i])));
-    for (size_t i = 0; i < mass[0].size(); ++i) em = std::max(em, double(std::fabs(mass[0][i] - mass[1][i])));
+    const Attended a = attend(0, KvType::kF32, G, H, D, N, T, cap, k, v, pos, q, qpos, reduce, false);
+    const Attended b = attend(1, KvType::kF32, G, H, D, N, T, cap, k, v, pos, q, qpos, reduce, false);
+    const double eo = max_diff(a.out, b.out), em = max_diff(a.mass, b.mass);
     std::printf("attention %s: max output err %.3g, max mass err %.3g\n", reduce == MassReduce::kMax ? "max" : "sum", eo, em);
     EXPECT_LE(eo, 1e-4);
     EXPECT_LE(em, reduce == MassReduce::kMax ? 1e-5 : 1e-4 * T);
@@ -212,34 +230,10 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
             std::vector<int32_t> pos(N);
             std::iota(pos.begin(), pos.end(), 0);
             for (int j = 7; j < N; j += 97) pos[j] = KvStorage::kDeadPos;  // dead slots
-            const int32_t qpos = std::max(0, N - 3);                         // the last two keys are later: masked
-            std::vector<float> out[2], mass[2];
-            for (int dev = 0; dev < 2; ++dev) {
-              auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
-              KvStorage st(G, D, cap, type, be.get());
-              auto put = [&](const void* src, size_t bytes) {
-                auto buf = be->alloc(bytes);
-                be->upload(buf->data(), src, bytes);
-                return buf;
-              };
-              auto kb = put(k.data(), k.size() * 4), vb = put(v.data(), v.size() * 4), pb = put(pos.data(), pos.size() * 4);
-              st.append(kb->as<float>(), vb->as<float>(), pos.data(), N, pb->as<int32_t>());
-              auto cb = put(&N, sizeof(int));
-              if (dev == 1 && dev_count) st.bind_device_count(cb->as<int32_t>());
-              auto qb = put(q.data(), q.size() * 4), qpb = put(&qpos, 4);
-              auto ob = be->alloc(q.size() * 4);
-              AttentionProbe probe;
-              probe.mass = st.mass_accumulator();
-              probe.mass_stride = cap;
-              be->attention(ob->as<float>(), qb->as<float>(), qpb->as<int32_t>(), 1, H, st.view(), &probe);
-              out[dev].resize(q.size());
-              be->download(out[dev].data(), ob->data(), q.size() * 4);
-              st.sync_to_host();
-              for (int g = 0; g < G; ++g) mass[dev].insert(mass[dev].end(), st.mass(g), st.mass(g) + N);
-            }
-            double eo = 0, em = 0;
-            for (size_t i = 0; i < out[0].size(); ++i) eo = std::max(eo, double(std::fabs(out[0][i] - out[1][i])));
-            for (size_t i = 0; i < mass[0].size(); ++i) em = std::max(em, double(std::fabs(mass[0][i] - mass[1][i])));
+            const std::vector<int32_t> qpos{std::max(0, N - 3)};            // the last two keys are later: masked
+            const Attended a = attend(0, type, G, H, D, N, 1, cap, k, v, pos, q, qpos, MassReduce::kSum, false);
+            const Attended b = attend(1, type, G, H, D, N, 1, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count);
+            const double eo = max_diff(a.out, b.out), em = max_diff(a.mass, b.mass);
             worst_out = std::max(worst_out, eo), worst_mass = std::max(worst_mass, em);
             ++cases;
             EXPECT_LE(eo, 1e-4) << "D " << D << " grp " << grp << " N " << N << " f16 " << (type == KvType::kF16) << " dev " << dev_count;
