@@ -1,10 +1,13 @@
 // The CUDA backend (backend.h): device memory, weights dequantized to bf16 on load (f32 in the
-// exact test mode), cuBLAS for the products of prompt chunks, warp-per-row GEMV kernels for
-// decode, and element-wise, RoPE, RMSNorm and attention kernels of our own. Attention is one block
-// per (query row, head) with an online softmax over tiles of keys; the mass and entropy the
-// policies need come from a second pass over the same keys, only when asked for.
+// exact test mode), cuBLAS for the products of prompt chunks, GEMV kernels for decode, and
+// element-wise, RoPE, RMSNorm and attention kernels of our own. Attention of prompt chunks: one
+// block per (kv head, tile of query rows) with an online softmax over tiles of keys, the policies'
+// mass and entropy from a second pass when asked for; decode (one query row): k_attn_decode,
+// flash-decoding with K/V streamed through shared memory, the mass from its kept scores.
+// Every launch goes through the Launcher, which replays a repeated launch list (a decode step)
+// as one CUDA graph (docs/DESIGN.md "Decode as a CUDA graph").
 // Letters: T rows, E hidden, H query heads, G kv heads, D head dim, R/C matrix rows/cols, N keys.
-// Thread safety: one backend per sequence's thread; all work runs on the default stream in order.
+// Thread safety: one backend per sequence's thread; all work runs on the backend's one stream in order.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -684,7 +687,6 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, floa
   constexpr int KPW = 32 / LPK;         // rows a warp covers per step
   constexpr int ROW = D * sizeof(KT);   // bytes of a row
   constexpr int TILE = dec_tile_keys(ROW);
-  constexpr int CHUNKS = TILE * ROW / 16;  // 16-byte copies per tile of K (and of V)
   static_assert(TILE % (kDecWarps * KPW) == 0, "a tile splits evenly over the warps");
   extern __shared__ __align__(16) unsigned char dsm[];
   unsigned char* sk = dsm;                                  // [stage][TILE][ROW]
@@ -713,7 +715,6 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, floa
     }
     __pipeline_commit();  // an empty group past the last tile keeps the counting uniform
   };
-  (void)CHUNKS;
 
   float qv[GMAX][EPV], m[GMAX], l[GMAX], acc[GMAX][EPV];
 #pragma unroll
