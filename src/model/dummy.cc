@@ -43,10 +43,6 @@ void fill_bf16(uint16_t* out, int64_t n, float a, uint64_t seed, uint64_t stream
   }
 }
 
-}  // namespace
-
-namespace {
-
 struct Spec {
   std::string name;
   std::vector<int64_t> shape;
@@ -79,13 +75,15 @@ std::vector<Spec> dummy_specs(const ModelConfig& c, bool tied) {
   return specs;
 }
 
-}  // namespace
-
-int64_t dummy_weight_bytes(const ModelConfig& c, bool tied) {
+int64_t bytes_of(const std::vector<Spec>& specs) {
   int64_t values = 0;  // validate_config bounds every size, so this stays far from overflow
-  for (const Spec& sp : dummy_specs(c, tied)) values += sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
+  for (const Spec& sp : specs) values += sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
   return 2 * values;  // BF16 throughout
 }
+
+}  // namespace
+
+int64_t dummy_weight_bytes(const ModelConfig& c, bool tied) { return bytes_of(dummy_specs(c, tied)); }
 
 std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed, int64_t max_memory) {
   bool tied = false;
@@ -93,7 +91,7 @@ std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t
   c.name = "dummy:" + config_path;
   const std::vector<Spec> specs = dummy_specs(c, tied);
   // refuse a shape the limit or this machine cannot hold before allocating any of it
-  const int64_t need = dummy_weight_bytes(c, tied);
+  const int64_t need = bytes_of(specs);
   if (max_memory > 0 && need > max_memory)
     throw Error("--max-memory: the dummy weights of '" + config_path + "' take " + mib(need) + ", above the limit of " + mib(max_memory));
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));

@@ -16,7 +16,7 @@ std::unique_ptr<Model> load_llama2c(const std::string& path, const std::string& 
 // Refused before any allocation when they would take more than max_memory bytes (0: no limit)
 // or most of this machine's memory.
 std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed, int64_t max_memory = 0);
-// The bytes a dummy model of this shape allocates (BF16 matrices, f32 norms and biases).
+// The bytes a dummy model of this shape allocates (every tensor BF16, norms and biases too).
 int64_t dummy_weight_bytes(const ModelConfig& c, bool tied);
 // Sizes for messages: "812.5 KiB", "15317.0 MiB".
 std::string mib(int64_t bytes);

@@ -1086,21 +1086,15 @@ class CudaBackend final : public Backend {
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
                  AttentionProbe* probe) override {
     if (T == 1 && attention_decode(out, q, q_pos, H, view, probe)) return;
-    // with the count in device memory the kernels read N there, and their arguments stay the same
-    // from step to step (a recorded decode step replays); the grid is then sized for the capacity
-    KvView kv = view;
+    KvView kv;
+    AttnShape a = attn_shape(view, static_cast<int>(T), H, probe, kv);
     const bool dev_n = kv.count_dev != nullptr;
-    if (dev_n) kv.count = 0;
-    AttnShape a{};
-    a.T = static_cast<int>(T), a.H = H, a.G = kv.n_kv_heads, a.grp = H / kv.n_kv_heads, a.D = kv.head_dim;
-    a.N = dev_n ? 0 : view.count;
-    a.cap = kv.capacity;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));
     if (a.D > kMaxHeadDim) throw Error("cuda attention: head dim " + std::to_string(a.D) + " above 256");
     if (a.grp > kAttnRows) throw Error("cuda attention: more than 32 query heads per kv head");
     a.qt = std::max(1, std::min(a.T, kAttnRows / a.grp));
     const int qtiles = (a.T + a.qt - 1) / a.qt;
-    // split long key ranges when the blocks alone would not fill the device (sizes only)
+    // split long key ranges when the blocks alone would not fill the device (sizes only; with N
+    // on the device the most splits follow the capacity, so the arguments stay the same)
     const int blocks = a.G * qtiles, n_bound = dev_n ? kv.capacity : view.count;
     a.splits = blocks < 2 * sms_ ? std::max(1, std::min({(2 * sms_) / blocks, (n_bound + 255) / 256, 64})) : 1;
     const int grid_splits = key_range(view.count, a.splits).splits;  // as in attention_decode
@@ -1130,7 +1124,6 @@ class CudaBackend final : public Backend {
     float* mass = probe != nullptr ? probe->mass : nullptr;
     const bool ent = probe != nullptr && probe->entropy;
     if (mass == nullptr && !ent) return;  // no second pass unless a policy needs it
-    if (probe->mass_stride <= 0 && dev_n) throw Error("cuda attention: a mass accumulator needs its stride when N is on the device");
     const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : view.count;
     float* e = nullptr;
     if (ent) {
@@ -1150,6 +1143,23 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // What both attention paths share: the view as the kernels get it (with the count in device
+  // memory they read N there, and the host count leaves the arguments, so a recorded decode step's
+  // stay the same from step to step) and the shape's sizes; each path sets its splits.
+  AttnShape attn_shape(const KvView& view, int T, int H, const AttentionProbe* probe, KvView& kv) const {
+    kv = view;
+    const bool dev_n = kv.count_dev != nullptr;
+    if (dev_n) kv.count = 0;
+    if (probe != nullptr && (probe->mass != nullptr || probe->entropy) && probe->mass_stride <= 0 && dev_n)
+      throw Error("cuda attention: a mass accumulator needs its stride when N is on the device");
+    AttnShape a{};
+    a.T = T, a.H = H, a.G = kv.n_kv_heads, a.grp = H / kv.n_kv_heads, a.D = kv.head_dim;
+    a.N = dev_n ? 0 : view.count;
+    a.cap = kv.capacity;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));
+    return a;
+  }
+
   // One query token (decode) where k_attn_decode serves the shape: splits of the keys, their merge,
   // and the mass from the kept scores when a policy asks for it. False: the general kernel's turn.
   bool attention_decode(float* out, const float* q, const int32_t* q_pos, int H, const KvView& view, AttentionProbe* probe) {
@@ -1158,13 +1168,10 @@ class CudaBackend final : public Backend {
     if (vbytes % 16 != 0 || (lpk != 4 && lpk != 8 && lpk != 16 && lpk != 32) || grp > 8 || H % G != 0) return false;
     if (probe != nullptr && probe->entropy) return false;
     const bool use_mass = probe != nullptr && probe->mass != nullptr && probe->mass_row_begin <= 0;
-    KvView kv = view;
+    KvView kv;
+    AttnShape a = attn_shape(view, 1, H, probe, kv);
     const bool dev_n = kv.count_dev != nullptr;
-    if (dev_n) kv.count = 0;  // the kernels read N on the device (see attention())
-    if (use_mass && probe->mass_stride <= 0 && dev_n) throw Error("cuda attention: a mass accumulator needs its stride when N is on the device");
-    AttnShape a{};
-    a.T = 1, a.H = H, a.G = G, a.grp = grp, a.D = D, a.N = dev_n ? 0 : view.count, a.cap = kv.capacity, a.qt = 1;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    a.qt = 1;
     // enough blocks to keep every SM streaming (about four per SM), at least 256 keys each
     const int n_bound = dev_n ? kv.capacity : view.count;
     a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + 255) / 256, 128}));
@@ -1196,8 +1203,8 @@ class CudaBackend final : public Backend {
     if (use_mass) {
       const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : view.count;
       const bool mass_max = probe->reduce == MassReduce::kMax;
-      if (gmax == 4) L.launch(k_attn_mass<4>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml_->as<float>()), kv, a);
-      else L.launch(k_attn_mass<8>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml_->as<float>()), kv, a);
+      if (gmax == 4) L.launch(k_attn_mass<4>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml), kv, a);
+      else L.launch(k_attn_mass<8>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml), kv, a);
     }
     return true;
   }
