@@ -256,6 +256,23 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   bad = cfg;
   bad["policies"] = {{{"kv_policy", "squeeze"}, {"squeeze_resolve", "later"}}};
   refused(bad, "squeeze_resolve");
+  // numbers of the wrong type or beyond their range are refused naming the field (plan_sweep's
+  // checked readers; before them a float beyond an int reached an undefined conversion)
+  bad = cfg;
+  bad["tasks"][0]["ctx"] = {2.5e300};
+  refused(bad, "ctx");
+  bad = cfg;
+  bad["tasks"][0]["windows"] = -3;
+  refused(bad, "windows");
+  bad = cfg;
+  bad["tasks"] = {{{"task", "passkey"}, {"ctx", {256}}, {"samples", "ten"}}};
+  refused(bad, "samples");
+  bad = cfg;
+  bad["tasks"] = {{{"task", "passkey"}, {"ctx", {256}}, {"depths", {0.5, 1.5}}}};
+  refused(bad, "depths");
+  bad = cfg;
+  bad["model"] = 5;
+  refused(bad, "model");
   EXPECT_FALSE(fs::exists(out2));
   fs::remove_all(dir);
 }
