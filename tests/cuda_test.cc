@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -242,6 +243,103 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
   std::printf("decode attention: %d shapes, max output err %.3g, max mass err %.3g\n", cases, worst_out, worst_mass);
 }
 
+// The fused decode products (one GEMV launch for q, k, v with RoPE in its epilogue; gate and up
+// with SwiGLU in its epilogue) give exactly what the separate ops give on the same device, and
+// match the CPU within float rounding: 1-4 rows (the GEMV) and 5 (cuBLAS, bf16 activations),
+// both RoPE pairings, head dims the fused path serves (64, 128) and one it leaves to the separate
+// ops (12), a bias, an output width that is not a multiple of the block's rows (the FFN's 202).
+TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  auto bf16 = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  };
+  auto cpu = make_backend({Device::kCpu, 2, false, Activations::kF32});
+  auto gpu = make_backend({Device::kCuda, 2, false, Activations::kF32});
+  struct Host {
+    std::vector<uint16_t> bits;
+    WeightMatrix w;
+  };
+  auto matrix = [&](int R, int C) {
+    Host h;
+    for (int i = 0; i < R * C; ++i) h.bits.push_back(bf16(nd(rng) * 0.1f));
+    h.w = WeightMatrix{DType::BF16, reinterpret_cast<const uint8_t*>(h.bits.data()), R, C, static_cast<size_t>(C) * 2};
+    return h;
+  };
+  std::vector<std::unique_ptr<Buffer>> keep;
+  auto up = [&](Backend& b, const void* src, size_t bytes) {
+    keep.push_back(b.alloc(bytes));
+    b.upload(keep.back()->data(), src, bytes);
+    return keep.back()->data();
+  };
+  auto down = [](Backend& b, const float* src, size_t n) {
+    std::vector<float> h(n);
+    b.download(h.data(), src, n * 4);
+    return h;
+  };
+  int cases = 0;
+  double worst = 0;
+  for (int D : {64, 128, 12})
+    for (RopePairing pairing : {RopePairing::kHalves, RopePairing::kAdjacent})
+      for (int T : {1, 2, 3, 4, 5}) {
+        const int H = 4, G = 2, C = 96, F = 202;
+        Host wq = matrix(H * D, C), wk = matrix(G * D, C), wv = matrix(G * D, C), wg = matrix(F, C), wu = matrix(F, C);
+        std::vector<float> x(static_cast<size_t>(T) * C), bias(H * D), inv(D / 2);
+        for (float& e : x) e = nd(rng);
+        for (float& e : bias) e = nd(rng);
+        for (int i = 0; i < D / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / D);
+        std::vector<int32_t> pos;
+        for (int t = 0; t < T; ++t) pos.push_back(3 + 9973 * t);
+        // outputs per backend and mode: q, k, v, gate (fused), then the separate ops' q, k, v, gate
+        std::vector<std::vector<float>> res[2][2];
+        for (int dev = 0; dev < 2; ++dev) {
+          Backend& b = dev == 0 ? *cpu : *gpu;
+          std::unique_ptr<Buffer> kq, kk, kv, kg, ku;
+          const WeightMatrix q = b.prepare_weight(wq.w, Backend::WeightUse::kMatrix, kq), k = b.prepare_weight(wk.w, Backend::WeightUse::kMatrix, kk),
+                             v = b.prepare_weight(wv.w, Backend::WeightUse::kMatrix, kv), g = b.prepare_weight(wg.w, Backend::WeightUse::kMatrix, kg),
+                             u = b.prepare_weight(wu.w, Backend::WeightUse::kMatrix, ku);
+          const float* xd = static_cast<const float*>(up(b, x.data(), x.size() * 4));
+          const float* bd = static_cast<const float*>(up(b, bias.data(), bias.size() * 4));
+          const RopeSpec rope{static_cast<const int32_t*>(up(b, pos.data(), pos.size() * 4)),
+                              static_cast<const float*>(up(b, inv.data(), inv.size() * 4)), D, pairing};
+          for (int mode = 0; mode < 2; ++mode) {
+            keep.push_back(b.alloc(static_cast<size_t>(T) * (H * D + 2 * G * D + 2 * F) * 4));
+            float* oq = keep.back()->as<float>();
+            float *ok = oq + T * H * D, *ov = ok + T * G * D, *og = ov + T * G * D, *ou = og + T * F;
+            if (mode == 0) {
+              const MatmulPart parts[3] = {{oq, &q, bd, &rope}, {ok, &k, nullptr, &rope}, {ov, &v, nullptr, nullptr}};
+              b.matmuls(parts, 3, xd, T, Activations::kF32, RowMode::kChunk);
+              b.matmul_swiglu(og, ou, xd, g, u, T, Activations::kF32, RowMode::kChunk);
+            } else {
+              b.matmul(oq, xd, q, T, bd, Activations::kF32);
+              b.matmul(ok, xd, k, T, nullptr, Activations::kF32);
+              b.matmul(ov, xd, v, T, nullptr, Activations::kF32);
+              b.rope(oq, rope.pos, T, H, D, rope.inv_freq, pairing);
+              b.rope(ok, rope.pos, T, G, D, rope.inv_freq, pairing);
+              b.matmul(og, xd, g, T, nullptr, Activations::kF32);
+              b.matmul(ou, xd, u, T, nullptr, Activations::kF32);
+              b.silu_mul(og, ou, static_cast<int64_t>(T) * F);
+            }
+            for (auto [p, n] : {std::pair{oq, T * H * D}, {ok, T * G * D}, {ov, T * G * D}, {og, T * F}})
+              res[dev][mode].push_back(down(b, p, n));
+          }
+        }
+        for (int o = 0; o < 4; ++o) {
+          const std::vector<float>&f = res[1][0][o], &s = res[1][1][o], &c = res[0][1][o];
+          EXPECT_EQ(f, s) << "output " << o << " D " << D << " T " << T << " adjacent " << (pairing == RopePairing::kAdjacent);
+          double scale = 0;
+          for (float e : c) scale = std::max(scale, double(std::fabs(e)));
+          const double err = max_diff(f, c) / scale;
+          worst = T <= 4 ? std::max(worst, err) : worst;
+          EXPECT_LE(err, T <= 4 ? 1e-5 : 2e-2) << "output " << o << " D " << D << " T " << T;
+          ++cases;
+        }
+      }
+  std::printf("fused products: %d outputs equal to the separate ops; max error against the CPU (1-4 rows) %.3g\n", cases, worst);
+}
+
 TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
   auto m = Model::load(test::tinystories());
   const auto ids = prompt(*m, 96);
@@ -307,7 +405,7 @@ TEST_F(Cuda, GraphReplayEqualsDirectLaunches) {
     std::printf("%-6s graph replays %lld (off: %lld), steps whose logits differ: %d of 30\n", kv_policy_name(policy),
                 static_cast<long long>(a.device_graph_replays()), static_cast<long long>(b.device_graph_replays()), differ);
     // 30 steps: the first two run directly and are captured, and so do the two after N passes
-    // 512 (a third split of the keys: another grid, so another graph)
+    // 512 (the keys gain a split: another grid, so another graph)
     EXPECT_GE(a.device_graph_replays(), 26) << kv_policy_name(policy);
     EXPECT_EQ(b.device_graph_replays(), 0);
     // h2o's and squeeze's prompt mass sums use float atomics (their order varies from run to

@@ -1,4 +1,5 @@
 // Device names and the choice of backend: the one file that knows every backend of the build.
+#include <cstdlib>
 #include "backend/backend.h"
 
 #include "squeezekv/error.h"
@@ -30,6 +31,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   CudaOptions co;
   co.f32_weights = o.f32_device_weights;
   co.graphs = o.cuda_graphs;
+  // for measurements: SQUEEZEKV_CUDA_PDL=0 launches every kernel after the previous one has finished
+  if (const char* e = std::getenv("SQUEEZEKV_CUDA_PDL"); e != nullptr && std::string(e) == "0") co.pdl = false;
   return make_cuda_backend(co);
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "

@@ -79,13 +79,23 @@ class Backend {
     for (int64_t t = 0; t < T; ++t) matmul(out + t * w.rows, x + t * w.cols, w, 1, bias, act);
   }
   // Products of one input x[T][C] with up to 4 matrices (q, k, v; gate, up), each result equal to
-  // its own matmul (rows: kIndependent as matmul_rows). By default one call after another; a
-  // backend may run them as one pass.
+  // its own matmul (rows: kIndependent as matmul_rows) followed by its rope() where the part asks
+  // for one. By default one call after another; a backend may run them as one pass.
   virtual void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) {
     for (int i = 0; i < n; ++i) {
       if (rows == RowMode::kIndependent && T > 1) matmul_rows(parts[i].out, x, *parts[i].w, T, parts[i].bias, act);
       else matmul(parts[i].out, x, *parts[i].w, T, parts[i].bias, act);
     }
+    rope_parts(parts, n, T);
+  }
+  // The SwiGLU feed-forward's first half: gate[T][F] = silu(x @ w_gate^T) * (x @ w_up^T); up[T][F]
+  // is scratch (its contents after the call are unspecified). By default matmuls and silu_mul; a
+  // backend may run it as one pass, with results equal to those two.
+  virtual void matmul_swiglu(float* gate, float* up, const float* x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
+                             int64_t T, Activations act, RowMode rows) {
+    const MatmulPart parts[2] = {{gate, &w_gate, nullptr, nullptr}, {up, &w_up, nullptr, nullptr}};
+    matmuls(parts, 2, x, T, act, rows);
+    silu_mul(gate, up, T * w_gate.rows);
   }
   // out[T][E] = x * rsqrt(mean(x^2) + eps) * w[E]
   virtual void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) = 0;
@@ -137,6 +147,14 @@ class Backend {
   virtual int64_t graph_replays() const { return 0; }
   // Whether host code may read and write this backend's memory directly (the CPU's).
   virtual bool host_visible() const = 0;
+
+ protected:
+  // The rope() of every part that asks for one (what matmuls does after its products).
+  void rope_parts(const MatmulPart* parts, int n, int64_t T) {
+    for (int i = 0; i < n; ++i)
+      if (const RopeSpec* r = parts[i].rope)
+        rope(parts[i].out, r->pos, T, static_cast<int>(parts[i].w->rows / r->D), r->D, r->inv_freq, r->pairing);
+  }
 };
 
 // The CPU backend with `threads` OpenMP threads (0: all cores). The threads belong to the object:

@@ -60,11 +60,21 @@ struct AttentionCall {
   AttentionProbe* probe = nullptr;
 };
 
-// One product of a group that shares its input (Backend::matmuls): out[T][w->rows] = x @ w^T + bias.
+// RoPE applied to a product's output (MatmulPart::rope): the rows as Backend::rope rotates them.
+struct RopeSpec {
+  const int32_t* pos = nullptr;       // [T] positions (the backend's memory)
+  const float* inv_freq = nullptr;    // [D/2] (the backend's memory)
+  int D = 0;                          // head dim; the output's heads: w->rows / D
+  RopePairing pairing = RopePairing::kHalves;
+};
+
+// One product of a group that shares its input (Backend::matmuls): out[T][w->rows] = x @ w^T + bias,
+// then, with rope, rotated in place (q and k of attention).
 struct MatmulPart {
   float* out = nullptr;
   const WeightMatrix* w = nullptr;
-  const float* bias = nullptr;  // null: none
+  const float* bias = nullptr;     // null: none
+  const RopeSpec* rope = nullptr;  // null: none
 };
 
 }  // namespace squeezekv

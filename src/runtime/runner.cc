@@ -170,7 +170,7 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
   const ModelConfig& c = model_.config();
   const bool scoring = pass == Pass::kScore;
   Backend& b = *backend_;
-  const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim;
+  const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim;
   const int64_t QD = static_cast<int64_t>(H) * D, KD = static_cast<int64_t>(G) * D;
   const auto pairing = c.rope_adjacent_pairs ? RopePairing::kAdjacent : RopePairing::kHalves;
   int T = 0;
@@ -202,10 +202,10 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
   for (int l = 0; l < c.n_layers; ++l) {
     const DeviceWeights::Layer& L = dw_->layers[l];
     // attention block (xn: the normed input, from the step's start or the previous layer's end)
-    const MatmulPart qkv[3] = {{q, &L.wq, L.bq}, {k, &L.wk, L.bk}, {v, &L.wv, L.bv}};
+    // q, k, v from one pass over xn; q and k rotated to their positions
+    const RopeSpec rope{rpos, dw_->inv_freq, D, pairing};
+    const MatmulPart qkv[3] = {{q, &L.wq, L.bq, &rope}, {k, &L.wk, L.bk, &rope}, {v, &L.wv, L.bv, nullptr}};
     b.matmuls(qkv, 3, xn, T, act_, mode);
-    b.rope(q, rpos, T, H, D, dw_->inv_freq, pairing);
-    b.rope(k, rpos, T, G, D, dw_->inv_freq, pairing);
     bool residual = false;
     for (size_t i = 0; i < segments.size(); ++i) {
       meters_[i] = scoring ? nullptr : segments[i].seq->caches.layers[l].meter();
@@ -250,9 +250,7 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
       meters_[i]->add_residual(host_copy(metric_a_, x_in_->as<float>() + static_cast<size_t>(r) * E, n),
                                host_copy(metric_b_, x + static_cast<size_t>(r) * E, n), segments[i].T, E);
     }
-    const MatmulPart gate_up[2] = {{gate, &L.w_gate, nullptr}, {up, &L.w_up, nullptr}};
-    b.matmuls(gate_up, 2, xn, T, act_, mode);
-    b.silu_mul(gate, up, static_cast<int64_t>(T) * F);
+    b.matmul_swiglu(gate, up, xn, L.w_gate, L.w_up, T, act_, mode);  // gate = silu(gate) * up
     matmul(tmp, gate, L.w_down, nullptr);
     // x += feed-forward output; xn = its norm for the next layer (or the output head)
     b.add_rmsnorm(xn, x, tmp, l + 1 < c.n_layers ? dw_->layers[l + 1].attn_norm : dw_->out_norm, T, E, c.norm_eps);

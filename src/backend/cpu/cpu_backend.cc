@@ -87,6 +87,7 @@ class CpuBackend final : public Backend {
   void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) override {
     use_threads();
     cpu::matmul_parts(parts, n, x, T, act, rows);
+    rope_parts(parts, n, T);
   }
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
                    Activations act) override {

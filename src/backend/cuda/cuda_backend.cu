@@ -52,7 +52,8 @@ struct Same {
 // stands for would do. Thread safety: one host thread at a time (the backend's).
 class Launcher {
  public:
-  explicit Launcher(bool graphs) : graphs_on_(graphs) {
+  // pdl: each launch may begin while the previous kernel finishes (the kernels' pdl_enter()).
+  Launcher(bool graphs, bool pdl) : graphs_on_(graphs), pdl_(pdl) {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~Launcher() {
@@ -87,8 +88,13 @@ class Launcher {
       ~Clear() { l->recs_.clear(), l->arg_off_.clear(), l->sig_.clear(); }
     } clear{this};
     if (!graphs_on_ || recs_.size() < kMinGraphLaunches) return issue();
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the record
-    for (unsigned char c : sig_) h = (h ^ c) * 1099511628211ull;
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the record's 8-byte words (the tail zero-padded)
+    sig_.resize((sig_.size() + 7) / 8 * 8, 0);
+    for (size_t i = 0; i < sig_.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, sig_.data() + i, 8);
+      h = (h ^ w) * 1099511628211ull;
+    }
     for (Graph& g : graphs_)
       if (g.hash == h && g.sig == sig_) {
         g.used = ++clock_;
@@ -130,10 +136,16 @@ class Launcher {
     return static_cast<uint32_t>(off);
   }
   void issue() {
+    cudaLaunchAttribute pdl[1];
+    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl[0].val.programmaticStreamSerializationAllowed = 1;
     for (const Rec& r : recs_) {
       void* args[kMaxArgs];
       for (uint32_t i = 0; i < r.n_args; ++i) args[i] = sig_.data() + arg_off_[r.first_arg + i];
-      check(cudaLaunchKernel(r.fn, r.grid, r.block, args, r.smem, stream_), "kernel launch");
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = r.grid, cfg.blockDim = r.block, cfg.dynamicSmemBytes = r.smem, cfg.stream = stream_;
+      cfg.attrs = pdl_ ? pdl : nullptr, cfg.numAttrs = pdl_ ? 1 : 0;
+      check(cudaLaunchKernelExC(&cfg, r.fn, args), "kernel launch");
     }
   }
   void capture(uint64_t h) {
@@ -160,7 +172,7 @@ class Launcher {
     check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   }
 
-  bool graphs_on_;
+  bool graphs_on_, pdl_;
   cudaStream_t stream_ = nullptr;
   std::vector<Rec> recs_;
   std::vector<uint32_t> arg_off_;   // offsets of every recorded argument in sig_
@@ -194,6 +206,21 @@ class DeviceBuffer final : public Buffer {
 
 constexpr int kThreads = 256;
 
+// ---- programmatic dependent launch ----------------------------------------------------------
+// With the Launcher's PDL on, a kernel may start while the one before it in the stream is still
+// running. Every kernel first lets the next one launch (pdl_launch_next: its blocks are placed as
+// SMs free up, so their start-up runs under this kernel's tail), then waits
+// (pdl_wait) before it reads what earlier kernels wrote or writes anything: until the previous
+// kernel has completed, and so, by induction, every earlier one. No deadlock: a kernel launches
+// only once every block of the one before it is resident, and resident blocks wait only on earlier
+// kernels. Without PDL both are no-ops.
+__device__ inline void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ inline void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ inline void pdl_enter() {
+  pdl_launch_next();
+  pdl_wait();
+}
+
 // ---- reductions ---------------------------------------------------------------------------
 
 __device__ float warp_sum(float v) {
@@ -218,6 +245,7 @@ __device__ float block_sum(float v, float* red) {
 // ---- element-wise, norm, rope --------------------------------------------------------------
 
 __global__ void k_rmsnorm(float* out, const float* x, const float* w, int E, float eps) {
+  pdl_enter();
   __shared__ float red[32];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * E;
   float* o = out + static_cast<size_t>(blockIdx.x) * E;
@@ -231,6 +259,7 @@ __global__ void k_rmsnorm(float* out, const float* x, const float* w, int E, flo
 
 // x[row] += y[row]; out[row] = rmsnorm(x[row]) (grid T)
 __global__ void k_add_rmsnorm(float* out, float* x, const float* y, const float* w, int E, float eps) {
+  pdl_enter();
   __shared__ float red[32];
   float* xr = x + static_cast<size_t>(blockIdx.x) * E;
   const float* yr = y + static_cast<size_t>(blockIdx.x) * E;
@@ -249,6 +278,7 @@ __global__ void k_add_rmsnorm(float* out, float* x, const float* y, const float*
 
 // grid (T, n_heads), block D/2 threads (one rotation pair each)
 __global__ void k_rope(float* x, const int32_t* pos, int n_heads, int D, const float* inv_freq, int adjacent) {
+  pdl_enter();
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, half = D / 2;
   if (i >= half) return;
   float* v = x + (static_cast<size_t>(t) * n_heads + h) * D;
@@ -262,32 +292,74 @@ __global__ void k_rope(float* x, const int32_t* pos, int n_heads, int D, const f
 }
 
 __global__ void k_silu_mul(float* g, const float* u, int64_t n) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 __global__ void k_add(float* x, const float* y, int64_t n) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] += y[i];
 }
 
 // out[T][R] += bias[R]
 __global__ void k_add_bias(float* out, const float* bias, int64_t n, int R) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] += bias[i % R];
 }
 
 __global__ void k_to_bf16(__nv_bfloat16* out, const float* x, int64_t n) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16(x[i]);
 }
 
 // ---- decode products: T <= kGemvRows activation rows ------------------------------------------
+// One launch serves up to kMaxParts matrices that share their input (q, k, v; gate and up): the
+// grid's blocks are dealt out to the parts, kGemvBlockRows matrix rows a block, all its warps
+// splitting the columns (so even a 1024-row matrix fills its share of the device): each lane
+// streams 16 bytes of every row per step, two steps in flight, the x values it loads serving all
+// rows; partial sums meet in shared memory, where an epilogue may finish the op that follows the
+// product: RoPE on q and k (a block's rows are whole rotation pairs), or SwiGLU (a block's rows are
+// 4 of the gate's and the same 4 of the up's). Each output is the same float sum, in the same order,
+// as a one-part launch, and the epilogues compute exactly what k_rope and k_silu_mul compute.
+// Weights are read once, so their loads skip L1 (where x stays).
 
-constexpr int kGemvRows = 4;
+constexpr int kGemvRows = 4;       // activation rows a launch serves
+constexpr int kGemvBlockRows = 8;  // matrix rows a block serves
+constexpr int kGemvWarps = 8;
+constexpr int kMaxParts = 4;
 
+enum GemvEpilogue : int32_t { kEpiPlain = 0, kEpiRopeHalves = 1, kEpiRopeAdjacent = 2 };
+
+// The products of one launch. Recorded as argument bytes, so it has no padding (value-initialise).
+struct GemvParts {
+  const void* w[kMaxParts];            // [rows][C] of WT
+  float* out[kMaxParts];               // [T][rows]
+  const float* bias[kMaxParts];        // [rows] or null
+  const int32_t* pos;                  // [T] rope positions
+  const float* inv_freq;               // [D/2]
+  int32_t first_block[kMaxParts + 1];  // part p: blocks [first_block[p], first_block[p + 1])
+  int32_t rows[kMaxParts];
+  int32_t epi[kMaxParts];              // GemvEpilogue
+  int32_t n, C, D;                     // parts, columns, head dim (rope)
+  int32_t swiglu;                      // parts 0 (gate) and 1 (up), equal rows: out[0] = silu(gate) * up
+  int32_t unused;
+};
+static_assert(sizeof(GemvParts) == 14 * 8 + 18 * 4, "GemvParts: no padding (a recorded kernel argument)");
+
+// 16 bytes of weights, read once: not kept in L1 (which holds x)
+__device__ inline uint4 load_stream(const void* p) {
+  uint4 u;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p));
+  return u;
+}
 __device__ inline void load8(const __nv_bfloat16* w, float* f) {
-  const uint4 u = __ldg(reinterpret_cast<const uint4*>(w));
+  const uint4 u = load_stream(w);
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -297,36 +369,101 @@ __device__ inline void load8(const __nv_bfloat16* w, float* f) {
   }
 }
 __device__ inline void load8(const float* w, float* f) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(w)), b = __ldg(reinterpret_cast<const float4*>(w + 4));
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  const uint4 a = load_stream(w), b = load_stream(w + 4);
+  f[0] = __uint_as_float(a.x), f[1] = __uint_as_float(a.y), f[2] = __uint_as_float(a.z), f[3] = __uint_as_float(a.w);
+  f[4] = __uint_as_float(b.x), f[5] = __uint_as_float(b.y), f[6] = __uint_as_float(b.z), f[7] = __uint_as_float(b.w);
 }
 
-// out[t][r] = x[t] . W[r] (+ bias[r]) for t < T; W [R][C] of WT (bf16 or f32); C % 8 == 0.
-// A block serves kGemvRowsPerBlock rows with all its warps splitting the columns (so even a
-// 4096-row matrix fills the device with warps): each lane streams 16 bytes of every row per step,
-// two steps in flight, the x values it loads serving all rows; partial sums meet in shared memory.
-constexpr int kGemvRowsPerBlock = 4;
-constexpr int kGemvWarps = 8;
+template <class A, int N>
+__device__ inline A pick(const A (&a)[N], int i) {  // a[i] without indexing parameter memory at run time
+  A v = a[0];
+#pragma unroll
+  for (int j = 1; j < N; ++j) v = i == j ? a[j] : v;
+  return v;
+}
+
+// Row i (< kGemvBlockRows) of block b of part p, and the part it belongs to (swiglu: 0 or 1).
+__device__ inline int gemv_row(const GemvParts& P, int p, int b, int i, int& part) {
+  constexpr int HB = kGemvBlockRows / 2;
+  part = p;
+  if (P.swiglu) {
+    part = i < HB ? 0 : 1;
+    return b * HB + i % HB;
+  }
+  if (pick(P.epi, p) == kEpiRopeHalves) {  // 4 pairs (d, d + D/2) of one head
+    const int per_head = P.D / kGemvBlockRows;
+    return (b / per_head) * P.D + (b % per_head) * HB + i % HB + (i >= HB ? P.D / 2 : 0);
+  }
+  return b * kGemvBlockRows + i;  // plain, and adjacent pairs (2d, 2d + 1)
+}
+
+
+// What a block does with a row group's sums fin[RB][T] (part p, group b of it): the output rows,
+// rotated (RoPE) or gated (SwiGLU) where the parts ask.
+template <int T>
+__device__ inline void gemv_epilogue(const GemvParts& P, int p, int b, const float* fin, int tid) {
+  constexpr int RB = kGemvBlockRows, HB = RB / 2;
+  const int epi = pick(P.epi, p);
+  if (P.swiglu) {  // as k_silu_mul
+    if (tid < HB * T) {
+      const int i = tid / T, t = tid % T, R = P.rows[0];
+      int q;
+      const int r = gemv_row(P, p, b, i, q);
+      const float g = fin[i * T + t], u = fin[(i + HB) * T + t];
+      if (r < R) P.out[0][static_cast<size_t>(t) * R + r] = g / (1.0f + expf(-g)) * u;
+    }
+  } else if (epi != kEpiPlain) {  // as k_rope: pair (i0, i1) turns by pos * inv_freq[d]
+    if (tid < HB * T) {
+      const int k = tid / T, t = tid % T, R = pick(P.rows, p);
+      const int i0 = epi == kEpiRopeHalves ? k : 2 * k, i1 = epi == kEpiRopeHalves ? k + HB : 2 * k + 1;
+      int q;
+      const int r0 = gemv_row(P, p, b, i0, q), r1 = gemv_row(P, p, b, i1, q);
+      const int d = epi == kEpiRopeHalves ? r0 % P.D : (r0 % P.D) / 2;
+      const float a = static_cast<float>(P.pos[t]) * P.inv_freq[d];
+      float sn, cs;
+      sincosf(a, &sn, &cs);
+      const float u = fin[i0 * T + t], v = fin[i1 * T + t];
+      float* o = pick(P.out, p) + static_cast<size_t>(t) * R;
+      o[r0] = u * cs - v * sn;
+      o[r1] = v * cs + u * sn;
+    }
+  } else if (tid < RB * T) {
+    const int i = tid / T, t = tid % T, R = pick(P.rows, p);
+    int q;
+    const int r = gemv_row(P, p, b, i, q);
+    if (r < R) pick(P.out, p)[static_cast<size_t>(t) * R + r] = fin[tid];
+  }
+}
 
 template <typename WT, int T>
-__global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(float* out, const float* x, const WT* W, const float* bias, int R, int C) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r0 = blockIdx.x * kGemvRowsPerBlock;
-  const WT* wr[kGemvRowsPerBlock];
+__global__ void __launch_bounds__(kGemvWarps * 32, 2) k_gemv(const float* x, GemvParts P) {
+  constexpr int RB = kGemvBlockRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C = P.C;
+  int p = 0;
 #pragma unroll
-  for (int i = 0; i < kGemvRowsPerBlock; ++i) wr[i] = W + static_cast<size_t>(min(r0 + i, R - 1)) * C;
-  float acc[kGemvRowsPerBlock][T] = {};
+  for (int j = 1; j < kMaxParts; ++j) p += j < P.n && static_cast<int>(blockIdx.x) >= P.first_block[j] ? 1 : 0;
+  pdl_launch_next();
+  const int b = blockIdx.x - pick(P.first_block, p);
+  const WT* wr[RB];
+#pragma unroll
+  for (int i = 0; i < RB; ++i) {
+    int q;
+    const int r = gemv_row(P, p, b, i, q);
+    wr[i] = static_cast<const WT*>(pick(P.w, q)) + static_cast<size_t>(min(r, pick(P.rows, q) - 1)) * C;
+  }
+  pdl_wait();
+  float acc[RB][T] = {};
 #pragma unroll 2
   for (int c = threadIdx.x * 8; c < C; c += kGemvWarps * 32 * 8) {
     float xv[T][8];
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       const float* xt = x + static_cast<size_t>(t) * C + c;
-      const float4 a = *reinterpret_cast<const float4*>(xt), b = *reinterpret_cast<const float4*>(xt + 4);
-      xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w, xv[t][4] = b.x, xv[t][5] = b.y, xv[t][6] = b.z, xv[t][7] = b.w;
+      const float4 a = *reinterpret_cast<const float4*>(xt), e = *reinterpret_cast<const float4*>(xt + 4);
+      xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w, xv[t][4] = e.x, xv[t][5] = e.y, xv[t][6] = e.z, xv[t][7] = e.w;
     }
 #pragma unroll
-    for (int i = 0; i < kGemvRowsPerBlock; ++i) {
+    for (int i = 0; i < RB; ++i) {
       float w[8];
       load8(wr[i] + c, w);
 #pragma unroll
@@ -335,32 +472,39 @@ __global__ void __launch_bounds__(kGemvWarps * 32) k_gemv(float* out, const floa
         for (int k = 0; k < 8; ++k) acc[i][t] += w[k] * xv[t][k];
     }
   }
-  __shared__ float part[kGemvWarps][kGemvRowsPerBlock * T];
+  __shared__ float part[kGemvWarps][RB * T];
+  __shared__ float fin[RB * T];  // [row i][t]: the block's sums, bias added
 #pragma unroll
-  for (int i = 0; i < kGemvRowsPerBlock; ++i)
+  for (int i = 0; i < RB; ++i)
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       const float s = warp_sum(acc[i][t]);
       if (lane == 0) part[warp][i * T + t] = s;
     }
   __syncthreads();
-  if (threadIdx.x < kGemvRowsPerBlock * T) {
-    const int i = threadIdx.x / T, t = threadIdx.x % T;
+  const int tid = threadIdx.x;
+  if (tid < RB * T) {
+    const int i = tid / T;
     float s = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) s += part[w][threadIdx.x];
-    if (r0 + i < R) out[static_cast<size_t>(t) * R + r0 + i] = s + (bias != nullptr ? bias[r0 + i] : 0.0f);
+    for (int w = 0; w < kGemvWarps; ++w) s += part[w][tid];
+    int q;
+    const int r = gemv_row(P, p, b, i, q);
+    const float* bias = pick(P.bias, q);
+    fin[tid] = r < pick(P.rows, q) ? s + (bias != nullptr ? bias[r] : 0.0f) : 0.0f;
   }
+  __syncthreads();
+  gemv_epilogue<T>(P, p, b, fin, tid);
 }
 
 template <typename WT>
-void launch_gemv(Launcher& L, float* out, const float* x, const WT* W, const float* bias, int R, int C, int T) {
-  const unsigned grid = static_cast<unsigned>((R + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock);
+void launch_gemv(Launcher& L, const float* x, const GemvParts& P, int T) {
+  const unsigned grid = static_cast<unsigned>(P.first_block[P.n]);
   switch (T) {
-    case 1: L.launch(k_gemv<WT, 1>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
-    case 2: L.launch(k_gemv<WT, 2>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
-    case 3: L.launch(k_gemv<WT, 3>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
-    default: L.launch(k_gemv<WT, 4>, grid, kGemvWarps * 32, 0, out, x, W, bias, R, C); break;
+    case 1: L.launch(k_gemv<WT, 1>, grid, kGemvWarps * 32, 0, x, P); break;
+    case 2: L.launch(k_gemv<WT, 2>, grid, kGemvWarps * 32, 0, x, P); break;
+    case 3: L.launch(k_gemv<WT, 3>, grid, kGemvWarps * 32, 0, x, P); break;
+    default: L.launch(k_gemv<WT, 4>, grid, kGemvWarps * 32, 0, x, P); break;
   }
 }
 
@@ -382,18 +526,24 @@ struct AttnShape {
   int T, H, G, grp, D, N, cap, qt;  // qt: query tokens per block; N: 0 when kv.count_dev holds it
   int splits;                       // most splits of the key range (the grid's z may be fewer)
   int direct;                       // 1: one split at most, the output is written without a merge
+  int min_keys;                     // fewest keys a split takes (kMinSplitKeys or kMinDecodeSplitKeys)
   float scale;
 };
-static_assert(sizeof(AttnShape) == 11 * 4, "AttnShape: no padding (a recorded kernel argument)");
+static_assert(sizeof(AttnShape) == 12 * 4, "AttnShape: no padding (a recorded kernel argument)");
 
-// How the N keys split over blocks: at most max_splits splits of at least 256 keys, each a whole
-// number of 32-key tiles. Computed on the device from N (which may live in device memory, so a
-// recorded step replays for every N) and on the host to size the grid; results depend on sizes only.
+// How the N keys split over blocks: at most max_splits splits of at least min_keys keys, each a
+// whole number of 32-key tiles. A prompt chunk's blocks have many query rows each and take 256 keys
+// at least; a decode step's (one row) 64, so a short context still spreads over the SMs (the split
+// count then changes every 64 keys up to max_splits, and a replayed step is recaptured as often).
+// Computed on the device from N (which may live in device memory, so a recorded step replays for
+// every N) and on the host to size the grid; results depend on sizes only.
+constexpr int kMinSplitKeys = 256;
+constexpr int kMinDecodeSplitKeys = 64;
 struct KeyRange {
   int N, splits, chunk;
 };
-__host__ __device__ inline KeyRange key_range(int N, int max_splits) {
-  int splits = (N + 255) / 256 < max_splits ? (N + 255) / 256 : max_splits;
+__host__ __device__ inline KeyRange key_range(int N, int max_splits, int min_keys) {
+  int splits = (N + min_keys - 1) / min_keys < max_splits ? (N + min_keys - 1) / min_keys : max_splits;
   if (splits < 1) splits = 1;
   int chunk = ((N + splits - 1) / splits + kKeyTile - 1) / kKeyTile * kKeyTile;
   if (chunk < kKeyTile) chunk = kKeyTile;
@@ -401,7 +551,7 @@ __host__ __device__ inline KeyRange key_range(int N, int max_splits) {
   return {N, splits, chunk};
 }
 __device__ inline KeyRange key_range(const KvView& kv, const AttnShape& a) {
-  return key_range(kv.count_dev != nullptr ? *kv.count_dev : a.N, a.splits);
+  return key_range(kv.count_dev != nullptr ? *kv.count_dev : a.N, a.splits, a.min_keys);
 }
 
 template <typename KT>
@@ -462,6 +612,7 @@ __device__ inline void load_tile(float* ks, float* vs, int* ps, const KvView& kv
 // output; with one split the output is final (out) and so are max and sum (ml).
 template <typename KT>
 __global__ void k_attn(float* out, float* part_acc, float* ml, const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
+  pdl_enter();
   extern __shared__ float smem[];
   const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
   const KeyRange kr = key_range(kv, a);
@@ -542,6 +693,7 @@ constexpr int kMergeThreads = 128;
 constexpr int kMaxSplits = 128;
 __global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
                                                               int rows, KvView kv, AttnShape a) {
+  pdl_enter();
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
   const int row = blockIdx.x, splits = key_range(kv, a).splits, D = a.D;
@@ -578,6 +730,7 @@ __global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float*
 template <typename KT>
 __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_begin, bool mass_max, float* ent, const float* ml,
                              const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
+  pdl_enter();
   extern __shared__ float smem[];
   const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
   const KeyRange kr = key_range(kv, a);
@@ -682,6 +835,7 @@ __host__ __device__ constexpr size_t dec_smem_bytes(int row_bytes) {
 template <typename KT, int LPK, int GMAX>
 __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                                                                  const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
+  pdl_enter();
   constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
   constexpr int D = LPK * EPV;
   constexpr int KPW = 32 / LPK;         // rows a warp covers per step
@@ -824,6 +978,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, floa
 template <int GMAX>
 __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, KvView kv,
                             AttnShape a) {
+  pdl_enter();
   const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
   const KeyRange kr = key_range(kv, a);
   if (split >= kr.splits) return;
@@ -881,6 +1036,7 @@ void launch_decode(Launcher& L, int lpk, dim3 grid, float* out, float* ml, float
 template <typename KT>
 __global__ void k_kv_write(KT* K, KT* V, int32_t* P, float* M, int G, int D, int cap, int at, const int32_t* count_dev,
                            const float* k, const float* v, const int32_t* rows_pos) {
+  pdl_enter();
   const int r = blockIdx.x, g = blockIdx.y, d = threadIdx.x;
   if (count_dev != nullptr) at = *count_dev - static_cast<int>(gridDim.x);
   const size_t slot = static_cast<size_t>(g) * cap + at + r;
@@ -900,6 +1056,7 @@ __global__ void k_kv_write(KT* K, KT* V, int32_t* P, float* M, int G, int D, int
 // grid n, block 128: row from[i] -> to[i] in K, V (row_words 32-bit words each), pos, mass
 __global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, const int* from,
                           const int* to) {
+  pdl_enter();
   const size_t f = from[blockIdx.x], t = to[blockIdx.x];
   for (size_t w = threadIdx.x; w < row_words; w += blockDim.x) {
     K[t * row_words + w] = K[f * row_words + w];
@@ -912,6 +1069,7 @@ __global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t
 // the newer position goes), then row count - 1 into its hole (cpu_backend.cc's loop, in parallel).
 __global__ void k_kv_evict_one(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, int cap, int count,
                                int32_t keep_below, int32_t keep_from, const int32_t* newest, int n_recent) {
+  pdl_enter();
   if (newest != nullptr) keep_from = *newest - n_recent + 1;
   const size_t base = static_cast<size_t>(blockIdx.x) * cap;
   const int32_t* pos = P + base;
@@ -956,7 +1114,7 @@ class CudaBackend final : public Backend {
     check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
     name_ = p.name;
     sms_ = p.multiProcessorCount;
-    launcher_ = std::make_shared<Launcher>(opt_.graphs);
+    launcher_ = std::make_shared<Launcher>(opt_.graphs, opt_.pdl);
     check(cublasCreate(&blas_), "cublasCreate");
     check(cublasSetStream(blas_, launcher_->stream()), "cublasSetStream");
     // the exact test mode must not round through TF32
@@ -1025,45 +1183,33 @@ class CudaBackend final : public Backend {
   // A decode batch: up to kGemvRows rows per GEMV launch, each row's sums formed exactly as in a
   // one-row launch (its own accumulators, the same order), the weights read once per launch.
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
-    const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
-    if (C % 8 != 0) return Backend::matmul_rows(out, x, w, T, bias, act);
     for (int64_t t0 = 0; t0 < T; t0 += kGemvRows) {
       const int n = static_cast<int>(std::min<int64_t>(kGemvRows, T - t0));
-      float* o = out + t0 * R;
-      const float* xt = x + t0 * C;
-      if (w.type == DType::BF16) launch_gemv(*launcher_, o, xt, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, n);
-      else launch_gemv(*launcher_, o, xt, reinterpret_cast<const float*>(w.data), bias, R, C, n);
+      const MatmulPart part{out + t0 * w.rows, &w, bias, nullptr};
+      if (!gemv(&part, 1, x + t0 * w.cols, n, false)) Backend::matmul_rows(out + t0 * w.rows, x + t0 * w.cols, w, n, bias, act);
     }
   }
 
   void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations) override {
-    const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
-    if (T <= kGemvRows && C % 8 == 0) {
-      if (w.type == DType::BF16)
-        launch_gemv(*launcher_, out, x, reinterpret_cast<const __nv_bfloat16*>(w.data), bias, R, C, static_cast<int>(T));
-      else
-        launch_gemv(*launcher_, out, x, reinterpret_cast<const float*>(w.data), bias, R, C, static_cast<int>(T));
-      return;
-    }
-    // column-major view: out (R x T) = W^T-as-stored (C x R, transposed) x x (C x T)
-    const float one = 1.0f, zero = 0.0f;
-    if (w.type == DType::BF16) {
-      const size_t need = static_cast<size_t>(T) * C * 2;
-      if (!xb_ || xb_->bytes() < need) xb_ = alloc(need);
-      launcher_->launch(k_to_bf16, blocks_for(T * C), kThreads, 0, xb_->as<__nv_bfloat16>(), x, T * C);
-      launcher_->flush();  // cuBLAS issues its own work on the stream
-      check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), C, &one, w.data, CUDA_R_16BF, C,
-                         xb_->data(), CUDA_R_16BF, C, &zero, out, CUDA_R_32F, R, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "gemm bf16");
-    } else {
-      launcher_->flush();
-      check(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), C, &one,
-                        reinterpret_cast<const float*>(w.data), C, x, C, &zero, out, R),
-            "gemm f32");
-    }
-    if (bias != nullptr) {
-      launcher_->launch(k_add_bias, blocks_for(T * R), kThreads, 0, out, bias, T * R, R);
-    }
+    const MatmulPart part{out, &w, bias, nullptr};
+    if (T <= kGemvRows && gemv(&part, 1, x, static_cast<int>(T), false)) return;
+    gemm(&part, 1, x, T);
+  }
+
+  // One launch for all parts where the GEMV serves them (their RoPE in its epilogue); prompt
+  // chunks: x converted to bf16 once, one cuBLAS product per part.
+  void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) override {
+    if (T <= kGemvRows && gemv(parts, n, x, static_cast<int>(T), false)) return;
+    if (rows == RowMode::kIndependent && T > 1) return Backend::matmuls(parts, n, x, T, act, rows);
+    gemm(parts, n, x, T);
+    rope_parts(parts, n, T);
+  }
+
+  void matmul_swiglu(float* gate, float* up, const float* x, const WeightMatrix& w_gate, const WeightMatrix& w_up, int64_t T,
+                     Activations act, RowMode rows) override {
+    const MatmulPart parts[2] = {{gate, &w_gate, nullptr, nullptr}, {up, &w_up, nullptr, nullptr}};
+    if (T <= kGemvRows && w_gate.rows == w_up.rows && gemv(parts, 2, x, static_cast<int>(T), true)) return;
+    Backend::matmul_swiglu(gate, up, x, w_gate, w_up, T, act, rows);
   }
 
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
@@ -1096,8 +1242,9 @@ class CudaBackend final : public Backend {
     // split long key ranges when the blocks alone would not fill the device (sizes only; with N
     // on the device the most splits follow the capacity, so the arguments stay the same)
     const int blocks = a.G * qtiles, n_bound = dev_n ? kv.capacity : view.count;
-    a.splits = blocks < 2 * sms_ ? std::max(1, std::min({(2 * sms_) / blocks, (n_bound + 255) / 256, 64})) : 1;
-    const int grid_splits = key_range(view.count, a.splits).splits;  // as in attention_decode
+    a.min_keys = kMinSplitKeys;
+    a.splits = blocks < 2 * sms_ ? std::max(1, std::min({(2 * sms_) / blocks, (n_bound + a.min_keys - 1) / a.min_keys, 64})) : 1;
+    const int grid_splits = key_range(view.count, a.splits, a.min_keys).splits;  // as in attention_decode
     a.direct = grid_splits == 1;
     const size_t rows = static_cast<size_t>(a.T) * H;
     grow(ml_, rows * 2 * sizeof(float));
@@ -1172,12 +1319,13 @@ class CudaBackend final : public Backend {
     AttnShape a = attn_shape(view, 1, H, probe, kv);
     const bool dev_n = kv.count_dev != nullptr;
     a.qt = 1;
-    // enough blocks to keep every SM streaming (about four per SM), at least 256 keys each
+    // enough blocks to keep every SM streaming (about four per SM), at least 64 keys each
     const int n_bound = dev_n ? kv.capacity : view.count;
-    a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + 255) / 256, 128}));
+    a.min_keys = kMinDecodeSplitKeys;
+    a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + a.min_keys - 1) / a.min_keys, 128}));
     // the grid from this step's N (the host knows it): a replayed step has the same N's split
     // count, and the kernels, reading N on the device, find the same splits
-    const int grid_splits = key_range(view.count, a.splits).splits;
+    const int grid_splits = key_range(view.count, a.splits, a.min_keys).splits;
     a.direct = grid_splits == 1;
     const size_t rows = static_cast<size_t>(H);
     grow(ml_, rows * 2 * sizeof(float));
@@ -1265,6 +1413,72 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The parts as one k_gemv launch (T <= kGemvRows), their rotations in its epilogue (or, where it
+  // cannot take one, by rope() after it): false, launching nothing, where the GEMV does not serve
+  // them (columns not a multiple of 8 or not shared, mixed weight types).
+  bool gemv(const MatmulPart* parts, int n, const float* x, int T, bool swiglu) {
+    if (n < 1 || n > kMaxParts || T < 1 || T > kGemvRows) return false;
+    const WeightMatrix& w0 = *parts[0].w;
+    GemvParts P{};
+    P.n = n, P.C = static_cast<int>(w0.cols), P.swiglu = swiglu ? 1 : 0;
+    if (P.C % 8 != 0 || (w0.type != DType::BF16 && w0.type != DType::F32)) return false;
+    for (int i = 0; i < n; ++i) {
+      const MatmulPart& m = parts[i];
+      if (m.w->cols != w0.cols || m.w->type != w0.type) return false;
+      P.w[i] = m.w->data, P.out[i] = m.out, P.bias[i] = m.bias, P.rows[i] = static_cast<int>(m.w->rows);
+      int blocks = (P.rows[i] + kGemvBlockRows - 1) / kGemvBlockRows;
+      if (const RopeSpec* r = m.rope; r != nullptr && fusable(*r, *m.w) && (P.D == 0 || (r->D == P.D && r->pos == P.pos && r->inv_freq == P.inv_freq))) {
+        P.epi[i] = r->pairing == RopePairing::kHalves ? kEpiRopeHalves : kEpiRopeAdjacent;
+        P.D = r->D, P.pos = r->pos, P.inv_freq = r->inv_freq;
+      }
+      if (swiglu) blocks = (P.rows[0] + kGemvBlockRows / 2 - 1) / (kGemvBlockRows / 2) * (i == 0 ? 1 : 0);
+      P.first_block[i + 1] = P.first_block[i] + blocks;
+    }
+    if (w0.type == DType::BF16) launch_gemv<__nv_bfloat16>(*launcher_, x, P, T);
+    else launch_gemv<float>(*launcher_, x, P, T);
+    for (int i = 0; i < n; ++i)  // a rotation the epilogue could not take
+      if (const RopeSpec* r = parts[i].rope; r != nullptr && P.epi[i] == kEpiPlain)
+        rope(parts[i].out, r->pos, T, static_cast<int>(parts[i].w->rows / r->D), r->D, r->inv_freq, r->pairing);
+    return true;
+  }
+  // Whether k_gemv's epilogue rotates w's output: whole heads of a head dim that its blocks divide.
+  static bool fusable(const RopeSpec& r, const WeightMatrix& w) {
+    return r.D > 0 && r.D % kGemvBlockRows == 0 && w.rows % r.D == 0;
+  }
+
+  // out = x @ W^T (+ bias) for every part by cuBLAS (a prompt chunk); x converted to bf16 once.
+  void gemm(const MatmulPart* parts, int n, const float* x, int64_t T) {
+    const float one = 1.0f, zero = 0.0f;
+    const int C = static_cast<int>(parts[0].w->cols);
+    bool converted = false;
+    for (int i = 0; i < n; ++i) {
+      const WeightMatrix& w = *parts[i].w;
+      const int R = static_cast<int>(w.rows);
+      // column-major view: out (R x T) = W^T-as-stored (C x R, transposed) x x (C x T)
+      if (w.type == DType::BF16) {
+        if (!converted || w.cols != C) {
+          const size_t need = static_cast<size_t>(T) * w.cols * 2;
+          if (!xb_ || xb_->bytes() < need) xb_ = alloc(need);
+          launcher_->launch(k_to_bf16, blocks_for(T * w.cols), kThreads, 0, xb_->as<__nv_bfloat16>(), x, T * w.cols);
+          converted = w.cols == C;
+        }
+        launcher_->flush();  // cuBLAS issues its own work on the stream
+        check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), static_cast<int>(w.cols), &one, w.data,
+                           CUDA_R_16BF, static_cast<int>(w.cols), xb_->data(), CUDA_R_16BF, static_cast<int>(w.cols), &zero,
+                           parts[i].out, CUDA_R_32F, R, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "gemm bf16");
+      } else {
+        launcher_->flush();
+        check(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), static_cast<int>(w.cols), &one,
+                          reinterpret_cast<const float*>(w.data), static_cast<int>(w.cols), x, static_cast<int>(w.cols), &zero,
+                          parts[i].out, R),
+              "gemm f32");
+      }
+      if (parts[i].bias != nullptr)
+        launcher_->launch(k_add_bias, blocks_for(T * R), kThreads, 0, parts[i].out, parts[i].bias, T * R, R);
+    }
+  }
+
   static uint16_t f32_to_bf16(float f) {  // round to nearest even (finite inputs)
     uint32_t u;
     std::memcpy(&u, &f, 4);
