@@ -1,6 +1,7 @@
 // Device names and the choice of backend: the one file that knows every backend of the build.
-#include <cstdlib>
 #include "backend/backend.h"
+
+#include <cstdlib>
 
 #include "squeezekv/error.h"
 #if SQUEEZEKV_CUDA

@@ -1427,7 +1427,9 @@ class CudaBackend final : public Backend {
       if (m.w->cols != w0.cols || m.w->type != w0.type) return false;
       P.w[i] = m.w->data, P.out[i] = m.out, P.bias[i] = m.bias, P.rows[i] = static_cast<int>(m.w->rows);
       int blocks = (P.rows[i] + kGemvBlockRows - 1) / kGemvBlockRows;
-      if (const RopeSpec* r = m.rope; r != nullptr && fusable(*r, *m.w) && (P.D == 0 || (r->D == P.D && r->pos == P.pos && r->inv_freq == P.inv_freq))) {
+      const RopeSpec* r = m.rope;
+      const bool same_rope = r != nullptr && (P.D == 0 || (r->D == P.D && r->pos == P.pos && r->inv_freq == P.inv_freq));
+      if (same_rope && fusable(*r, *m.w)) {  // one rotation per launch (q and k share the runner's)
         P.epi[i] = r->pairing == RopePairing::kHalves ? kEpiRopeHalves : kEpiRopeAdjacent;
         P.D = r->D, P.pos = r->pos, P.inv_freq = r->inv_freq;
       }
