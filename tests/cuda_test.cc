@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -207,6 +208,44 @@ TEST_F(Cuda, AttentionMassSumAndMaxMatchTheCpu) {
     EXPECT_LE(eo, 1e-4);
     EXPECT_LE(em, reduce == MassReduce::kMax ? 1e-5 : 1e-4 * T);
   }
+}
+
+// Prompt chunks with f16 KV run on the tensor cores (k_attn_mma: f16 queries and probabilities,
+// f32 sums): against the CPU for head dims 64 and 128, 1-8 query heads per kv head, a context
+// before the chunk, dead slots, N from the host or the device; the policies' mass from its max and
+// sum. The same call with SQUEEZEKV_CUDA_MMA=0 (the CUDA-core kernel) must differ from it (so the
+// tensor-core path ran) and both must be within the bound.
+TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  const int G = 8, T = 600, ctx = 300, N = ctx + T, cap = N + 7;
+  double worst_out = 0, worst_mass = 0;
+  for (int D : {64, 128})
+    for (int grp : {1, 2, 4, 8}) {
+      const int H = G * grp;
+      std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size()), q(static_cast<size_t>(T) * H * D);
+      for (auto* x : {&k, &v, &q})
+        for (float& e : *x) e = nd(rng);
+      std::vector<int32_t> pos(N), qpos(T);
+      std::iota(pos.begin(), pos.end(), 0);
+      for (int j = 11; j < ctx; j += 53) pos[j] = KvStorage::kDeadPos;
+      for (int t = 0; t < T; ++t) qpos[t] = ctx + t;
+      const bool dev_count = grp % 2 == 0;
+      const Attended c = attend(0, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, false);
+      const Attended t = attend(1, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count);
+      setenv("SQUEEZEKV_CUDA_MMA", "0", 1);
+      const Attended f = attend(1, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count);
+      unsetenv("SQUEEZEKV_CUDA_MMA");
+      double mass_scale = 0;
+      for (float e : c.mass) mass_scale = std::max(mass_scale, double(e));
+      const double eo = max_diff(t.out, c.out), em = max_diff(t.mass, c.mass) / mass_scale;
+      worst_out = std::max(worst_out, eo), worst_mass = std::max(worst_mass, em);
+      EXPECT_NE(t.out, f.out) << "D " << D << " grp " << grp << ": the tensor-core kernel did not run";
+      EXPECT_LE(max_diff(f.out, c.out), 1e-4) << "D " << D << " grp " << grp;
+      EXPECT_LE(eo, 1e-2) << "D " << D << " grp " << grp;
+      EXPECT_LE(em, 1e-2) << "D " << D << " grp " << grp;
+    }
+  std::printf("prompt attention on tensor cores: max output err %.3g, max mass err %.3g of the largest mass\n", worst_out, worst_mass);
 }
 
 // The decode kernel (one query token: flash-decoding over splits of the keys, the mass from the

@@ -18,6 +18,7 @@
 #include <array>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -792,6 +793,193 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
   }
 }
 
+// ---- prompt attention on tensor cores ------------------------------------------------------------
+// Flash attention (FlashAttention-2's loop) with mma.sync m16n8k16 (f16 in, f32 accumulate) for
+// f16 KV and head dims 64 or 128: a block takes kMmaRows query rows of one kv head g (row r =
+// token t0 + r / grp, query head g * grp + r % grp, so the heads that share g read each K/V tile
+// once), 4 warps of 16 rows; K/V tiles of kMmaKeys keys stream through shared memory two deep
+// (cp.async). S = Q K^T and O += P V run on the tensor cores; the softmax is online, per row, in
+// base 2 (q is scaled by scale * log2 e); P goes from the S accumulators straight into the A
+// operand of the second product (their layouts coincide). Key j is visible to row r iff pos[j] <=
+// q_pos[t] (dead slots hold the largest position). It writes the output and, per row, the max and
+// sum (ml, natural-log units, as k_attn does), which the policies' mass pass reads.
+constexpr int kMmaRows = 64;
+constexpr int kMmaKeys = 64;
+constexpr int kMmaWarps = 4;
+
+template <int D>
+__host__ __device__ constexpr size_t mma_smem_bytes() {
+  return sizeof(__half) * (kMmaRows + 4 * kMmaKeys) * (D + 8) + sizeof(int32_t) * 2 * kMmaKeys;
+}
+
+__device__ inline void ldsm_x4(uint32_t* r, const __half* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ inline void ldsm_x4_trans(uint32_t* r, const __half* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+// c[4] += a[4] (16x16, row) * b[2] (16x8, col)
+__device__ inline void mma16816(float* c, const uint32_t* a, const uint32_t* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ inline uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* ml, const float* q, const int32_t* q_pos, KvView kv,
+                                                             AttnShape a) {
+  pdl_enter();
+  constexpr int LD = D + 8;  // row pitch in halves: 8 rows of an ldmatrix fall on different banks
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(16) unsigned char msm[];
+  __half* sq = reinterpret_cast<__half*>(msm);       // [kMmaRows][LD]
+  __half* sk = sq + kMmaRows * LD;                    // [2][kMmaKeys][LD]
+  __half* sv = sk + 2 * kMmaKeys * LD;                // [2][kMmaKeys][LD]
+  int32_t* sp = reinterpret_cast<int32_t*>(sv + 2 * kMmaKeys * LD);  // [2][kMmaKeys]
+  const int g = blockIdx.x, t0 = blockIdx.y * a.qt, grp = a.grp;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
+  const int N = kv.count_dev != nullptr ? *kv.count_dev : a.N;
+  const __half* Kg = static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
+  const __half* Vg = static_cast<const __half*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D;
+  const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
+  const int n_tiles = (N + kMmaKeys - 1) / kMmaKeys;
+  auto issue = [&](int tile) {
+    if (tile < n_tiles) {
+      const int j0 = tile * kMmaKeys, st = tile % 2;
+      constexpr int CH = D / 8;  // 16-byte pieces of a row
+      for (int c = tid; c < kMmaKeys * CH; c += kMmaWarps * 32) {
+        const int r = c / CH, piece = c % CH, j = j0 + r;
+        const int src_row = j < N ? j : 0;  // past N: zeros (a finite V row times P = 0)
+        const int zfill = j < N ? 0 : 16;
+        __pipeline_memcpy_async(sk + (st * kMmaKeys + r) * LD + piece * 8, Kg + static_cast<size_t>(src_row) * D + piece * 8, 16, zfill);
+        __pipeline_memcpy_async(sv + (st * kMmaKeys + r) * LD + piece * 8, Vg + static_cast<size_t>(src_row) * D + piece * 8, 16, zfill);
+      }
+      for (int r = tid; r < kMmaKeys; r += kMmaWarps * 32) {
+        if (j0 + r < N) __pipeline_memcpy_async(sp + st * kMmaKeys + r, Pg + j0 + r, 4);
+        else sp[st * kMmaKeys + r] = INT_MAX;
+      }
+    }
+    __pipeline_commit();
+  };
+  issue(0);
+  // the block's query rows, scaled, as f16
+  for (int i = tid; i < kMmaRows * D / 2; i += kMmaWarps * 32) {
+    const int r = i / (D / 2), d = (i % (D / 2)) * 2, t = t0 + r / grp, h = g * grp + r % grp;
+    float2 v = make_float2(0.0f, 0.0f);
+    if (r < a.qt * grp && t < a.T) v = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(t) * a.H + h) * D + d);
+    const float s = a.scale * kLog2e;
+    *reinterpret_cast<__half2*>(sq + r * LD + d) = __floats2half2_rn(v.x * s, v.y * s);
+  }
+  __syncthreads();
+  const int rb = warp * 16;
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const int mi = lane / 8, rr = lane % 8;
+    ldsm_x4(qa[ks], sq + (rb + rr + (mi & 1) * 8) * LD + ks * 16 + (mi >> 1) * 8);
+  }
+  // this thread's two rows: rb + lane / 4 and rb + 8 + lane / 4
+  int qp[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = rb + lane / 4 + 8 * i, t = t0 + r / grp;
+    qp[i] = (r < a.qt * grp && t < a.T) ? q_pos[t] : INT_MIN;  // INT_MIN: sees nothing
+  }
+  float o[D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    issue(tile + 1);
+    __pipeline_wait_prior(1);
+    __syncthreads();
+    const int st = tile % 2;
+    const __half* kt = sk + st * kMmaKeys * LD;
+    const __half* vt = sv + st * kMmaKeys * LD;
+    const int32_t* pt = sp + st * kMmaKeys;
+    float s[kMmaKeys / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kMmaKeys / 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ks += 2) {
+        uint32_t b[4];  // b[0..1]: k-step ks, b[2..3]: ks + 1
+        ldsm_x4(b, kt + (nt * 8 + lane % 8) * LD + ks * 16 + (lane / 8) * 8);
+        mma16816(s[nt], qa[ks], b);
+        mma16816(s[nt], qa[ks + 1], b + 2);
+      }
+    }
+    // mask, then the online softmax of the two rows
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kMmaKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = nt * 8 + (lane % 4) * 2 + e;
+          float& x = s[nt][2 * i + e];
+          x = pt[j] <= qp[i] ? x : -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mn = fmaxf(m[i], mx), ref = mn == -INFINITY ? 0.0f : mn;
+      const float alpha = exp2f(m[i] - ref);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kMmaKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][2 * i + e];
+          x = exp2f(x - ref);
+          sum += x;
+        }
+      l[i] = l[i] * alpha + sum;
+      m[i] = mn;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) o[nd][2 * i] *= alpha, o[nd][2 * i + 1] *= alpha;
+    }
+    // O += P V: P from the S accumulators (k-step kk: key tiles 2kk and 2kk + 1)
+#pragma unroll
+    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int nd = 0; nd < D / 8; nd += 2) {
+        uint32_t b[4];  // b[0..1]: d tile nd, b[2..3]: nd + 1
+        const int mi = lane / 8, rr = lane % 8;
+        ldsm_x4_trans(b, vt + (kk * 16 + rr + (mi & 1) * 8) * LD + nd * 8 + (mi >> 1) * 8);
+        mma16816(o[nd], pa, b);
+        mma16816(o[nd + 1], pa, b + 2);
+      }
+    }
+    __syncthreads();  // the stage is refilled by a later issue()
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const int r = rb + lane / 4 + 8 * i, t = t0 + r / grp;
+    if (r >= a.qt * grp || t >= a.T) continue;
+    const size_t row = static_cast<size_t>(t) * a.H + g * grp + r % grp;
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd)
+      *reinterpret_cast<float2*>(out + row * D + nd * 8 + (lane % 4) * 2) = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
+    if (lane % 4 == 0) ml[2 * row] = m[i] == -INFINITY ? -INFINITY : m[i] / kLog2e, ml[2 * row + 1] = l[i];
+  }
+}
+
 // ---- decode attention (one query token) ----------------------------------------------------------
 // Flash-decoding for T = 1: grid (G, splits), kDecWarps warps. The block streams its split's K/V
 // rows through shared memory in tiles of 8 KB of K and 8 KB of V, kDecStages tiles in flight
@@ -1265,9 +1453,11 @@ class CudaBackend final : public Backend {
     float* part_ml = a.direct ? ml_->as<float>() : part_ml_->as<float>();
     float* part_acc = a.direct ? nullptr : part_acc_->as<float>();
     Launcher& L = *launcher_;
-    if (f16) L.launch(k_attn<__half>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
-    else L.launch(k_attn<float>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
-    if (!a.direct) L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows), kv, a);
+    if (!attention_mma(out, q, q_pos, kv, a)) {
+      if (f16) L.launch(k_attn<__half>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
+      else L.launch(k_attn<float>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
+      if (!a.direct) L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows), kv, a);
+    }
     float* mass = probe != nullptr ? probe->mass : nullptr;
     const bool ent = probe != nullptr && probe->entropy;
     if (mass == nullptr && !ent) return;  // no second pass unless a policy needs it
@@ -1288,6 +1478,33 @@ class CudaBackend final : public Backend {
       for (size_t r = 0; r < rows; ++r)
         if (h[2 * r + 1] >= 2.0f) probe->entropy_sum += h[2 * r] / std::log(h[2 * r + 1]), ++probe->entropy_rows;
     }
+  }
+
+  // A prompt chunk's attention on the tensor cores (k_attn_mma) where it serves the shape: KV f16,
+  // head dim 64 or 128, 1, 2, 4 or 8 query heads per kv head, and enough blocks to fill half the
+  // SMs without splitting the keys (fewer rows: the general kernel splits them). Writes out and ml_.
+  bool attention_mma(float* out, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& general) {
+    const int grp = general.grp, D = general.D;
+    if (!mma_attention_ || kv.type != KvType::kF16 || (D != 64 && D != 128) || (grp != 1 && grp != 2 && grp != 4 && grp != 8))
+      return false;
+    AttnShape a = general;
+    a.qt = kMmaRows / grp, a.splits = 1, a.direct = 1;
+    const int qtiles = (a.T + a.qt - 1) / a.qt;
+    if (a.G * qtiles < sms_ / 2) return false;
+    const dim3 grid(a.G, qtiles);
+    if (D == 64) launch_mma<64>(grid, out, q, q_pos, kv, a);
+    else launch_mma<128>(grid, out, q, q_pos, kv, a);
+    return true;
+  }
+  template <int D>
+  void launch_mma(dim3 grid, float* out, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
+    constexpr size_t smem = mma_smem_bytes<D>();
+    static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
+    if (!attribute_set) {
+      check(cudaFuncSetAttribute(k_attn_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "mma attention smem");
+      attribute_set = true;
+    }
+    launcher_->launch(k_attn_mma<D>, grid, kMmaWarps * 32, smem, out, ml_->as<float>(), q, q_pos, kv, a);
   }
 
   // What both attention paths share: the view as the kernels get it (with the count in device
@@ -1502,6 +1719,8 @@ class CudaBackend final : public Backend {
     if (!b || b->bytes() < bytes) b = alloc(bytes);
   }
   int sms_ = 1;
+  // for measurements: SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel
+  bool mma_attention_ = std::getenv("SQUEEZEKV_CUDA_MMA") == nullptr || std::string(std::getenv("SQUEEZEKV_CUDA_MMA")) != "0";
   size_t smem_set_ = 0;
   // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
   std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_, scores_;
