@@ -1030,6 +1030,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, floa
   constexpr int ROW = D * sizeof(KT);   // bytes of a row
   constexpr int TILE = dec_tile_keys(ROW);
   static_assert(TILE % (kDecWarps * KPW) == 0, "a tile splits evenly over the warps");
+  constexpr int STEPS = TILE / (kDecWarps * KPW);  // key groups a warp takes per tile
   extern __shared__ __align__(16) unsigned char dsm[];
   unsigned char* sk = dsm;                                  // [stage][TILE][ROW]
   unsigned char* sv = dsm + kDecStages * kDecTileBytes;     // [stage][TILE][ROW]
@@ -1077,36 +1078,59 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, floa
     const unsigned char* kt = sk + st * kDecTileBytes;
     const unsigned char* vt = sv + st * kDecTileBytes;
     const int32_t* pt = sp + st * TILE;
-    // warp w takes rows [w * TILE / kDecWarps, (w + 1) * TILE / kDecWarps) of the tile, KPW a step
-#pragma unroll 2
-    for (int i = warp * (TILE / kDecWarps) + sub; i < (warp + 1) * (TILE / kDecWarps); i += KPW) {
-      const int j = j0 + i;
-      const bool in = j < end;
-      float kf[EPV], vf[EPV];
+    // warp w takes rows [w * TILE / kDecWarps, (w + 1) * TILE / kDecWarps) of the tile, KPW a step:
+    // first all their scores, then one max and one rescale per head for the tile, then P V
+    float sc[STEPS][GMAX];
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+      const int i = warp * (TILE / kDecWarps) + step * KPW + sub, j = j0 + i;
+      const bool in = j < end, vis = in && pt[i] <= qp;
+      float kf[EPV];
       load16<KT>(reinterpret_cast<const KT*>(kt + i * ROW + part * 16), kf);
-      load16<KT>(reinterpret_cast<const KT*>(vt + i * ROW + part * 16), vf);
-      const bool vis = in && pt[i] <= qp;
 #pragma unroll
       for (int r = 0; r < GMAX; ++r) {
         if (r >= grp) break;  // uniform
-        float s = 0.0f;
+        float x = 0.0f;
 #pragma unroll
-        for (int e = 0; e < EPV; ++e) s += qv[r][e] * kf[e];
+        for (int e = 0; e < EPV; ++e) x += qv[r][e] * kf[e];
 #pragma unroll
-        for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        s = vis ? s : -INFINITY;
-        if (scores != nullptr && part == 0 && in) scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j] = s;
-        float mx = s;
+        for (int o = LPK / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+        x = vis ? x : -INFINITY;
+        if (scores != nullptr && part == 0 && in) scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j] = x;
+        sc[step][r] = x;
+      }
+    }
 #pragma unroll
-        for (int o = LPK; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float mn = fmaxf(m[r], mx);
-        if (mn == -INFINITY) continue;  // uniform: nothing visible yet
-        const float p = vis ? __expf(s - mn) : 0.0f;
-        const float alpha = m[r] > -INFINITY ? __expf(m[r] - mn) : 0.0f;
-        l[r] = l[r] * alpha + p;
+    for (int r = 0; r < GMAX; ++r) {
+      if (r >= grp) break;
+      float mx = sc[0][r];
 #pragma unroll
-        for (int e = 0; e < EPV; ++e) acc[r][e] = acc[r][e] * alpha + (vis ? p * vf[e] : 0.0f);
-        m[r] = mn;
+      for (int step = 1; step < STEPS; ++step) mx = fmaxf(mx, sc[step][r]);
+#pragma unroll
+      for (int o = LPK; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float mn = fmaxf(m[r], mx);
+      if (mn == -INFINITY) continue;  // uniform: nothing visible yet
+      const float alpha = m[r] > -INFINITY ? __expf(m[r] - mn) : 0.0f;
+      l[r] *= alpha;
+#pragma unroll
+      for (int e = 0; e < EPV; ++e) acc[r][e] *= alpha;
+      m[r] = mn;
+    }
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+      const int i = warp * (TILE / kDecWarps) + step * KPW + sub;
+      float vf[EPV];
+      load16<KT>(reinterpret_cast<const KT*>(vt + i * ROW + part * 16), vf);
+      if (j0 + i >= end)  // a row past the split's end was never copied: whatever is there, p = 0 must not meet NaN
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) vf[e] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < GMAX; ++r) {
+        if (r >= grp) break;
+        const float p = sc[step][r] == -INFINITY ? 0.0f : __expf(sc[step][r] - m[r]);
+        l[r] += p;
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) acc[r][e] += p * vf[e];
       }
     }
     __syncthreads();  // the stage is refilled by a later issue()
