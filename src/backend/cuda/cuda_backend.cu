@@ -986,7 +986,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
 // (cp.async: the copies run while the warps compute on an earlier tile, so enough bytes are on
 // their way to keep HBM busy). The grp query heads of kv head g ride together, so each row is read
 // once: LPK lanes hold a row, 16 bytes each (8 f16 or 4 f32 values), a warp covers 32 / LPK rows
-// per step; each warp keeps an online softmax per query head over its rows; at the end the warps
+// per step; each warp keeps an online softmax per query head over its rows, updated once a tile
+// (its scores first, then one max and one rescale, then P V: the kernel was bound by its own
+// instructions when it rescaled for every key); at the end the warps
 // merge in shared memory and the block writes its split's partial max, sum and output, which
 // k_attn_merge combines. With `scores` the scaled logits are kept ([G][GMAX][capacity], -inf where
 // masked), and the policies' mass comes from them (k_attn_mass) without reading K again.
