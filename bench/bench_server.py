@@ -6,12 +6,20 @@ early: ignored when they do, the count is what the server reports), several roun
 median aggregate tokens/s (all generated tokens / wall time from the first request to the last
 token), per-stream tokens/s, and the ratio to one stream. Needs the `openai` package.
   python3 bench/bench_server.py --bin build/squeezekv --streams 1,4,8 --tokens 128 --rounds 3 -t 2 [-- extra serve flags]
+With --llama-cpp-python PY (a Python with `llama-cpp-python[server]`, in a throw-away virtual
+environment: a measuring instrument, never a dependency) the same load then runs against
+llama-cpp-python's OpenAI-compatible server on the same model file and thread count, and a second
+table gives both side by side. That server answers one request at a time (no batching); it is run
+with --interrupt_requests False (by default a new request ends the one being streamed). Do not set
+OMP_WAIT_POLICY=passive for these runs: squeezekv's OpenMP threads then sleep between the many
+parallel regions of a step (a single stream measured 89 instead of ~300 tok/s that way).
 """
 import argparse
 import json
 import os
 import platform
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +34,78 @@ PROMPTS = ["Write a long story about a lighthouse keeper and a storm.", "Explain
            "Write a detailed recipe for bread, with every step.", "Describe a chess game move by move."]
 
 
+def measure(url, streams, tokens, rounds):
+    """Per concurrency c: median aggregate and per-stream tok/s over rounds of c streamed chats."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
+
+    def one(i, out):
+        t0 = time.time()
+        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+                                           max_tokens=tokens, temperature=0, stream=True,
+                                           stream_options={"include_usage": True})
+        n = chunks = 0
+        for c in r:
+            if c.usage is not None:
+                n = c.usage.completion_tokens
+            if c.choices and c.choices[0].delta.content:
+                chunks += 1
+        out[i] = (n or chunks, t0, time.time())  # a server without usage in streams: one chunk a token
+
+    one(0, [None])  # warm-up
+    rows = []
+    for c in streams:
+        agg, per = [], []
+        for _ in range(rounds):
+            out = [None] * c
+            ts = [threading.Thread(target=one, args=(i, out)) for i in range(c)]
+            t0 = time.time()
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            wall = max(o[2] for o in out) - t0
+            total = sum(o[0] for o in out)
+            agg.append(total / wall)
+            per.append(statistics.median(o[0] / (o[2] - o[1]) for o in out))
+        rows.append({"streams": c, "aggregate_tok_s": statistics.median(agg), "per_stream_tok_s": statistics.median(per),
+                     "aggregate_runs": agg})
+    return rows
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def llama_cpp_server(python, model, threads, parallel_ctx):
+    """Starts llama-cpp-python's server; returns (process, url) once it answers."""
+    port = free_port()
+    cmd = [python, "-m", "llama_cpp.server", "--model", model, "--n_threads", str(threads), "--n_threads_batch", str(threads),
+           "--n_ctx", str(parallel_ctx), "--host", "127.0.0.1", "--port", str(port),
+           "--interrupt_requests", "False"]  # by default a new request cuts off the one streaming
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return srv, url
+        except OSError:
+            if srv.poll() is not None:
+                raise SystemExit(f"llama-cpp-python server exited ({srv.returncode}): {' '.join(cmd)}")
+            time.sleep(0.1)
+    srv.terminate()
+    raise SystemExit("llama-cpp-python server did not start")
+
+
+def table(rows):
+    base = rows[0]["aggregate_tok_s"]
+    print("| streams | aggregate tok/s | per-stream tok/s | vs 1 stream |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['streams']} | {r['aggregate_tok_s']:.1f} | {r['per_stream_tok_s']:.1f} | {r['aggregate_tok_s'] / base:.2f}x |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="build/squeezekv")
@@ -34,59 +114,43 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--llama-cpp-python", help="a Python with llama-cpp-python[server]: run the same load against its server")
+    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf", help="the GGUF both servers load")
     ap.add_argument("extra", nargs="*", help="more serve flags (after --)")
     a = ap.parse_args()
     streams = [int(s) for s in a.streams.split(",")]
-    cmd = [a.bin, "serve", "--port", "0", "-t", str(a.threads), "--parallel", str(max(streams)), *a.extra]
+    cmd = [a.bin, "serve", "-m", a.model, "--port", "0", "-t", str(a.threads), "--parallel", str(max(streams)), *a.extra]
     srv = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = srv.stdout.readline()
     url = re.search(r"(http://[\d.]+:\d+)", line).group(1)
     print(line.strip(), file=sys.stderr)
-    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
-
-    def one(i, out):
-        t0 = time.time()
-        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                                           max_tokens=a.tokens, temperature=0, stream=True,
-                                           stream_options={"include_usage": True})
-        n = 0
-        for c in r:
-            if c.usage is not None:
-                n = c.usage.completion_tokens
-        out[i] = (n, t0, time.time())
-
-    one(0, [None])  # warm-up
-    rows = []
     try:
-        for c in streams:
-            agg, per = [], []
-            for _ in range(a.rounds):
-                out = [None] * c
-                ts = [threading.Thread(target=one, args=(i, out)) for i in range(c)]
-                t0 = time.time()
-                for t in ts:
-                    t.start()
-                for t in ts:
-                    t.join()
-                wall = max(o[2] for o in out) - t0
-                total = sum(o[0] for o in out)
-                agg.append(total / wall)
-                per.append(statistics.median(o[0] / (o[2] - o[1]) for o in out))
-            rows.append({"streams": c, "aggregate_tok_s": statistics.median(agg), "per_stream_tok_s": statistics.median(per),
-                         "aggregate_runs": agg})
+        rows = measure(url, streams, a.tokens, a.rounds)
     finally:
         srv.terminate()
         srv.wait()
-    base = rows[0]["aggregate_tok_s"]
+    peer = None
+    if a.llama_cpp_python:
+        psrv, purl = llama_cpp_server(a.llama_cpp_python, a.model, a.threads, 4096)
+        try:
+            peer = measure(purl, streams, a.tokens, a.rounds)
+        finally:
+            psrv.terminate()
+            psrv.wait()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, -t {a.threads}, {a.tokens} tokens per stream, "
-          f"median of {a.rounds} rounds; serve flags: {' '.join(a.extra) or '(defaults)'}")
-    print("| streams | aggregate tok/s | per-stream tok/s | vs 1 stream |")
-    print("|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['streams']} | {r['aggregate_tok_s']:.1f} | {r['per_stream_tok_s']:.1f} | {r['aggregate_tok_s'] / base:.2f}x |")
+          f"median of {a.rounds} rounds; model {a.model}; serve flags: {' '.join(a.extra) or '(defaults)'}")
+    print("squeezekv serve:")
+    table(rows)
+    if peer:
+        print("llama-cpp-python server (same model, threads and load):")
+        table(peer)
+        print("| streams | squeezekv aggregate tok/s | llama-cpp-python aggregate tok/s | ratio |")
+        print("|---|---|---|---|")
+        for r, p in zip(rows, peer):
+            print(f"| {r['streams']} | {r['aggregate_tok_s']:.1f} | {p['aggregate_tok_s']:.1f} | {r['aggregate_tok_s'] / p['aggregate_tok_s']:.2f}x |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"command": sys.argv, "rows": rows}, f, indent=1)
+            json.dump({"command": sys.argv, "rows": rows, "llama_cpp_python": peer}, f, indent=1)
 
 
 if __name__ == "__main__":
