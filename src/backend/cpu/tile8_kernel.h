@@ -84,11 +84,14 @@ void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, in
   else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
 }
 
-// n activation rows in tiles of up to 4.
-template <class DotQ4, class DotQ8>
+// n activation rows in groups of up to kMaxN (each weight chunk unpacked once per group): 4 with
+// AVX2's 16 vector registers, 8 with AVX-512's 32. A row's sums do not depend on its group.
+template <class DotQ4, class DotQ8, int kMaxN = 4>
 void tile8_products(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                     int64_t out_stride) {
   int i = 0;
+  if constexpr (kMaxN == 8)
+    for (; i + 8 <= n; i += 8) tile_n<DotQ4, DotQ8, 8>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
   for (; i + 4 <= n; i += 4) tile_n<DotQ4, DotQ8, 4>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
   switch (n - i) {
     case 3: return tile_n<DotQ4, DotQ8, 3>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);

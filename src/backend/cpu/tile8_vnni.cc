@@ -24,7 +24,7 @@ namespace vnni {
 
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                   int64_t out_stride) {
-  tile8_products<Dpbusd, Dpbusd>(t, tile, x, x_stride, n, C, out, out_stride);
+  tile8_products<Dpbusd, Dpbusd, 8>(t, tile, x, x_stride, n, C, out, out_stride);
 }
 
 }  // namespace vnni
