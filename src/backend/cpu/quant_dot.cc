@@ -129,54 +129,71 @@ template <> struct Unpack<DType::Q5_1> {
     same(o, load_f16(b), load_f16(b + 2));
   }
 };
+// The K formats (256 values a block) decode the block's 16 half-group scales and offsets once
+// (scales(): sc[i], mn[i] for half i of the block's 32-value groups), then each group's bytes
+// (quants()); the scale bit-fields are what their per-group decoding cost before.
+struct Scales {
+  float sc[16], mn[16];
+};
 template <> struct Unpack<DType::Q2_K> {
   static constexpr bool kSigned = false;
-  static void group(const uint8_t* b, int g, Group& o) {
-    o.q = shr_bytes(load32(b + 16 + 32 * (g / 4)), 2 * (g % 4), 3);
+  static __m256i quants(const uint8_t* b, int g) { return shr_bytes(load32(b + 16 + 32 * (g / 4)), 2 * (g % 4), 3); }
+  static void scales(const uint8_t* b, Scales& s) {
     const float d = load_f16(b + 80), dmin = load_f16(b + 82);
-    for (int h = 0; h < 2; ++h) {
-      o.sc[h] = d * static_cast<float>(b[2 * g + h] & 0x0F);
-      o.mn[h] = -(dmin * static_cast<float>(b[2 * g + h] >> 4));
+    for (int i = 0; i < 16; ++i) {
+      s.sc[i] = d * static_cast<float>(b[i] & 0x0F);
+      s.mn[i] = -(dmin * static_cast<float>(b[i] >> 4));
     }
   }
 };
 template <> struct Unpack<DType::Q3_K> {  // q + 4 * hbit in 0..7, the -4 in mn
   static constexpr bool kSigned = false;
-  static void group(const uint8_t* b, int g, Group& o) {
+  static __m256i quants(const uint8_t* b, int g) {
     const __m256i lo = shr_bytes(load32(b + 32 + 32 * (g / 4)), 2 * (g % 4), 3);
     const __m256i hi = _mm256_slli_epi16(shr_bytes(load32(b), g, 1), 2);
-    o.q = _mm256_or_si256(lo, hi);
+    return _mm256_or_si256(lo, hi);
+  }
+  static void scales(const uint8_t* b, Scales& s) {
     const float d = load_f16(b + 108);
-    for (int h = 0; h < 2; ++h) {
-      o.sc[h] = d * static_cast<float>(q3k_scale(b + 96, 2 * g + h));
-      o.mn[h] = -4.0f * o.sc[h];
+    for (int i = 0; i < 16; ++i) {
+      s.sc[i] = d * static_cast<float>(q3k_scale(b + 96, i));
+      s.mn[i] = -4.0f * s.sc[i];
     }
   }
 };
 template <DType T> struct UnpackK45 {
   static constexpr bool kSigned = false;
-  static void group(const uint8_t* b, int g, Group& o) {
-    o.q = shr_bytes(load32(b + (T == DType::Q4_K ? 16 : 48) + 32 * (g / 2)), 4 * (g % 2), 0x0F);
-    if constexpr (T == DType::Q5_K) o.q = _mm256_or_si256(o.q, _mm256_slli_epi16(shr_bytes(load32(b + 16), g, 1), 4));
-    int sc, m;
-    k4_scale_min(g, b + 4, &sc, &m);
-    same(o, load_f16(b) * static_cast<float>(sc), -(load_f16(b + 2) * static_cast<float>(m)));
+  static __m256i quants(const uint8_t* b, int g) {
+    __m256i q = shr_bytes(load32(b + (T == DType::Q4_K ? 16 : 48) + 32 * (g / 2)), 4 * (g % 2), 0x0F);
+    if constexpr (T == DType::Q5_K) q = _mm256_or_si256(q, _mm256_slli_epi16(shr_bytes(load32(b + 16), g, 1), 4));
+    return q;
+  }
+  static void scales(const uint8_t* b, Scales& s) {
+    const float d = load_f16(b), dmin = load_f16(b + 2);
+    for (int g = 0; g < 8; ++g) {
+      int sc, m;
+      k4_scale_min(g, b + 4, &sc, &m);
+      s.sc[2 * g] = s.sc[2 * g + 1] = d * static_cast<float>(sc);
+      s.mn[2 * g] = s.mn[2 * g + 1] = -(dmin * static_cast<float>(m));
+    }
   }
 };
 template <> struct Unpack<DType::Q4_K> : UnpackK45<DType::Q4_K> {};
 template <> struct Unpack<DType::Q5_K> : UnpackK45<DType::Q5_K> {};
 template <> struct Unpack<DType::Q6_K> {  // q + 32 in 0..63, the -32 in mn
   static constexpr bool kSigned = false;
-  static void group(const uint8_t* b, int g, Group& o) {
+  static __m256i quants(const uint8_t* b, int g) {
     const int n = g / 4, j = g % 4;
     const __m256i lo = shr_bytes(load32(b + 64 * n + 32 * (j % 2)), 4 * (j / 2), 0x0F);
     const __m256i hi = _mm256_slli_epi16(shr_bytes(load32(b + 128 + 32 * n), 2 * j, 3), 4);
-    o.q = _mm256_or_si256(lo, hi);
+    return _mm256_or_si256(lo, hi);
+  }
+  static void scales(const uint8_t* b, Scales& s) {
     const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
     const float d = load_f16(b + 208);
-    for (int h = 0; h < 2; ++h) {
-      o.sc[h] = d * static_cast<float>(sc[2 * g + h]);
-      o.mn[h] = -32.0f * o.sc[h];
+    for (int i = 0; i < 16; ++i) {
+      s.sc[i] = d * static_cast<float>(sc[i]);
+      s.mn[i] = -32.0f * s.sc[i];
     }
   }
 };
@@ -191,6 +208,25 @@ template <> struct Unpack<DType::IQ4_XS> {
     same(o, load_f16(b) * static_cast<float>(iq4xs_scale(b, g)), 0.0f);
   }
 };
+
+// A block's decoded scales where the format has scales() (the K formats); the others' group()
+// reads the scale of its group itself.
+template <DType T>
+constexpr bool kBlockScales = requires(const uint8_t* b, Scales& s) { Unpack<T>::scales(b, s); };
+template <DType T>
+inline void block_scales(const uint8_t* b, Scales& s) {
+  if constexpr (kBlockScales<T>) Unpack<T>::scales(b, s);
+}
+// Group g of the block at b (its scales in s where the format decodes them per block).
+template <DType T>
+inline void unpack(const uint8_t* b, int g, const Scales& s, Group& o) {
+  if constexpr (kBlockScales<T>) {
+    o.q = Unpack<T>::quants(b, g);
+    o.sc[0] = s.sc[2 * g], o.sc[1] = s.sc[2 * g + 1], o.mn[0] = s.mn[2 * g], o.mn[1] = s.mn[2 * g + 1];
+  } else {
+    Unpack<T>::group(b, g, o);
+  }
+}
 
 // Formats whose two halves of a group share one scale and one offset (Unpack sets them with same()).
 template <DType T>
@@ -212,10 +248,12 @@ void dot_q8_n(const uint8_t* row, const Q8Block* x, int64_t x_stride, int64_t C,
   float offset[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps(), offset[n] = 0.0f;
   Group w;
+  Scales s;
   for (int64_t b = 0; b < C / kValues; ++b) {
     const uint8_t* blk = row + b * bytes;
+    block_scales<T>(blk, s);
     for (int g = 0; g < kValues / 32; ++g, ++x) {
-      Unpack<T>::group(blk, g, w);
+      unpack<T>(blk, g, s, w);
       __m256i wq = w.q;
       if constexpr (Unpack<T>::kSigned) wq = _mm256_sign_epi8(w.q, w.q);  // maddubs wants an unsigned operand: |w|
       const __m256 sc = kUniform<T> ? _mm256_set1_ps(w.sc[0]) : _mm256_set_m128(_mm_set1_ps(w.sc[1]), _mm_set1_ps(w.sc[0]));
@@ -261,10 +299,12 @@ void dequantize_t(const uint8_t* row, float* dst, int64_t n) {
   constexpr int kValues = dtype_info(T).block_values;
   const int bytes = dtype_info(T).block_bytes;
   Group w;
+  Scales s;
   for (int64_t b = 0; b < n / kValues; ++b) {
     const uint8_t* blk = row + b * bytes;
+    block_scales<T>(blk, s);
     for (int g = 0; g < kValues / 32; ++g, dst += 32) {
-      Unpack<T>::group(blk, g, w);
+      unpack<T>(blk, g, s, w);
       const __m128i half[2] = {_mm256_castsi256_si128(w.q), _mm256_extracti128_si256(w.q, 1)};
       for (int k = 0; k < 4; ++k) {
         const __m128i part = k % 2 == 0 ? half[k / 2] : _mm_srli_si128(half[k / 2], 8);
