@@ -211,7 +211,8 @@ TEST_F(Cuda, AttentionMassSumAndMaxMatchTheCpu) {
 }
 
 // Prompt chunks with f16 KV run on the tensor cores (k_attn_mma: f16 queries and probabilities,
-// f32 sums): against the CPU for head dims 64 and 128, 1-8 query heads per kv head, a context
+// f32 sums): against the CPU for head dims 64 and 128, 1-8 query heads per kv head (3 and 7 leave
+// a block's last rows empty), a context
 // before the chunk, dead slots, N from the host or the device; the policies' mass from its max and
 // sum. The same call with SQUEEZEKV_CUDA_MMA=0 (the CUDA-core kernel) must differ from it (so the
 // tensor-core path ran) and both must be within the bound.
@@ -221,7 +222,7 @@ TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
   const int G = 8, T = 600, ctx = 300, N = ctx + T, cap = N + 7;
   double worst_out = 0, worst_mass = 0;
   for (int D : {64, 128})
-    for (int grp : {1, 2, 4, 8}) {
+    for (int grp : {1, 2, 3, 4, 7, 8}) {
       const int H = G * grp;
       std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size()), q(static_cast<size_t>(T) * H * D);
       for (auto* x : {&k, &v, &q})

@@ -795,9 +795,9 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
 
 // ---- prompt attention on tensor cores ------------------------------------------------------------
 // Flash attention (FlashAttention-2's loop) with mma.sync m16n8k16 (f16 in, f32 accumulate) for
-// f16 KV and head dims 64 or 128: a block takes kMmaRows query rows of one kv head g (row r =
-// token t0 + r / grp, query head g * grp + r % grp, so the heads that share g read each K/V tile
-// once), 4 warps of 16 rows; K/V tiles of kMmaKeys keys stream through shared memory two deep
+// f16 KV and head dims 64 or 128: a block takes the query rows of 64 / grp tokens of one kv head g
+// (row r = token t0 + r / grp, query head g * grp + r % grp, so the heads that share g read each
+// K/V tile once; rows past qt * grp stay empty), 4 warps of 16 rows; K/V tiles of kMmaKeys keys stream through shared memory two deep
 // (cp.async). S = Q K^T and O += P V run on the tensor cores; the softmax is online, per row, in
 // base 2 (q is scaled by scale * log2 e); P goes from the S accumulators straight into the A
 // operand of the second product (their layouts coincide). Key j is visible to row r iff pos[j] <=
@@ -1507,12 +1507,12 @@ class CudaBackend final : public Backend {
   }
 
   // A prompt chunk's attention on the tensor cores (k_attn_mma) where it serves the shape: KV f16,
-  // head dim 64 or 128, 1, 2, 4 or 8 query heads per kv head, and enough blocks to fill half the
-  // SMs without splitting the keys (fewer rows: the general kernel splits them). Writes out and ml_.
+  // head dim 64 or 128, up to 16 query heads per kv head (a block takes 64 / grp whole tokens; with
+  // a grp that does not divide 64 its last rows stay empty), and enough blocks to fill half the SMs
+  // without splitting the keys (fewer rows: the general kernel splits them). Writes out and ml_.
   bool attention_mma(float* out, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& general) {
     const int grp = general.grp, D = general.D;
-    if (!mma_attention_ || kv.type != KvType::kF16 || (D != 64 && D != 128) || (grp != 1 && grp != 2 && grp != 4 && grp != 8))
-      return false;
+    if (!mma_attention_ || kv.type != KvType::kF16 || (D != 64 && D != 128) || grp < 1 || grp > 16) return false;
     AttnShape a = general;
     a.qt = kMmaRows / grp, a.splits = 1, a.direct = 1;
     const int qtiles = (a.T + a.qt - 1) / a.qt;
