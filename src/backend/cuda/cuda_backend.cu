@@ -797,12 +797,13 @@ __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_
 // Flash attention (FlashAttention-2's loop) with mma.sync m16n8k16 (f16 in, f32 accumulate) for
 // f16 KV and head dims 64 or 128: a block takes the query rows of 64 / grp tokens of one kv head g
 // (row r = token t0 + r / grp, query head g * grp + r % grp, so the heads that share g read each
-// K/V tile once; rows past qt * grp stay empty), 4 warps of 16 rows; K/V tiles of kMmaKeys keys stream through shared memory two deep
-// (cp.async). S = Q K^T and O += P V run on the tensor cores; the softmax is online, per row, in
-// base 2 (q is scaled by scale * log2 e); P goes from the S accumulators straight into the A
-// operand of the second product (their layouts coincide). Key j is visible to row r iff pos[j] <=
-// q_pos[t] (dead slots hold the largest position). It writes the output and, per row, the max and
-// sum (ml, natural-log units, as k_attn does), which the policies' mass pass reads.
+// K/V tile once; rows past qt * grp stay empty), 4 warps of 16 rows; K/V tiles of kMmaKeys keys
+// stream through shared memory two deep (cp.async). S = Q K^T and O += P V run on the tensor
+// cores; the softmax is online, per row, in base 2 (q is scaled by scale * log2 e); P goes from
+// the S accumulators straight into the A operand of the second product (their layouts coincide).
+// Key j is visible to row r iff pos[j] <= q_pos[t] (dead slots hold the largest position). It
+// writes the output and, per row, the max and sum (ml, natural-log units, as k_attn does), which
+// the policies' mass pass reads.
 constexpr int kMmaRows = 64;
 constexpr int kMmaKeys = 64;
 constexpr int kMmaWarps = 4;
