@@ -1,11 +1,13 @@
 // The CUDA backend (backend.h): device memory, weights dequantized to bf16 on load (f32 in the
-// exact test mode), cuBLAS for the products of prompt chunks, GEMV kernels for decode, and
-// element-wise, RoPE, RMSNorm and attention kernels of our own. Attention of prompt chunks: one
-// block per (kv head, tile of query rows) with an online softmax over tiles of keys, the policies'
-// mass and entropy from a second pass when asked for; decode (one query row): k_attn_decode,
-// flash-decoding with K/V streamed through shared memory, the mass from its kept scores.
-// Every launch goes through the Launcher, which replays a repeated launch list (a decode step)
-// as one CUDA graph (docs/DESIGN.md "Decode as a CUDA graph").
+// exact test mode), cuBLAS for the products of prompt chunks, GEMV kernels for decode (q/k/v with
+// RoPE and gate/up with SwiGLU each one launch), and element-wise, RoPE, RMSNorm and attention
+// kernels of our own. Attention of prompt chunks: on the tensor cores (k_attn_mma, f16 KV) or one
+// block per (kv head, tile of query rows) with an online softmax over tiles of keys (k_attn), the
+// policies' mass and entropy from a second pass when asked for; decode (one query row):
+// k_attn_decode, flash-decoding with K/V streamed through shared memory, the mass from its kept
+// scores. Every launch goes through the Launcher, which replays a repeated launch list (a decode
+// step) as one CUDA graph, each kernel's start overlapping the previous one's end (docs/DESIGN.md
+// "Decode as a CUDA graph").
 // Letters: T rows, E hidden, H query heads, G kv heads, D head dim, R/C matrix rows/cols, N keys.
 // Thread safety: one backend per sequence's thread; all work runs on the backend's one stream in order.
 #include <cublas_v2.h>
