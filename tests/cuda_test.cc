@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/half.h"
 #include "kv/kv_storage.h"
 #include "squeezekv/error.h"
 #include "squeezekv/model.h"
@@ -291,11 +292,7 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
 TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
-  auto bf16 = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  };
+
   auto cpu = make_backend({Device::kCpu, 2, false, Activations::kF32});
   auto gpu = make_backend({Device::kCuda, 2, false, Activations::kF32});
   struct Host {
@@ -304,7 +301,7 @@ TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
   };
   auto matrix = [&](int R, int C) {
     Host h;
-    for (int i = 0; i < R * C; ++i) h.bits.push_back(bf16(nd(rng) * 0.1f));
+    for (int i = 0; i < R * C; ++i) h.bits.push_back(f32_to_bf16(nd(rng) * 0.1f));
     h.w = WeightMatrix{DType::BF16, reinterpret_cast<const uint8_t*>(h.bits.data()), R, C, static_cast<size_t>(C) * 2};
     return h;
   };

@@ -63,6 +63,13 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | r);
 }
 
+// f rounded to bfloat16 (round to nearest even; finite inputs).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
 inline float bf16_to_f32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;

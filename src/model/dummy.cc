@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/half.h"
 #include "model/loaders.h"
 #include "model/weights.h"
 #include "squeezekv/error.h"
@@ -35,10 +36,7 @@ void fill_bf16(uint16_t* out, int64_t n, float a, uint64_t seed, uint64_t stream
     const uint64_t r = splitmix64(s);
     for (int k = 0; k < 2 && i + k < n; ++k) {
       const float u = static_cast<float>((r >> (32 * k)) & 0xFFFFFFu) / 16777216.0f;  // [0, 1)
-      const float v = (2.0f * u - 1.0f) * a;
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      out[i + k] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+      out[i + k] = f32_to_bf16((2.0f * u - 1.0f) * a);
     }
   }
 }

@@ -20,7 +20,6 @@
 #include <array>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -28,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
 #include "core/quant.h"
 #include "squeezekv/error.h"
 
@@ -399,7 +399,6 @@ __device__ inline int gemv_row(const GemvParts& P, int p, int b, int i, int& par
   }
   return b * kGemvBlockRows + i;  // plain, and adjacent pairs (2d, 2d + 1)
 }
-
 
 // What a block does with a row group's sums fin[RB][T] (part p, group b of it): the output rows,
 // rotated (RoPE) or gated (SwiGLU) where the parts ask.
@@ -1515,7 +1514,7 @@ class CudaBackend final : public Backend {
   // without splitting the keys (fewer rows: the general kernel splits them). Writes out and ml_.
   bool attention_mma(float* out, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& general) {
     const int grp = general.grp, D = general.D;
-    if (!mma_attention_ || kv.type != KvType::kF16 || (D != 64 && D != 128) || grp < 1 || grp > 16) return false;
+    if (!opt_.mma_attention || kv.type != KvType::kF16 || (D != 64 && D != 128) || grp < 1 || grp > 16) return false;
     AttnShape a = general;
     a.qt = kMmaRows / grp, a.splits = 1, a.direct = 1;
     const int qtiles = (a.T + a.qt - 1) / a.qt;
@@ -1694,7 +1693,8 @@ class CudaBackend final : public Backend {
     return r.D > 0 && r.D % kGemvBlockRows == 0 && w.rows % r.D == 0;
   }
 
-  // out = x @ W^T (+ bias) for every part by cuBLAS (a prompt chunk); x converted to bf16 once.
+  // out = x @ W^T (+ bias) for every part by cuBLAS (a prompt chunk); the parts share x[T][C],
+  // converted to bf16 once for those with bf16 weights.
   void gemm(const MatmulPart* parts, int n, const float* x, int64_t T) {
     const float one = 1.0f, zero = 0.0f;
     const int C = static_cast<int>(parts[0].w->cols);
@@ -1704,22 +1704,20 @@ class CudaBackend final : public Backend {
       const int R = static_cast<int>(w.rows);
       // column-major view: out (R x T) = W^T-as-stored (C x R, transposed) x x (C x T)
       if (w.type == DType::BF16) {
-        if (!converted || w.cols != C) {
-          const size_t need = static_cast<size_t>(T) * w.cols * 2;
-          if (!xb_ || xb_->bytes() < need) xb_ = alloc(need);
-          launcher_->launch(k_to_bf16, blocks_for(T * w.cols), kThreads, 0, xb_->as<__nv_bfloat16>(), x, T * w.cols);
-          converted = w.cols == C;
+        if (!converted) {
+          grow(xb_, static_cast<size_t>(T) * C * 2);
+          launcher_->launch(k_to_bf16, blocks_for(T * C), kThreads, 0, xb_->as<__nv_bfloat16>(), x, T * C);
+          converted = true;
         }
         launcher_->flush();  // cuBLAS issues its own work on the stream
-        check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), static_cast<int>(w.cols), &one, w.data,
-                           CUDA_R_16BF, static_cast<int>(w.cols), xb_->data(), CUDA_R_16BF, static_cast<int>(w.cols), &zero,
-                           parts[i].out, CUDA_R_32F, R, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        check(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), C, &one, w.data, CUDA_R_16BF, C,
+                           xb_->data(), CUDA_R_16BF, C, &zero, parts[i].out, CUDA_R_32F, R, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT),
               "gemm bf16");
       } else {
         launcher_->flush();
-        check(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), static_cast<int>(w.cols), &one,
-                          reinterpret_cast<const float*>(w.data), static_cast<int>(w.cols), x, static_cast<int>(w.cols), &zero,
-                          parts[i].out, R),
+        check(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, R, static_cast<int>(T), C, &one, reinterpret_cast<const float*>(w.data), C,
+                          x, C, &zero, parts[i].out, R),
               "gemm f32");
       }
       if (parts[i].bias != nullptr)
@@ -1727,11 +1725,7 @@ class CudaBackend final : public Backend {
     }
   }
 
-  static uint16_t f32_to_bf16(float f) {  // round to nearest even (finite inputs)
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  }
+
 
   void sync_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
     if (bytes == 0) return;
@@ -1748,8 +1742,6 @@ class CudaBackend final : public Backend {
     if (!b || b->bytes() < bytes) b = alloc(bytes);
   }
   int sms_ = 1;
-  // for measurements: SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel
-  bool mma_attention_ = std::getenv("SQUEEZEKV_CUDA_MMA") == nullptr || std::string(std::getenv("SQUEEZEKV_CUDA_MMA")) != "0";
   size_t smem_set_ = 0;
   // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
   std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_, scores_;

@@ -10,6 +10,7 @@ struct CudaOptions {
   bool f32_weights = false;  // the exact test mode: matrices kept in f32 instead of bf16
   bool graphs = true;        // repeated launch lists (decode steps) replayed as CUDA graphs
   bool pdl = true;           // programmatic dependent launch: a kernel starts while the one before finishes
+  bool mma_attention = true; // prompt attention on the tensor cores where the shape allows
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);
