@@ -385,41 +385,42 @@ __device__ inline A pick(const A (&a)[N], int i) {  // a[i] without indexing par
   return v;
 }
 
-// Row i (< kGemvBlockRows) of block b of part p, and the part it belongs to (swiglu: 0 or 1).
-__device__ inline int gemv_row(const GemvParts& P, int p, int b, int i, int& part) {
-  constexpr int HB = kGemvBlockRows / 2;
-  part = p;
-  if (P.swiglu) {
-    part = i < HB ? 0 : 1;
-    return b * HB + i % HB;
+// A block's rows as two groups of kGemvBlockRows / 2 consecutive rows: group g starts at row
+// first[g] of part part[g]. Plain parts and adjacent rotation pairs (2d, 2d + 1): 8 rows in a row;
+// rotation halves: 4 dims (d..d+3) of one head and their partners (d + D/2 ..); SwiGLU: 4 rows of
+// the gate and the same 4 of the up. Block row i is row first[i / 4] + i % 4 of part part[i / 4].
+struct GemvRows {
+  int part0, part1, first0, first1;
+  __device__ int row(int i) const { return (i < kGemvBlockRows / 2 ? first0 : first1) + i % (kGemvBlockRows / 2); }
+  __device__ int part_of(int i) const { return i < kGemvBlockRows / 2 ? part0 : part1; }
+};
+__device__ inline GemvRows gemv_rows(const GemvParts& P, int p, int b) {
+  constexpr int RB = kGemvBlockRows, HB = RB / 2;
+  if (P.swiglu) return {0, 1, b * HB, b * HB};
+  if (pick(P.epi, p) == kEpiRopeHalves) {
+    const int per_head = P.D / RB, first = (b / per_head) * P.D + (b % per_head) * HB;
+    return {p, p, first, first + P.D / 2};
   }
-  if (pick(P.epi, p) == kEpiRopeHalves) {  // 4 pairs (d, d + D/2) of one head
-    const int per_head = P.D / kGemvBlockRows;
-    return (b / per_head) * P.D + (b % per_head) * HB + i % HB + (i >= HB ? P.D / 2 : 0);
-  }
-  return b * kGemvBlockRows + i;  // plain, and adjacent pairs (2d, 2d + 1)
+  return {p, p, b * RB, b * RB + HB};
 }
 
-// What a block does with a row group's sums fin[RB][T] (part p, group b of it): the output rows,
+// What a block does with a row group's sums fin[RB][T] (part p, rows g): the output rows,
 // rotated (RoPE) or gated (SwiGLU) where the parts ask.
 template <int T>
-__device__ inline void gemv_epilogue(const GemvParts& P, int p, int b, const float* fin, int tid) {
+__device__ inline void gemv_epilogue(const GemvParts& P, int p, const GemvRows& g, const float* fin, int tid) {
   constexpr int RB = kGemvBlockRows, HB = RB / 2;
   const int epi = pick(P.epi, p);
   if (P.swiglu) {  // as k_silu_mul
     if (tid < HB * T) {
-      const int i = tid / T, t = tid % T, R = P.rows[0];
-      int q;
-      const int r = gemv_row(P, p, b, i, q);
-      const float g = fin[i * T + t], u = fin[(i + HB) * T + t];
-      if (r < R) P.out[0][static_cast<size_t>(t) * R + r] = g / (1.0f + expf(-g)) * u;
+      const int i = tid / T, t = tid % T, R = P.rows[0], r = g.row(i);
+      const float gv = fin[i * T + t], u = fin[(i + HB) * T + t];
+      if (r < R) P.out[0][static_cast<size_t>(t) * R + r] = gv / (1.0f + expf(-gv)) * u;
     }
   } else if (epi != kEpiPlain) {  // as k_rope: pair (i0, i1) turns by pos * inv_freq[d]
     if (tid < HB * T) {
       const int k = tid / T, t = tid % T, R = pick(P.rows, p);
       const int i0 = epi == kEpiRopeHalves ? k : 2 * k, i1 = epi == kEpiRopeHalves ? k + HB : 2 * k + 1;
-      int q;
-      const int r0 = gemv_row(P, p, b, i0, q), r1 = gemv_row(P, p, b, i1, q);
+      const int r0 = g.row(i0), r1 = g.row(i1);
       const int d = epi == kEpiRopeHalves ? r0 % P.D : (r0 % P.D) / 2;
       const float a = static_cast<float>(P.pos[t]) * P.inv_freq[d];
       float sn, cs;
@@ -430,29 +431,27 @@ __device__ inline void gemv_epilogue(const GemvParts& P, int p, int b, const flo
       o[r1] = v * cs + u * sn;
     }
   } else if (tid < RB * T) {
-    const int i = tid / T, t = tid % T, R = pick(P.rows, p);
-    int q;
-    const int r = gemv_row(P, p, b, i, q);
+    const int i = tid / T, t = tid % T, R = pick(P.rows, p), r = g.row(i);
     if (r < R) pick(P.out, p)[static_cast<size_t>(t) * R + r] = fin[tid];
   }
 }
 
 template <typename WT, int T>
 __global__ void __launch_bounds__(kGemvWarps * 32, 2) k_gemv(const float* x, GemvParts P) {
-  constexpr int RB = kGemvBlockRows;
+  constexpr int RB = kGemvBlockRows, HB = RB / 2;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C = P.C;
   int p = 0;
 #pragma unroll
   for (int j = 1; j < kMaxParts; ++j) p += j < P.n && static_cast<int>(blockIdx.x) >= P.first_block[j] ? 1 : 0;
   pdl_launch_next();
-  const int b = blockIdx.x - pick(P.first_block, p);
+  const GemvRows g = gemv_rows(P, p, blockIdx.x - pick(P.first_block, p));
+  // the last row of each group's part (a short last block repeats it; its sums are dropped)
+  const WT *base0 = static_cast<const WT*>(pick(P.w, g.part0)), *base1 = static_cast<const WT*>(pick(P.w, g.part1));
+  const int last0 = pick(P.rows, g.part0) - 1, last1 = pick(P.rows, g.part1) - 1;
   const WT* wr[RB];
 #pragma unroll
-  for (int i = 0; i < RB; ++i) {
-    int q;
-    const int r = gemv_row(P, p, b, i, q);
-    wr[i] = static_cast<const WT*>(pick(P.w, q)) + static_cast<size_t>(min(r, pick(P.rows, q) - 1)) * C;
-  }
+  for (int i = 0; i < RB; ++i)
+    wr[i] = i < HB ? base0 + static_cast<size_t>(min(g.row(i), last0)) * C : base1 + static_cast<size_t>(min(g.row(i), last1)) * C;
   pdl_wait();
   float acc[RB][T] = {};
 #pragma unroll 2
@@ -486,17 +485,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) k_gemv(const float* x, Gem
   __syncthreads();
   const int tid = threadIdx.x;
   if (tid < RB * T) {
-    const int i = tid / T;
+    const int i = tid / T, q = g.part_of(i), r = g.row(i);
     float s = 0.0f;
 #pragma unroll
     for (int w = 0; w < kGemvWarps; ++w) s += part[w][tid];
-    int q;
-    const int r = gemv_row(P, p, b, i, q);
     const float* bias = pick(P.bias, q);
     fin[tid] = r < pick(P.rows, q) ? s + (bias != nullptr ? bias[r] : 0.0f) : 0.0f;
   }
   __syncthreads();
-  gemv_epilogue<T>(P, p, b, fin, tid);
+  gemv_epilogue<T>(P, p, g, fin, tid);
 }
 
 template <typename WT>
