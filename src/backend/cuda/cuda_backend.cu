@@ -1319,37 +1319,60 @@ __global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t
   if (threadIdx.x == 0) P[t] = P[f], M[t] = M[f];
 }
 
-// grid G, block 256: per head the least-mass slot among positions [keep_below, keep_from) (ties:
-// the newer position goes), then row count - 1 into its hole (cpu_backend.cc's loop, in parallel).
-__global__ void k_kv_evict_one(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, int cap, int count,
-                               int32_t keep_below, int32_t keep_from, const int32_t* newest, int n_recent) {
+// Which of two rows goes first as one integer: less mass first, between equal masses the newer
+// position; ~0 for none. (Float bits ordered as integers: negative values flipped whole, the rest
+// with the sign bit set; positions ordered as signed, then reversed.)
+__device__ inline unsigned long long evict_key(float m, int32_t p) {
+  uint32_t b = __float_as_uint(m);
+  b = (b & 0x80000000u) != 0 ? ~b : b | 0x80000000u;
+  return (static_cast<unsigned long long>(b) << 32) | ~(static_cast<uint32_t>(p) ^ 0x80000000u);
+}
+
+// grid G, block kEvictThreads: per head the least-mass slot among positions [keep_below, keep_from)
+// (ties: the newer position goes), then row count - 1 into its hole (cpu_backend.cc's loop, in
+// parallel).
+constexpr int kEvictThreads = 256;
+__global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, int cap,
+                                                                int count, int32_t keep_below, int32_t keep_from, const int32_t* newest,
+                                                                int n_recent) {
   pdl_enter();
   if (newest != nullptr) keep_from = *newest - n_recent + 1;
   const size_t base = static_cast<size_t>(blockIdx.x) * cap;
   const int32_t* pos = P + base;
   const float* m = M + base;
-  int worst = -1;
-  for (int j = threadIdx.x; j < count; j += blockDim.x) {
-    if (pos[j] < keep_below || pos[j] >= keep_from) continue;
-    if (worst < 0 || m[j] < m[worst] || (m[j] == m[worst] && pos[j] > pos[worst])) worst = j;
+  // each thread's least key over its rows (loads independent of each other), then the warp's
+  // through shuffles, then the block's through shared memory
+  unsigned long long best = ~0ull;
+  int at = -1;
+#pragma unroll 4
+  for (int j = threadIdx.x; j < count; j += kEvictThreads) {
+    const int32_t p = pos[j];
+    const unsigned long long k = p < keep_below || p >= keep_from ? ~0ull : evict_key(m[j], p);
+    if (k < best) best = k, at = j;
   }
-  __shared__ int cand[256];
-  cand[threadIdx.x] = worst;
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+    const int j = __shfl_xor_sync(0xffffffffu, at, o);
+    if (k < best) best = k, at = j;
+  }
+  __shared__ unsigned long long s_key[kEvictThreads / 32];
+  __shared__ int s_at[kEvictThreads / 32];
+  __shared__ int s_victim;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s_key[warp] = best, s_at[warp] = at;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      const int a = cand[threadIdx.x], b = cand[threadIdx.x + s];
-      if (b >= 0 && (a < 0 || m[b] < m[a] || (m[b] == m[a] && pos[b] > pos[a]))) cand[threadIdx.x] = b;
-    }
-    __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kEvictThreads / 32; ++w)
+      if (s_key[w] < best) best = s_key[w], at = s_at[w];
+    s_victim = best == ~0ull ? -1 : at;
   }
-  const int victim = cand[0], last = count - 1;
+  __syncthreads();
+  const int victim = s_victim, last = count - 1;
   if (victim < 0 || victim == last) return;
-  for (size_t w = threadIdx.x; w < row_words; w += blockDim.x) {
+  for (size_t w = threadIdx.x; w < row_words; w += kEvictThreads) {
     K[(base + victim) * row_words + w] = K[(base + last) * row_words + w];
     V[(base + victim) * row_words + w] = V[(base + last) * row_words + w];
   }
-  __syncthreads();  // every thread read m/pos of the victim above before they change
   if (threadIdx.x == 0) P[base + victim] = P[base + last], M[base + victim] = M[base + last];
 }
 
@@ -1625,7 +1648,7 @@ class CudaBackend final : public Backend {
     // enough blocks to keep every SM streaming (about four per SM), at least 64 keys each
     const int n_bound = dev_n ? kv.capacity : view.count;
     a.min_keys = kMinDecodeSplitKeys;
-    a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + a.min_keys - 1) / a.min_keys, 128}));
+    a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + a.min_keys - 1) / a.min_keys, kMaxSplits}));
     // the grid from this step's N (the host knows it): a replayed step has the same N's split
     // count, and the kernels, reading N on the device, find the same splits
     const int grid_splits = key_range(view.count, a.splits, a.min_keys).splits;
@@ -1664,7 +1687,7 @@ class CudaBackend final : public Backend {
                     int n_recent) override {
     if (newest_dev != nullptr) keep_from = 0;  // the kernel reads it (the arguments stay the same from step to step)
     else n_recent = 0;
-    launcher_->launch(k_kv_evict_one, static_cast<unsigned>(a.G), 256, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v),
+    launcher_->launch(k_kv_evict_one, static_cast<unsigned>(a.G), kEvictThreads, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v),
                       a.pos, a.mass, a.row_bytes() / 4, a.capacity, count, keep_below, keep_from, newest_dev, n_recent);
   }
 
