@@ -266,7 +266,8 @@ TEST(Matmul, Int8DotMatchesScalarReferenceForEveryBlockType) {
 // 8-row tiles (the int8 decode layout of Q4_0/Q4_1/Q8_0): the layout loses nothing, the SIMD
 // products equal their scalar statement bit for bit and stay within the activations' rounding of
 // the exact products, every pair's result is the same whatever shares its tile, and matmul over
-// tiles equals matmul over rows where the arithmetic is the same (prompt chunks).
+// tiles equals matmul over rows where the arithmetic is the same (prompt chunks in f32), and int8
+// over tiles equals one-row products whatever the chunk (two tiles a pass where they pair up).
 TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
   std::mt19937 rng(47);
   std::normal_distribution<float> nd;
@@ -301,6 +302,15 @@ TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
           cpu::dot_q8_tile8(t, tp, xq.data(), C / 32, n, C, simd.data(), 8);
           cpu::ref::dot_q8_tile8(t, tp, xq.data(), C / 32, n, C, scalar.data(), 8);
           ASSERT_EQ(0, std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(float))) << dtype_info(t).name << " n=" << n;
+          if (tile + 1 < R / 8) {  // this tile with the next in one pass: each half as its own tile's
+            std::vector<float> pair(n * 16), next(n * 8);
+            cpu::dot_q8_tile8x2(t, tp, cpu::tile8_at(tw, tile + 1), xq.data(), C / 32, n, C, pair.data(), 16);
+            cpu::ref::dot_q8_tile8(t, cpu::tile8_at(tw, tile + 1), xq.data(), C / 32, n, C, next.data(), 8);
+            for (int i = 0; i < n; ++i) {
+              ASSERT_EQ(0, std::memcmp(pair.data() + i * 16, scalar.data() + i * 8, 8 * sizeof(float))) << dtype_info(t).name << " pair n=" << n;
+              ASSERT_EQ(0, std::memcmp(pair.data() + i * 16 + 8, next.data() + i * 8, 8 * sizeof(float))) << dtype_info(t).name << " pair n=" << n;
+            }
+          }
           for (int i = 0; i < n; ++i) {
             cpu::dot_q8_tile8(t, tp, xq.data() + i * (C / 32), C / 32, 1, C, one.data(), 8);
             ASSERT_EQ(0, std::memcmp(one.data(), simd.data() + i * 8, 8 * sizeof(float))) << "row " << i << " of " << n;
@@ -316,17 +326,21 @@ TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
       }
       // matmul over tiles: prompt chunks (dequantized) bit-identical to rows; int8 decode within
       // the rounding bound of the f32 product (checked above per pair) and independent of T
-      for (int64_t T : {1, 3, 7}) {
+      for (int64_t T : {1, 3, 7, 20}) {
         std::vector<float> x(T * C), bias(R), a(T * R), b(T * R);
         for (auto& v : x) v = nd(rng);
         for (auto& v : bias) v = nd(rng);
         cpu::matmul(a.data(), x.data(), tw, T, bias.data(), cpu::Activations::kF32);
         cpu::matmul(b.data(), x.data(), w, T, bias.data(), cpu::Activations::kF32);
         ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << dtype_info(t).name << " T=" << T;
-        cpu::matmul(a.data(), x.data(), tw, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kIndependent);
-        for (int64_t tt = 0; tt < T; ++tt) {
-          cpu::matmul(b.data(), x.data() + tt * C, tw, 1, bias.data(), cpu::Activations::kInt8);
-          ASSERT_EQ(0, std::memcmp(a.data() + tt * R, b.data(), R * sizeof(float))) << "decode row " << tt << " of " << T;
+        // int8 over tiles (decode rows, and prompt chunks: 8-bit activations there too) row by row
+        // equal to one-row products: a row's result does not depend on the rows beside it
+        for (cpu::RowMode mode : {cpu::RowMode::kIndependent, cpu::RowMode::kChunk}) {
+          cpu::matmul(a.data(), x.data(), tw, T, bias.data(), cpu::Activations::kInt8, mode);
+          for (int64_t tt = 0; tt < T; ++tt) {
+            cpu::matmul(b.data(), x.data() + tt * C, tw, 1, bias.data(), cpu::Activations::kInt8);
+            ASSERT_EQ(0, std::memcmp(a.data() + tt * R, b.data(), R * sizeof(float))) << "row " << tt << " of " << T;
+          }
         }
       }
     }

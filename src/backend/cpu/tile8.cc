@@ -149,11 +149,26 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
   tile8_products<MaddubsQ4, MaddubsQ8>(t, tile, x, x_stride, n, C, out, out_stride);
 }
 
+void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride) {
+#if SQUEEZEKV_VNNI_KERNEL
+  if (cpu_features().avx512vnni) return vnni::dot_q8_tile8x2(t, tile_a, tile_b, x, x_stride, n, C, out, out_stride);
+#endif
+  dot_q8_tile8(t, tile_a, x, x_stride, n, C, out, out_stride);
+  dot_q8_tile8(t, tile_b, x, x_stride, n, C, out + 8, out_stride);
+}
+
 #else
 
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                   int64_t out_stride) {
   ref::dot_q8_tile8(t, tile, x, x_stride, n, C, out, out_stride);
+}
+
+void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride) {
+  ref::dot_q8_tile8(t, tile_a, x, x_stride, n, C, out, out_stride);
+  ref::dot_q8_tile8(t, tile_b, x, x_stride, n, C, out + 8, out_stride);
 }
 
 #endif

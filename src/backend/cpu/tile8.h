@@ -35,6 +35,10 @@ inline const uint8_t* tile8_at(const WeightMatrix& w, int64_t t) {
 // out[i * out_stride + r] = row r of the tile . (x + i * x_stride), r < 8, for n activation rows.
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                   int64_t out_stride);
+// The same for two tiles, a's rows into out[.. + r] and b's into out[.. + 8 + r] (r < 8): equal to
+// two dot_q8_tile8 calls to the bit (AVX-512 VNNI takes Q4_0/Q4_1 pairs in one 512-bit pass).
+void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride);
 // The tile's 8 rows into dst[8][C]: exact (as dequantize_row) or fast (as dequantize_row_fast).
 void dequantize_tile8(DType t, const uint8_t* tile, int64_t C, float* dst, bool fast);
 
@@ -43,6 +47,8 @@ namespace vnni {
 // cpu_features().avx512vnni (SQUEEZEKV_CPU=avx2 turns it off).
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                   int64_t out_stride);
+void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride);
 }  // namespace vnni
 
 namespace ref {
