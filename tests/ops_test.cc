@@ -263,7 +263,7 @@ TEST(Matmul, Int8DotMatchesScalarReferenceForEveryBlockType) {
 }
 
 // The prompt path's SIMD dequantization stays within one rounding of the exact one, every type.
-// 8-row tiles (the int8 decode layout of Q4_0/Q4_1/Q8_0): the layout loses nothing, the SIMD
+// 8-row tiles (the int8 layout of Q4_0/Q4_1/Q8_0/IQ4_NL): the layout loses nothing, the SIMD
 // products equal their scalar statement bit for bit and stay within the activations' rounding of
 // the exact products, every pair's result is the same whatever shares its tile, and matmul over
 // tiles equals matmul over rows where the arithmetic is the same (prompt chunks in f32), and int8
@@ -271,7 +271,7 @@ TEST(Matmul, Int8DotMatchesScalarReferenceForEveryBlockType) {
 TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
   std::mt19937 rng(47);
   std::normal_distribution<float> nd;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::IQ4_NL}) {
     for (int64_t C : {32, 96, 576}) {
       const int64_t R = 24;
       auto data = random_rows(t, R, C, rng);

@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  // The stored bytes as they are, or (int8 decode) Q4_0/Q4_1/Q8_0 matrices as 8-row tiles.
+  // The stored bytes as they are, or (int8 decode) Q4_0/Q4_1/Q8_0/IQ4_NL matrices as 8-row tiles.
   WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
     if (!tile8_ || use != WeightUse::kMatrix || !cpu::can_tile8(w)) return w;
     keep = std::make_unique<HostBuffer>(cpu::tile8_bytes(w));
@@ -173,7 +173,7 @@ class CpuBackend final : public Backend {
  private:
   void use_threads() const { omp_set_num_threads(threads_); }
   int threads_;
-  bool tile8_;                  // int8 decode: Q4_0/Q4_1/Q8_0 matrices as 8-row tiles
+  bool tile8_;                  // int8 decode: Q4_0/Q4_1/Q8_0/IQ4_NL matrices as 8-row tiles
   std::vector<float> scratch_;  // attention
 };
 

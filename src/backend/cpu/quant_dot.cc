@@ -29,6 +29,7 @@ void quantize_q8(Q8Block* out, const float* x, int64_t C) {
     out[b].s[0] = d * static_cast<float>(sum[0]);
     out[b].s[1] = d * static_cast<float>(sum[1]);
     out[b].st = d * static_cast<float>(sum[0] + sum[1]);
+    out[b].qsum = sum[0] + sum[1];
   }
 }
 
@@ -375,6 +376,7 @@ void quantize_q8(Q8Block* out, const float* x, int64_t C) {
     out[b].s[0] = d * static_cast<float>(_mm_cvtsi128_si32(lo));
     out[b].s[1] = d * static_cast<float>(_mm_cvtsi128_si32(hi));
     out[b].st = d * static_cast<float>(_mm_cvtsi128_si32(lo) + _mm_cvtsi128_si32(hi));
+    out[b].qsum = _mm_cvtsi128_si32(lo) + _mm_cvtsi128_si32(hi);
   }
 }
 

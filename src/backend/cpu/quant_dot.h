@@ -12,11 +12,13 @@
 namespace squeezekv::cpu {
 
 // 32 activations as int8: x[i] ~ d * q[i]; s[h] = d * (sum of q over half h) and st = d * (sum
-// of all q), for the offsets (per half where the weights' offset differs by half, else st).
+// of all q), for the offsets (per half where the weights' offset differs by half, else st); qsum
+// the sum of all q itself (for integer sums that add an offset times it).
 struct Q8Block {
   float d = 0.0f;
   float s[2] = {0.0f, 0.0f};
   float st = 0.0f;
+  int32_t qsum = 0;
   int8_t q[32];
 };
 

@@ -1,4 +1,4 @@
-// 8-row tiles of Q4_0 / Q4_1 / Q8_0 (tile8.h): repacking, the int8 decode products, dequantization.
+// 8-row tiles of Q4_0 / Q4_1 / Q8_0 / IQ4_NL (tile8.h): repacking, the int8 products, dequantization.
 #include "backend/cpu/tile8.h"
 
 #include <algorithm>
@@ -20,7 +20,9 @@ struct RowBlock {
   bool has_m;
 };
 constexpr RowBlock row_block(DType t) {
-  return t == DType::Q4_0 ? RowBlock{18, 2, 16, false} : t == DType::Q4_1 ? RowBlock{20, 4, 16, true} : RowBlock{34, 2, 32, false};
+  return t == DType::Q4_0 || t == DType::IQ4_NL ? RowBlock{18, 2, 16, false}
+         : t == DType::Q4_1                     ? RowBlock{20, 4, 16, true}
+                                                : RowBlock{34, 2, 32, false};
 }
 // Offsets inside one tile block: d[8] at 0, m[8] at 16 (Q4_1), then the chunks q[k][8].
 constexpr int tile_q_at(DType t) { return t == DType::Q4_1 ? 32 : 16; }
@@ -37,7 +39,8 @@ void untile_block(DType t, const uint8_t* blk, int r, uint8_t* out) {
 }  // namespace
 
 bool can_tile8(const WeightMatrix& w) {
-  return (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0) && w.layout == WeightLayout::kRows &&
+  return (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0 || w.type == DType::IQ4_NL) &&
+         w.layout == WeightLayout::kRows &&
          w.rows % 8 == 0 && w.cols % 32 == 0 && w.rows > 0;
 }
 
@@ -106,11 +109,13 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
             const int byte = v % 16;
             const uint8_t q = blk[qa + ((byte / 4) * 8 + r) * 4 + byte % 4];
             w = v < 16 ? (q & 0x0F) : (q >> 4);
+            if (t == DType::IQ4_NL) w = kIq4Values[w] + 128;  // the grid value, offset to be unsigned
           }
           isum += w * xi[b].q[v];
         }
         acc = std::fma(d * xi[b].d, static_cast<float>(isum), acc);
         if (t == DType::Q4_0) acc = std::fma(-8.0f * d, xi[b].st, acc);
+        if (t == DType::IQ4_NL) acc = std::fma(-128.0f * d, xi[b].st, acc);
         if (t == DType::Q4_1) acc = std::fma(f16_to_f32(load_u16le(blk + 16 + 2 * r)), xi[b].st, acc);
       }
       out[i * out_stride + r] = acc;

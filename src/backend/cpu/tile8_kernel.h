@@ -77,10 +77,49 @@ void tile_q8(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
   for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
 }
 
+// IQ4_NL, N activation rows: each nibble looked up in the format's grid (kIq4Values) as a signed
+// byte w, the products taken as Q8_0's (|w| and x with w's sign), then 128 x the activations' sum
+// added: the block's integer is the sum of (w + 128) x, which the 512-bit kernel forms in one
+// dpbusd, and the floats follow Q4_0's recipe with the offset's term -128 d.
+template <class Dot, int N>
+void tile_iq4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  constexpr int kBlock = 144, kQ = 16;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  __m256 acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
+    __m256i sum[N];
+    for (int n = 0; n < N; ++n) sum[n] = Dot::zero();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = load_chunk(tile + kQ + 32 * k);
+      const __m256i lo = _mm256_shuffle_epi8(grid, _mm256_and_si256(q, low));
+      const __m256i hi = _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(q, 4), low));
+      const __m256i lo_abs = _mm256_sign_epi8(lo, lo), hi_abs = _mm256_sign_epi8(hi, hi);
+      for (int n = 0; n < N; ++n) {
+        const int8_t* xq = x[n * x_stride].q;
+        sum[n] = Dot::add(sum[n], lo_abs, _mm256_sign_epi8(chunk_of(xq, k), lo));
+        sum[n] = Dot::add(sum[n], hi_abs, _mm256_sign_epi8(chunk_of(xq, k + 4), hi));
+      }
+    }
+    const __m256 d = f16x8(tile);
+    const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(-128.0f), d);
+    for (int n = 0; n < N; ++n) {
+      const Q8Block& xn = x[n * x_stride];
+      const __m256i isum = _mm256_add_epi32(Dot::finish(sum[n]), _mm256_set1_epi32(128 * xn.qsum));
+      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), _mm256_cvtepi32_ps(isum), acc[n]);
+      acc[n] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xn.st), acc[n]);
+    }
+  }
+  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
+}
+
 template <class DotQ4, class DotQ8, int N>
 void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
   if (t == DType::Q4_0) tile_q4<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
   else if (t == DType::Q4_1) tile_q4<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::IQ4_NL) tile_iq4<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
   else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
 }
 

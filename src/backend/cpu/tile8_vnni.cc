@@ -1,4 +1,4 @@
-// The 8-row tile products with AVX-512 VNNI (vpdpbusd on 256-bit registers, and for two Q4 tiles at
+// The 8-row tile products with AVX-512 VNNI (vpdpbusd on 256-bit registers, and for two tiles at
 // once on 512-bit registers): each 4-byte group's products go straight into 32-bit lanes in one
 // instruction. The integer sums are the same as the
 // AVX2 kernel's (exact either way), so results are bit-identical on every machine. Compiled with
@@ -6,12 +6,15 @@
 #include <immintrin.h>
 
 // GCC 12's 512-bit intrinsics start from _mm512_undefined_*(), a self-initialised variable that
-// -Wmaybe-uninitialized reports once inlined here (a known false positive of that header).
+// -Wmaybe-uninitialized (-Wuninitialized for the broadcasts) reports once inlined here (a known
+// false positive of that header).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <cstring>
 
 #include "backend/cpu/tile8.h"
+#include "core/quant.h"
 
 namespace squeezekv::cpu {
 namespace {
@@ -39,10 +42,16 @@ __attribute__((always_inline)) inline __m512 f16_pair(const uint8_t* a, const ui
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(ha), hb, 1));
 }
 
-template <bool kQ41, int N>
+// kind: Q4_0, Q4_1, or IQ4_NL (each nibble looked up as its grid value + 128, an unsigned byte, so
+// one dpbusd forms the sum of (w + 128) x that tile_iq4 forms in two steps).
+template <DType kType, int N>
 void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  constexpr bool kQ41 = kType == DType::Q4_1, kIq4 = kType == DType::IQ4_NL;
   constexpr int kBlock = kQ41 ? 160 : 144, kQ = kQ41 ? 32 : 16;
   const __m512i low = _mm512_set1_epi8(0x0F);
+  alignas(16) uint8_t grid_u8[16];
+  for (int i = 0; i < 16; ++i) grid_u8[i] = static_cast<uint8_t>(kIq4Values[i] + 128);
+  const __m512i grid = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(grid_u8)));
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, ta += kBlock, tb += kBlock) {
@@ -51,7 +60,8 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m512i q = chunk_pair(ta + kQ + 32 * k, tb + kQ + 32 * k);
-      const __m512i lo = _mm512_and_si512(q, low), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+      __m512i lo = _mm512_and_si512(q, low), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+      if constexpr (kIq4) lo = _mm512_shuffle_epi8(grid, lo), hi = _mm512_shuffle_epi8(grid, hi);
       for (int n = 0; n < N; ++n) {
         const int8_t* xq = x[n * x_stride].q;
         int32_t f0, f1;
@@ -62,7 +72,7 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
       }
     }
     const __m512 d = f16_pair(ta, tb);
-    const __m512 mn = kQ41 ? f16_pair(ta + 16, tb + 16) : _mm512_mul_ps(_mm512_set1_ps(-8.0f), d);
+    const __m512 mn = kQ41 ? f16_pair(ta + 16, tb + 16) : _mm512_mul_ps(_mm512_set1_ps(kIq4 ? -128.0f : -8.0f), d);
     for (int n = 0; n < N; ++n) {
       const Q8Block& xn = x[n * x_stride];
       acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xn.d)), _mm512_cvtepi32_ps(sum[n]), acc[n]);
@@ -74,13 +84,47 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
 
 constexpr int kMinPairRows = 8;
 
-template <bool kQ41>
-void pairs_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
+// Q8_0 pairs: |w| once per chunk and x negated where w < 0 (a masked subtract: AVX-512 has no
+// vpsignb), so each lane's integer is tile_q8's sum of w x and the floats are tile_q8's.
+template <int N>
+void pair_q8(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  constexpr int kBlock = 272, kQ = 16;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < C / 32; ++b, ++x, ta += kBlock, tb += kBlock) {
+    __m512i sum[N];
+    for (int n = 0; n < N; ++n) sum[n] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m512i w = chunk_pair(ta + kQ + 32 * c, tb + kQ + 32 * c);
+      const __m512i wabs = _mm512_abs_epi8(w);
+      const __mmask64 neg = _mm512_movepi8_mask(w);
+      for (int n = 0; n < N; ++n) {
+        int32_t f;
+        std::memcpy(&f, x[n * x_stride].q + 4 * c, 4);
+        const __m512i xv = _mm512_set1_epi32(f);
+        sum[n] = _mm512_dpbusd_epi32(sum[n], wabs, _mm512_mask_sub_epi8(xv, neg, zero, xv));
+      }
+    }
+    const __m512 d = f16_pair(ta, tb);
+    for (int n = 0; n < N; ++n)
+      acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[n * x_stride].d)), _mm512_cvtepi32_ps(sum[n]), acc[n]);
+  }
+  for (int n = 0; n < N; ++n) _mm512_storeu_ps(out + n * out_stride, acc[n]);
+}
+
+template <DType kType>
+void pairs(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
               int64_t out_stride) {
   int i = 0;
-  for (; i + 8 <= n; i += 8) pair_q4<kQ41, 8>(ta, tb, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-  for (; i + 4 <= n; i += 4) pair_q4<kQ41, 4>(ta, tb, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-  for (; i < n; ++i) pair_q4<kQ41, 1>(ta, tb, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+  auto one = [&]<int N>(int i) {
+    if constexpr (kType == DType::Q8_0) pair_q8<N>(ta, tb, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+    else pair_q4<kType, N>(ta, tb, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+  };
+  for (; i + 8 <= n; i += 8) one.template operator()<8>(i);
+  for (; i + 4 <= n; i += 4) one.template operator()<4>(i);
+  for (; i < n; ++i) one.template operator()<1>(i);
 }
 
 }  // namespace
@@ -91,8 +135,15 @@ void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const
                     float* out, int64_t out_stride) {
   // a few rows (decode) are faster through the 256-bit kernel one tile at a time (seen on an AMD
   // EPYC: one row 20% slower in pairs); prompt chunks and batches of 8+ rows go in pairs
-  if (n >= kMinPairRows && t == DType::Q4_0) return pairs_q4<false>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
-  if (n >= kMinPairRows && t == DType::Q4_1) return pairs_q4<true>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
+  if (n >= kMinPairRows) {
+    switch (t) {
+      case DType::Q4_0: return pairs<DType::Q4_0>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
+      case DType::Q4_1: return pairs<DType::Q4_1>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
+      case DType::IQ4_NL: return pairs<DType::IQ4_NL>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
+      case DType::Q8_0: return pairs<DType::Q8_0>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
+      default: break;
+    }
+  }
   tile8_products<Dpbusd, Dpbusd, 8>(t, tile_a, x, x_stride, n, C, out, out_stride);
   tile8_products<Dpbusd, Dpbusd, 8>(t, tile_b, x, x_stride, n, C, out + 8, out_stride);
 }
