@@ -426,10 +426,11 @@ __device__ inline A pick(const A (&a)[N], int i) {  // a[i] without indexing par
   return v;
 }
 
-// A block's rows as two groups of kGemvBlockRows / 2 consecutive rows: group g starts at row
-// first[g] of part part[g]. Plain parts and adjacent rotation pairs (2d, 2d + 1): 8 rows in a row;
-// rotation halves: 4 dims (d..d+3) of one head and their partners (d + D/2 ..); SwiGLU: 4 rows of
-// the gate and the same 4 of the up. Block row i is row first[i / 4] + i % 4 of part part[i / 4].
+// A block's rows as two groups of kGemvBlockRows / 2 consecutive rows: group 0 starts at row
+// first0 of part part0, group 1 at first1 of part1. Plain parts and adjacent rotation pairs
+// (2d, 2d + 1): 8 rows in a row; rotation halves: 4 dims (d..d+3) of one head and their partners
+// (d + D/2 ..); SwiGLU: 4 rows of the gate and the same 4 of the up. Block row i < 4 is row
+// first0 + i of part0, row i >= 4 is first1 + i - 4 of part1.
 struct GemvRows {
   int part0, part1, first0, first1;
   __device__ int row(int i) const { return (i < kGemvBlockRows / 2 ? first0 : first1) + i % (kGemvBlockRows / 2); }
