@@ -1,8 +1,8 @@
 // The 8-row tile products with AVX-512 VNNI (vpdpbusd on 256-bit registers, and for two tiles at
 // once on 512-bit registers): each 4-byte group's products go straight into 32-bit lanes in one
-// instruction. The integer sums are the same as the
-// AVX2 kernel's (exact either way), so results are bit-identical on every machine. Compiled with
-// -mavx512vnni -mavx512vl -mavx512bw; called only where cpu_features().avx512vnni.
+// instruction. The integer sums are the same as the AVX2 kernel's (exact either way), so results
+// are bit-identical on every machine. Compiled with -mavx512vnni -mavx512vl -mavx512bw; called
+// only where cpu_features().avx512vnni.
 #include <immintrin.h>
 
 // GCC 12's 512-bit intrinsics start from _mm512_undefined_*(), a self-initialised variable that
@@ -114,13 +114,14 @@ void pair_q8(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
   for (int n = 0; n < N; ++n) _mm512_storeu_ps(out + n * out_stride, acc[n]);
 }
 
+// n activation rows over two tiles, in groups of 8, 4, then 1 (a row's sums do not depend on its group)
 template <DType kType>
 void pairs(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
-              int64_t out_stride) {
+           int64_t out_stride) {
   int i = 0;
-  auto one = [&]<int N>(int i) {
-    if constexpr (kType == DType::Q8_0) pair_q8<N>(ta, tb, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-    else pair_q4<kType, N>(ta, tb, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+  auto one = [&]<int N>(int at) {
+    if constexpr (kType == DType::Q8_0) pair_q8<N>(ta, tb, x + at * x_stride, x_stride, C, out + at * out_stride, out_stride);
+    else pair_q4<kType, N>(ta, tb, x + at * x_stride, x_stride, C, out + at * out_stride, out_stride);
   };
   for (; i + 8 <= n; i += 8) one.template operator()<8>(i);
   for (; i + 4 <= n; i += 4) one.template operator()<4>(i);
