@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include <array>
 #include <cstring>
 
 #include "backend/cpu/tile8.h"
@@ -42,6 +43,13 @@ __attribute__((always_inline)) inline __m512 f16_pair(const uint8_t* a, const ui
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(ha), hb, 1));
 }
 
+// IQ4_NL's grid + 128: the unsigned bytes vpdpbusd multiplies (built once, not per call).
+constexpr std::array<uint8_t, 16> kIq4Unsigned = [] {
+  std::array<uint8_t, 16> a{};
+  for (int i = 0; i < 16; ++i) a[i] = static_cast<uint8_t>(kIq4Values[i] + 128);
+  return a;
+}();
+
 // kind: Q4_0, Q4_1, or IQ4_NL (each nibble looked up as its grid value + 128, an unsigned byte, so
 // one dpbusd forms the sum of (w + 128) x that tile_iq4 forms in two steps).
 template <DType kType, int N>
@@ -49,9 +57,7 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
   constexpr bool kQ41 = kType == DType::Q4_1, kIq4 = kType == DType::IQ4_NL;
   constexpr int kBlock = kQ41 ? 160 : 144, kQ = kQ41 ? 32 : 16;
   const __m512i low = _mm512_set1_epi8(0x0F);
-  alignas(16) uint8_t grid_u8[16];
-  for (int i = 0; i < 16; ++i) grid_u8[i] = static_cast<uint8_t>(kIq4Values[i] + 128);
-  const __m512i grid = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(grid_u8)));
+  const __m512i grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Unsigned.data())));
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, ta += kBlock, tb += kBlock) {
