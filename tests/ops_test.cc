@@ -347,6 +347,54 @@ TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
   }
 }
 
+// Group tiles (prompt chunks over rows of every block type, 8-bit activations): the SIMD products
+// (256-bit 8 rows a pass, 512-bit 16 rows a pass) equal their scalar statement bit for bit, stay
+// within the activations' rounding of the exact products, and a row's result does not depend on
+// the rows beside it (the chunk it came in, the pass it took).
+TEST(Group16, ProductsKeepOneOrderAndTheRoundingBound) {
+  if (!cpu::has_group16(DType::Q4_K)) GTEST_SKIP() << "a build without the AVX2 unpacking";
+  std::mt19937 rng(53);
+  std::normal_distribution<float> nd;
+  for (DType t : kBlockTypes) {
+    const int64_t C = dtype_info(t).block_values == 256 ? 512 : 96, R = 24;  // 16 rows, then 8
+    auto data = random_rows(t, R, C, rng);
+    const WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
+    std::vector<uint8_t> g(static_cast<size_t>(C / 32) * cpu::kGroupBytes);
+    std::vector<float> row(C);
+    for (int n : {1, 3, 4, 5, 8, 9, 13}) {
+      std::vector<float> x(n * C), simd(n * 16), scalar(n * 16), one(16);
+      for (auto& v : x) v = nd(rng) * (1.0f + 4.0f * (rng() % 9 == 0));
+      std::vector<cpu::Q8Block> xq(n * (C / 32));
+      for (int i = 0; i < n; ++i) cpu::quantize_q8(xq.data() + i * (C / 32), x.data() + i * C, C);
+      for (int64_t r0 = 0; r0 < R; r0 += 16) {
+        const int rows = static_cast<int>(std::min<int64_t>(16, R - r0));
+        const cpu::GroupKind kind = cpu::make_group16(t, w.row(r0), w.row_bytes, rows, C, g.data());
+        cpu::dot_q8_group16(kind, g.data(), rows, xq.data(), C / 32, n, C, simd.data(), 16);
+        cpu::ref::dot_q8_group16(kind, g.data(), rows, xq.data(), C / 32, n, C, scalar.data(), 16);
+        for (int i = 0; i < n; ++i) {
+          ASSERT_EQ(0, std::memcmp(simd.data() + i * 16, scalar.data() + i * 16, rows * sizeof(float)))
+              << dtype_info(t).name << " n=" << n << " rows=" << rows;
+          cpu::dot_q8_group16(kind, g.data(), rows, xq.data() + i * (C / 32), C / 32, 1, C, one.data(), 16);
+          ASSERT_EQ(0, std::memcmp(one.data(), simd.data() + i * 16, rows * sizeof(float))) << "row " << i << " of " << n;
+          for (int r = 0; r < rows; ++r) {
+            const float exact = cpu::ref::dot_q8(t, w.row(r0 + r), xq.data() + i * (C / 32), C);
+            dequantize_row(t, w.row(r0 + r), row.data(), C);
+            double mag = 0.0;
+            for (int64_t c = 0; c < C; ++c) mag += std::fabs(double(row[c]) * x[i * C + c]);
+            ASSERT_NEAR(simd[i * 16 + r], exact, 2e-6 * (1.0 + mag)) << dtype_info(t).name << " row " << r0 + r;
+          }
+        }
+      }
+    }
+    // through matmul: a prompt chunk's rows equal the same rows in a longer chunk
+    std::vector<float> x(20 * C), a(20 * R), b(7 * R);
+    for (auto& v : x) v = nd(rng);
+    cpu::matmul(a.data(), x.data(), w, 20, nullptr, cpu::Activations::kInt8, cpu::RowMode::kChunk);
+    cpu::matmul(b.data(), x.data(), w, 7, nullptr, cpu::Activations::kInt8, cpu::RowMode::kChunk);
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), b.size() * sizeof(float))) << dtype_info(t).name;
+  }
+}
+
 TEST(Quant, FastDequantizationWithinOneRounding) {
   std::mt19937 rng(41);
   for (DType t : kBlockTypes) {

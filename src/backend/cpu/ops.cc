@@ -263,7 +263,7 @@ namespace {
 
 // How one matrix of a matmul_parts call is multiplied (decided once per call).
 struct PartPlan {
-  bool int8 = false, tiled = false, fused = false;
+  bool int8 = false, tiled = false, fused = false, grouped = false;
   int64_t block = kRowBlock, n_blocks = 0;
 };
 
@@ -273,7 +273,15 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
   const WeightMatrix& w = *p.w;
   float* out = p.out;
   const int64_t R = w.rows, C = w.cols;
-  if (plan.int8 && plan.tiled) {  // 8-row tiles (two at a time where they come in pairs): each block read once for all T rows
+  if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
+    thread_local std::vector<uint8_t> group_buf;  // grown once
+    group_buf.resize(static_cast<size_t>(C / 32) * kGroupBytes);
+    for (int64_t i = 0; i < nr; i += kGroupRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kGroupRows, nr - i));
+      const GroupKind kind = make_group16(w.type, w.row(r0 + i), w.row_bytes, rows, C, group_buf.data());
+      dot_q8_group16(kind, group_buf.data(), rows, xq, C / 32, static_cast<int>(T), C, out + r0 + i, R);
+    }
+  } else if (plan.int8 && plan.tiled) {  // 8-row tiles (two at a time where they come in pairs): each block read once for all T rows
     int64_t i = 0;
     for (; i + 16 <= nr; i += 16)
       dot_q8_tile8x2(w.type, tile8_at(w, (r0 + i) / 8), tile8_at(w, (r0 + i) / 8 + 1), xq, C / 32, static_cast<int>(T), C,
@@ -341,11 +349,14 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
     p.tiled = w.layout == WeightLayout::kTiles8;  // blocks of rows are multiples of 8
     // prompt chunks over 8-row tiles take the integer products too (VNNI: 1.6x the f32 tiles)
     p.int8 = (decode || p.tiled) && act == Activations::kInt8 && has_q8_dot(w.type);
+    // prompt chunks over rows of a block type (no tiles): group tiles unpacked per chunk
+    p.grouped = !decode && !p.tiled && act == Activations::kInt8 && has_group16(w.type) && w.rows % 8 == 0;
+    p.int8 = p.int8 || p.grouped;
     p.fused = p.int8;
 #if SQUEEZEKV_AVX2
     p.fused = p.fused || (decode && has_fused_dot(w.type) && !p.tiled);
 #endif
-    p.block = !decode && wide_blocks(T) ? kWideBlock : kRowBlock;
+    p.block = !decode && wide_blocks(T) && !p.grouped ? kWideBlock : kRowBlock;
     p.n_blocks = (w.rows + p.block - 1) / p.block;
     first_block[i + 1] = first_block[i] + p.n_blocks;
     any_int8 = any_int8 || p.int8;

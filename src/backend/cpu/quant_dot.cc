@@ -8,7 +8,9 @@
 #include <cmath>
 
 #include "backend/cpu/simd.h"
+#include "backend/cpu/tile8.h"
 #include "core/quant.h"
+#include "squeezekv/error.h"
 
 namespace squeezekv::cpu {
 
@@ -317,6 +319,46 @@ void dequantize_t(const uint8_t* row, float* dst, int64_t n) {
   }
 }
 
+// Group tiles (tile8.h): each row's groups through the same unpacking as the decode products,
+// the bytes scattered as 4-byte chunks beside the other rows'; the block scales decoded once per
+// row and block.
+template <DType T>
+GroupKind make_group16_t(const uint8_t* rows, int64_t stride, int n, int64_t C, uint8_t* dst) {
+  constexpr int kValues = dtype_info(T).block_values;
+  const int bytes = dtype_info(T).block_bytes;
+  std::memset(dst, 0, static_cast<size_t>(C / 32) * kGroupBytes);
+  Group w;
+  Scales s;
+  alignas(32) uint32_t chunks[8];
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* row = rows + r * stride;
+    uint8_t* g8 = dst;
+    for (int64_t b = 0; b < C / kValues; ++b) {
+      const uint8_t* blk = row + b * bytes;
+      block_scales<T>(blk, s);
+      for (int g = 0; g < kValues / 32; ++g, g8 += kGroupBytes) {
+        unpack<T>(blk, g, s, w);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(chunks), w.q);
+        uint32_t* q = reinterpret_cast<uint32_t*>(g8);
+        for (int k = 0; k < 8; ++k) q[k * kGroupRows + r] = chunks[k];
+        float* sc = reinterpret_cast<float*>(g8 + 8 * kGroupRows * 4);
+        float* mn = sc + 2 * kGroupRows;
+        sc[r] = w.sc[0], sc[kGroupRows + r] = w.sc[1];
+        mn[r] = w.mn[0], mn[kGroupRows + r] = w.mn[1];
+      }
+    }
+  }
+  return {Unpack<T>::kSigned, kUniform<T>};
+}
+
+using GroupFn = GroupKind (*)(const uint8_t*, int64_t, int, int64_t, uint8_t*);
+constexpr GroupFn kGroup16[kDTypeCount] = {
+    nullptr, nullptr, nullptr,
+    make_group16_t<DType::Q8_0>, make_group16_t<DType::Q4_0>, make_group16_t<DType::Q4_1>, make_group16_t<DType::Q5_0>,
+    make_group16_t<DType::Q5_1>, make_group16_t<DType::Q2_K>, make_group16_t<DType::Q3_K>, make_group16_t<DType::Q4_K>,
+    make_group16_t<DType::Q5_K>, make_group16_t<DType::Q6_K>, make_group16_t<DType::IQ4_NL>, make_group16_t<DType::IQ4_XS>,
+};
+
 using DotFn = float (*)(const uint8_t*, const Q8Block*, int64_t);
 constexpr DotFn kDots[kDTypeCount] = {
     nullptr, nullptr, nullptr,
@@ -380,6 +422,12 @@ void quantize_q8(Q8Block* out, const float* x, int64_t C) {
   }
 }
 
+bool has_group16(DType t) { return has_q8_dot(t); }
+
+GroupKind make_group16(DType t, const uint8_t* rows, int64_t stride, int n, int64_t C, uint8_t* dst) {
+  return kGroup16[static_cast<int>(t)](rows, stride, n, C, dst);
+}
+
 float dot_q8(DType t, const uint8_t* row, const Q8Block* x, int64_t C) { return kDots[static_cast<int>(t)](row, x, C); }
 
 void dot_q8_rows(DType t, const uint8_t* row, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
@@ -388,6 +436,9 @@ void dot_q8_rows(DType t, const uint8_t* row, const Q8Block* x, int64_t x_stride
 }
 
 #else
+
+bool has_group16(DType) { return false; }
+GroupKind make_group16(DType, const uint8_t*, int64_t, int, int64_t, uint8_t*) { throw Error("make_group16: needs the AVX2 build"); }
 
 void dequantize_row_fast(DType t, const uint8_t* row, float* dst, int64_t n) { dequantize_row(t, row, dst, n); }
 void quantize_q8(Q8Block* out, const float* x, int64_t C) { ref::quantize_q8(out, x, C); }

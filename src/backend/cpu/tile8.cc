@@ -123,6 +123,36 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
   }
 }
 
+void dot_q8_group16(GroupKind kind, const uint8_t* g, int rows, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride) {
+  for (int i = 0; i < n; ++i) {
+    const Q8Block* xi = x + i * x_stride;
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < C / 32; ++b) {
+        const uint8_t* gb = g + b * kGroupBytes;
+        const float* sc = reinterpret_cast<const float*>(gb + 8 * 4 * kGroupRows);
+        int32_t isum[2] = {0, 0};
+        for (int v = 0; v < 32; ++v) {
+          const uint8_t byte = gb[((v / 4) * kGroupRows + r) * 4 + v % 4];
+          const int w = kind.is_signed ? static_cast<int8_t>(byte) : byte;
+          isum[kind.uniform ? 0 : v / 16] += w * xi[b].q[v];
+        }
+        const float dx = xi[b].d;
+        acc = std::fma(sc[r] * dx, static_cast<float>(isum[0]), acc);
+        if (kind.uniform) {
+          acc = std::fma(sc[2 * kGroupRows + r], xi[b].st, acc);
+        } else {
+          acc = std::fma(sc[kGroupRows + r] * dx, static_cast<float>(isum[1]), acc);
+          acc = std::fma(sc[2 * kGroupRows + r], xi[b].s[0], acc);
+          acc = std::fma(sc[3 * kGroupRows + r], xi[b].s[1], acc);
+        }
+      }
+      out[i * out_stride + r] = acc;
+    }
+  }
+}
+
 }  // namespace ref
 
 #if SQUEEZEKV_AVX2
@@ -163,6 +193,15 @@ void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const
   dot_q8_tile8(t, tile_b, x, x_stride, n, C, out + 8, out_stride);
 }
 
+void dot_q8_group16(GroupKind kind, const uint8_t* g, int rows, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride) {
+#if SQUEEZEKV_VNNI_KERNEL
+  if (cpu_features().avx512vnni) return vnni::dot_q8_group16(kind, g, rows, x, x_stride, n, C, out, out_stride);
+#endif
+  for (int half = 0; half < rows / 8; ++half)
+    group8_products<MaddubsQ8, 4>(kind, g, half, x, x_stride, n, C, out + 8 * half, out_stride);
+}
+
 #else
 
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
@@ -174,6 +213,11 @@ void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const
                     float* out, int64_t out_stride) {
   ref::dot_q8_tile8(t, tile_a, x, x_stride, n, C, out, out_stride);
   ref::dot_q8_tile8(t, tile_b, x, x_stride, n, C, out + 8, out_stride);
+}
+
+void dot_q8_group16(GroupKind kind, const uint8_t* g, int rows, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride) {
+  ref::dot_q8_group16(kind, g, rows, x, x_stride, n, C, out, out_stride);
 }
 
 #endif

@@ -43,6 +43,34 @@ void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const
 // The tile's 8 rows into dst[8][C]: exact (as dequantize_row) or fast (as dequantize_row_fast).
 void dequantize_tile8(DType t, const uint8_t* tile, int64_t C, float* dst, bool fast);
 
+// Prompt chunks over block types stored as rows (Q5_0, Q5_1, the K formats, IQ4_XS: no 8-row
+// tiles) take integer products too: 16 rows at a time are unpacked once per chunk into a group
+// tile (a per-thread buffer; the file's rows stay as they are, so decode reads what it reads now).
+// Per 32 columns a group tile holds q[k][16 rows][4]: bytes 4k..4k+3 of each row's unpacked group
+// (quant_dot.h's unpacking: unsigned bytes with the format's constant offset moved into the
+// offsets, or signed for Q8_0/IQ4), then per half of 16 values the rows' f32 scales sc[2][16] and
+// offsets mn[2][16], so that value = sc * q + mn. Products per (weight row, activation row), in
+// one fixed order in every kernel (256 or 512 bits, 8 or 16 rows a pass, any batch): per group the
+// exact integer sums i0, i1 of each half's 16 products (one sum i of all 32 where the halves share
+// their scale and offset), then acc = fma(sc0 * d_x, i0, acc), acc = fma(sc1 * d_x, i1, acc),
+// acc = fma(mn0, s0_x, acc), acc = fma(mn1, s1_x, acc) (uniform: fma(sc0 * d_x, i, acc), then
+// fma(mn0, st_x, acc)), group after group.
+constexpr int kGroupRows = 16;
+constexpr int kGroupBytes = 8 * kGroupRows * 4 + 2 * 2 * kGroupRows * 4;  // q, sc, mn of 32 columns
+struct GroupKind {
+  bool is_signed = false;  // q holds signed bytes (Q8_0, IQ4_NL, IQ4_XS)
+  bool uniform = false;    // the halves share their scale and offset
+};
+// Whether prompt chunks over rows of type t can take group tiles (the build's SIMD unpacking).
+bool has_group16(DType t);
+// rows (n <= 16 rows of C values of type t, `stride` bytes apart) -> dst (C / 32 * kGroupBytes);
+// rows n..15 are zero. Defined with the unpacking, in quant_dot.cc.
+GroupKind make_group16(DType t, const uint8_t* rows, int64_t stride, int n, int64_t C, uint8_t* dst);
+// out[i * out_stride + r] = row r of the group tile . (x + i * x_stride), r < rows (8 or 16), for
+// n activation rows.
+void dot_q8_group16(GroupKind kind, const uint8_t* g, int rows, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride);
+
 namespace vnni {
 // The same products with AVX-512 VNNI (tile8_vnni.cc); dot_q8_tile8 calls it where
 // cpu_features().avx512vnni (SQUEEZEKV_CPU=avx2 turns it off).
@@ -50,12 +78,16 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
                   int64_t out_stride);
 void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const Q8Block* x, int64_t x_stride, int n, int64_t C,
                     float* out, int64_t out_stride);
+void dot_q8_group16(GroupKind kind, const uint8_t* g, int rows, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride);
 }  // namespace vnni
 
 namespace ref {
 // The same products in scalar code, with the same operations in the same order (bit-identical).
 void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                   int64_t out_stride);
+void dot_q8_group16(GroupKind kind, const uint8_t* g, int rows, const Q8Block* x, int64_t x_stride, int n, int64_t C,
+                    float* out, int64_t out_stride);
 }  // namespace ref
 
 }  // namespace squeezekv::cpu

@@ -123,6 +123,66 @@ void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, in
   else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
 }
 
+// Group tiles (tile8.h), rows [8 half, 8 half + 8) of the 16, N activation rows. Signed bytes
+// take Q8_0's sign trick; the halves' integer sums are kept apart unless the halves share their
+// scale and offset.
+template <class Dot, bool kSigned, bool kUniform, int N>
+void group_n(const uint8_t* g, int half, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  __m256 acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < C / 32; ++b, ++x, g += kGroupBytes) {
+    __m256i s0[N], s1[N];
+    for (int n = 0; n < N; ++n) s0[n] = s1[n] = Dot::zero();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = load_chunk(g + k * 4 * kGroupRows + 32 * half);
+      const __m256i wu = kSigned ? _mm256_sign_epi8(w, w) : w;
+      for (int n = 0; n < N; ++n) {
+        __m256i xc = chunk_of(x[n * x_stride].q, k);
+        if constexpr (kSigned) xc = _mm256_sign_epi8(xc, w);
+        if (kUniform || k < 4) s0[n] = Dot::add(s0[n], wu, xc);
+        else s1[n] = Dot::add(s1[n], wu, xc);
+      }
+    }
+    const float* sc = reinterpret_cast<const float*>(g + 8 * 4 * kGroupRows) + 8 * half;
+    const __m256 sc0 = _mm256_loadu_ps(sc), sc1 = _mm256_loadu_ps(sc + kGroupRows);
+    const __m256 mn0 = _mm256_loadu_ps(sc + 2 * kGroupRows), mn1 = _mm256_loadu_ps(sc + 3 * kGroupRows);
+    for (int n = 0; n < N; ++n) {
+      const Q8Block& xn = x[n * x_stride];
+      const __m256 dx = _mm256_set1_ps(xn.d);
+      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(sc0, dx), _mm256_cvtepi32_ps(Dot::finish(s0[n])), acc[n]);
+      if constexpr (kUniform) {
+        acc[n] = _mm256_fmadd_ps(mn0, _mm256_set1_ps(xn.st), acc[n]);
+      } else {
+        acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(sc1, dx), _mm256_cvtepi32_ps(Dot::finish(s1[n])), acc[n]);
+        acc[n] = _mm256_fmadd_ps(mn0, _mm256_set1_ps(xn.s[0]), acc[n]);
+        acc[n] = _mm256_fmadd_ps(mn1, _mm256_set1_ps(xn.s[1]), acc[n]);
+      }
+    }
+  }
+  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
+}
+
+// n activation rows of 8 rows of a group tile, in groups of up to kMaxN.
+template <class Dot, bool kSigned, bool kUniform, int kMaxN>
+void group_rows(const uint8_t* g, int half, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out, int64_t out_stride) {
+  int i = 0;
+  auto one = [&]<int N>(int at) { group_n<Dot, kSigned, kUniform, N>(g, half, x + at * x_stride, x_stride, C, out + at * out_stride, out_stride); };
+  if constexpr (kMaxN == 8)
+    for (; i + 8 <= n; i += 8) one.template operator()<8>(i);
+  for (; i + 4 <= n; i += 4) one.template operator()<4>(i);
+  for (; i < n; ++i) one.template operator()<1>(i);
+}
+
+template <class Dot, int kMaxN>
+void group8_products(GroupKind kind, const uint8_t* g, int half, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
+                     int64_t out_stride) {
+  if (kind.is_signed && kind.uniform) group_rows<Dot, true, true, kMaxN>(g, half, x, x_stride, n, C, out, out_stride);
+  else if (kind.is_signed) group_rows<Dot, true, false, kMaxN>(g, half, x, x_stride, n, C, out, out_stride);
+  else if (kind.uniform) group_rows<Dot, false, true, kMaxN>(g, half, x, x_stride, n, C, out, out_stride);
+  else group_rows<Dot, false, false, kMaxN>(g, half, x, x_stride, n, C, out, out_stride);
+}
+
 // n activation rows in groups of up to kMaxN (each weight chunk unpacked once per group): 4 with
 // AVX2's 16 vector registers, 8 with AVX-512's 32. A row's sums do not depend on its group.
 template <class DotQ4, class DotQ8, int kMaxN = 4>
