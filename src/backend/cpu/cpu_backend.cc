@@ -95,13 +95,24 @@ class CpuBackend final : public Backend {
     cpu::matmul(out, x, w, T, bias, act, RowMode::kIndependent);
   }
   void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) override {
+    use_threads();
     cpu::rmsnorm(out, x, w, T, E, eps);
   }
   void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq, RopePairing pairing) override {
+    use_threads();
     cpu::rope(x, pos, T, n_heads, D, inv_freq, pairing);
   }
-  void silu_mul(float* gate, const float* up, int64_t n) override { cpu::silu_mul(gate, up, n); }
+  void silu_mul(float* gate, const float* up, int64_t n) override {
+    use_threads();
+    cpu::silu_mul(gate, up, n);
+  }
   void add(float* x, const float* y, int64_t n) override {
+    if (n < (int64_t{1} << 16)) {  // decode rows: a parallel region would cost more than the adds
+      for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+      return;
+    }
+    use_threads();
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
   }
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,

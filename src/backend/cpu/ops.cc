@@ -78,6 +78,21 @@ float dot(const float* a, const float* b, int64_t n) {
 namespace {
 
 constexpr int64_t kRowBlock = 16;  // weight rows dequantized together, reused across all T
+// Row-wise steps of a prompt chunk (activation rounding, RMSNorm, RoPE) run on every thread from
+// this many rows (each row as alone: results do not depend on the threads); decode rows and
+// small batches stay on the calling thread, where a parallel region costs more than it saves.
+// (A parallel region that its `if` turns off still costs about a microsecond in libgomp, which a
+// decode step pays ~200 times: the serial case is a plain loop.)
+constexpr int64_t kParallelRows = 16;
+template <class F>
+void for_rows(int64_t n, bool parallel, F&& f) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) f(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) f(i);
+  }
+}
 
 // Per-thread dequantization buffer, grown once and reused (no allocation in steady state).
 float* row_buffer(size_t floats) {
@@ -366,7 +381,8 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
   if (any_int8) {  // one rounding of x for every part
     thread_local std::vector<Q8Block> xq_buf;  // grown once
     xq_buf.resize(static_cast<size_t>(T * (C / 32)));
-    for (int64_t t = 0; t < T; ++t) quantize_q8(xq_buf.data() + t * (C / 32), x + t * C, C);
+    Q8Block* const xq_rows = xq_buf.data();
+    for_rows(T, T >= kParallelRows, [&](int64_t t) { quantize_q8(xq_rows + t * (C / 32), x + t * C, C); });
     xq = xq_buf.data();
   }
   const int64_t total = first_block[n];
@@ -386,22 +402,22 @@ void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const 
 }
 
 void rmsnorm(float* out, const float* x, const float* w, int64_t T, int64_t E, float eps) {
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(T, T >= kParallelRows, [&](int64_t t) {
     const float* xt = x + t * E;
     float* ot = out + t * E;
     float ss = 0.0f;
     for (int64_t i = 0; i < E; ++i) ss += xt[i] * xt[i];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(E) + eps);
     for (int64_t i = 0; i < E; ++i) ot[i] = w[i] * (xt[i] * inv);
-  }
+  });
 }
 
 void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq,
           RopePairing pairing) {
   const int half = D / 2;
-  thread_local std::vector<float> cs;
-  cs.resize(static_cast<size_t>(D));
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(T, T >= kParallelRows, [&](int64_t t) {
+    thread_local std::vector<float> cs;  // each thread's, grown once
+    cs.resize(static_cast<size_t>(D));
     for (int i = 0; i < half; ++i) {
       const float a = static_cast<float>(pos[t]) * inv_freq[i];
       cs[2 * i] = std::cos(a);
@@ -418,10 +434,12 @@ void rope(float* x, const int32_t* pos, int64_t T, int n_heads, int D, const flo
         v[i1] = b * c + a * s;
       }
     }
-  }
+  });
 }
 
-void silu_mul(float* gate, const float* up, int64_t n) {
+namespace {
+
+void silu_mul_serial(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
 #if SQUEEZEKV_AVX2
   // silu(g) = g * sigmoid(g); with e = exp(-|g|) (never overflows), sigmoid is 1 / (1 + e) for
@@ -439,6 +457,17 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+}  // namespace
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  // prompt chunks in pieces of kSiluPiece values (a multiple of 8: every value takes the path,
+  // vector or tail, it takes in one call)
+  constexpr int64_t kSiluPiece = 8192;
+  const int64_t pieces = (n + kSiluPiece - 1) / kSiluPiece;
+  for_rows(pieces, pieces >= 4,
+           [&](int64_t i) { silu_mul_serial(gate + i * kSiluPiece, up + i * kSiluPiece, std::min(kSiluPiece, n - i * kSiluPiece)); });
 }
 
 }  // namespace squeezekv::cpu
