@@ -33,13 +33,15 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.f32_weights = o.f32_device_weights;
   co.graphs = o.cuda_graphs;
   // for measurements: SQUEEZEKV_CUDA_PDL=0 launches every kernel after the previous one has finished,
-  // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel
+  // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_FUSE_KV=0
+  // writes a decode step's KV row with its own kernel
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
   };
   co.pdl = !off("SQUEEZEKV_CUDA_PDL");
   co.mma_attention = !off("SQUEEZEKV_CUDA_MMA");
+  co.fuse_kv_write = !off("SQUEEZEKV_CUDA_FUSE_KV");
   return make_cuda_backend(co);
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "

@@ -83,12 +83,27 @@ class Launcher {
     recs_.push_back(r);
   }
 
+  // The launch recorded last, taken back if it was recorded by launch_tagged(tag, ...) and nothing
+  // came after it: its work is then the caller's to do (a later kernel does it on the way).
+  template <class... P>
+  void launch_tagged(const void* tag, void (*fn)(P...), dim3 grid, dim3 block, size_t smem, typename Same<P>::type... args) {
+    const Undo u{recs_.size(), arg_off_.size(), sig_.size()};
+    launch(fn, grid, block, smem, args...);
+    tag_ = tag, undo_ = u;
+  }
+  bool take_back(const void* tag) {
+    if (tag_ != tag || recs_.size() != undo_.recs + 1) return false;
+    recs_.resize(undo_.recs), arg_off_.resize(undo_.args), sig_.resize(undo_.sig);
+    tag_ = nullptr;
+    return true;
+  }
+
   // Issues what was recorded (in order, on the stream; does not wait for the device).
   void flush() {
     if (recs_.empty()) return;
     struct Clear {
       Launcher* l;
-      ~Clear() { l->recs_.clear(), l->arg_off_.clear(), l->sig_.clear(); }
+      ~Clear() { l->recs_.clear(), l->arg_off_.clear(), l->sig_.clear(), l->tag_ = nullptr; }
     } clear{this};
     if (!graphs_on_ || recs_.size() < kMinGraphLaunches) return issue();
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the record's 8-byte words (the tail zero-padded)
@@ -175,6 +190,11 @@ class Launcher {
     check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   }
 
+  struct Undo {
+    size_t recs, args, sig;
+  };
+  const void* tag_ = nullptr;  // launch_tagged's, while its launch is the last recorded
+  Undo undo_{};
   bool graphs_on_, pdl_;
   cudaStream_t stream_ = nullptr;
   std::vector<Rec> recs_;
@@ -1062,10 +1082,24 @@ __host__ __device__ constexpr size_t dec_smem_bytes(int row_bytes) {
   return static_cast<size_t>(kDecStages) * (2 * kDecTileBytes + dec_tile_keys(row_bytes) * sizeof(int32_t));
 }
 
+// The decode step's new row (what k_kv_write would write for T = 1 at slot N - 1, N read on the
+// device), written by the decode attention itself when its kv_write was the launch just before
+// (CudaBackend::attention_decode): k, v [G][D] f32; null k: nothing to write.
+struct KvRowWrite {
+  void* K = nullptr;             // the view's K, V, positions (writable) and the mass [G][cap]
+  void* V = nullptr;
+  int32_t* P = nullptr;
+  float* M = nullptr;
+  const float* k = nullptr;      // [G][D]
+  const float* v = nullptr;      // [G][D]
+  const int32_t* pos = nullptr;  // [1]
+};
+
 // GMAX: the most query heads per kv head this instantiation serves (a.grp <= GMAX).
 template <typename KT, int LPK, int GMAX>
 __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
-                                                                 const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
+                                                                 const float* q, const int32_t* q_pos, KvView kv, AttnShape a,
+                                                                 KvRowWrite w) {
   pdl_enter();
   constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
   constexpr int D = LPK * EPV;
@@ -1089,6 +1123,23 @@ __global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, floa
   const unsigned char* Vg = static_cast<const unsigned char*>(kv.v) + static_cast<size_t>(g) * kv.capacity * ROW;
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
   const int n_tiles = (end - begin + TILE - 1) / TILE;
+  if (w.k != nullptr && end == kr.N) {  // this split holds the new row: it goes in first
+    const size_t slot = static_cast<size_t>(g) * kv.capacity + kr.N - 1;
+    KT* K = static_cast<KT*>(w.K);
+    KT* V = static_cast<KT*>(w.V);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      if constexpr (sizeof(KT) == 2) {
+        K[slot * D + d] = __float2half_rn(w.k[g * D + d]);
+        V[slot * D + d] = __float2half_rn(w.v[g * D + d]);
+      } else {
+        K[slot * D + d] = w.k[g * D + d];
+        V[slot * D + d] = w.v[g * D + d];
+      }
+    }
+    if (threadIdx.x == 0) w.P[slot] = w.pos[0], w.M[slot] = 0.0f;
+    __threadfence_block();
+    __syncthreads();  // the block's copies below read the row
+  }
   // issues the copies of tile t (rows past `end` are not copied; their slots are never read)
   auto issue = [&](int t) {
     if (t < n_tiles) {
@@ -1263,7 +1314,7 @@ __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const fl
 
 template <typename KT, int LPK, int GMAX>
 void launch_decode_one(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
-                       const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
+                       const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   constexpr size_t smem = dec_smem_bytes(LPK * 16);
   static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
   if (!attribute_set) {
@@ -1271,17 +1322,17 @@ void launch_decode_one(Launcher& L, dim3 grid, float* out, float* ml, float* par
           "decode attention smem");
     attribute_set = true;
   }
-  L.launch(k_attn_decode<KT, LPK, GMAX>, grid, kDecWarps * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a);
+  L.launch(k_attn_decode<KT, LPK, GMAX>, grid, kDecWarps * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
 }
 
 template <typename KT, int GMAX>
 void launch_decode(Launcher& L, int lpk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
-                   const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
+                   const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   switch (lpk) {
-    case 4: launch_decode_one<KT, 4, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
-    case 8: launch_decode_one<KT, 8, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
-    case 16: launch_decode_one<KT, 16, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
-    default: launch_decode_one<KT, 32, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a); break;
+    case 4: launch_decode_one<KT, 4, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 8: launch_decode_one<KT, 8, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 16: launch_decode_one<KT, 16, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    default: launch_decode_one<KT, 32, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
   }
 }
 
@@ -1329,16 +1380,40 @@ __device__ inline unsigned long long evict_key(float m, int32_t p) {
   return (static_cast<unsigned long long>(b) << 32) | ~(static_cast<uint32_t>(p) ^ 0x80000000u);
 }
 
-// grid G, block kEvictThreads: per head the least-mass slot among positions [keep_below, keep_from)
-// (ties: the newer position goes), then row count - 1 into its hole (cpu_backend.cc's loop, in
-// parallel).
+// One layer's eviction (CudaBackend::kv_evict_one): its arrays, sizes and the protected positions.
+struct EvictOne {
+  uint32_t* K;
+  uint32_t* V;
+  int32_t* P;
+  float* M;
+  const int32_t* newest;  // the newest position on the device (keep_from = *newest - n_recent + 1), or null
+  size_t row_words;
+  int cap, count, keep_below, keep_from, n_recent, pad_;
+};
+// The evictions of consecutive layers at the end of a decode step, one launch for all of them.
+constexpr int kEvictBatch = 32;
+struct EvictBatch {
+  EvictOne e[kEvictBatch];
+  int n;
+  int pad_;
+};
+static_assert(sizeof(EvictOne) == 6 * 8 + 6 * 4 && sizeof(EvictBatch) == kEvictBatch * sizeof(EvictOne) + 8,
+              "EvictBatch: no padding (a recorded kernel argument)");
+
+// grid (G, layers), block kEvictThreads: per layer and head the least-mass slot among positions
+// [keep_below, keep_from) (ties: the newer position goes), then row count - 1 into its hole
+// (cpu_backend.cc's loop, in parallel).
 constexpr int kEvictThreads = 256;
-__global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, int cap,
-                                                                int count, int32_t keep_below, int32_t keep_from, const int32_t* newest,
-                                                                int n_recent) {
+__global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const __grid_constant__ EvictBatch b) {
   pdl_enter();
-  if (newest != nullptr) keep_from = *newest - n_recent + 1;
-  const size_t base = static_cast<size_t>(blockIdx.x) * cap;
+  const EvictOne& e = b.e[blockIdx.y];
+  uint32_t *K = e.K, *V = e.V;
+  int32_t* P = e.P;
+  float* M = e.M;
+  const size_t row_words = e.row_words;
+  const int count = e.count;
+  const int32_t keep_below = e.keep_below, keep_from = e.newest != nullptr ? *e.newest - e.n_recent + 1 : e.keep_from;
+  const size_t base = static_cast<size_t>(blockIdx.x) * e.cap;
   const int32_t* pos = P + base;
   const float* m = M + base;
   // each thread's least key over its rows (loads independent of each other), then the warp's
@@ -1668,10 +1743,15 @@ class CudaBackend final : public Backend {
     const dim3 grid(G, grid_splits);
     float *pa = part_acc_->as<float>(), *pm = part_ml_->as<float>(), *ml = ml_->as<float>();
     const bool f16 = kv.type == KvType::kF16;
-    if (f16 && gmax == 4) launch_decode<__half, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
-    else if (f16) launch_decode<__half, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
-    else if (gmax == 4) launch_decode<float, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
-    else launch_decode<float, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a);
+    // this layer's new row, if its k_kv_write was the launch just before: written by the split
+    // that holds it, one launch fewer a layer
+    KvRowWrite w;
+    if (pending_row_.k != nullptr && pending_row_.K == kv.k && dev_n && L.take_back(&pending_row_)) w = pending_row_;
+    pending_row_ = KvRowWrite{};
+    if (f16 && gmax == 4) launch_decode<__half, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    else if (f16) launch_decode<__half, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    else if (gmax == 4) launch_decode<float, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    else launch_decode<float, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
     if (!a.direct)
       L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml, static_cast<const float*>(pa),
                static_cast<const float*>(pm), static_cast<int>(rows), kv, a);
@@ -1688,8 +1768,16 @@ class CudaBackend final : public Backend {
                     int n_recent) override {
     if (newest_dev != nullptr) keep_from = 0;  // the kernel reads it (the arguments stay the same from step to step)
     else n_recent = 0;
-    launcher_->launch(k_kv_evict_one, static_cast<unsigned>(a.G), kEvictThreads, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v),
-                      a.pos, a.mass, a.row_bytes() / 4, a.capacity, count, keep_below, keep_from, newest_dev, n_recent);
+    const EvictOne e{static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass, newest_dev, a.row_bytes() / 4,
+                     a.capacity, count, keep_below, keep_from, n_recent, 0};
+    // the layers' evictions at the end of a step come one after another: while the last launch
+    // is this kind's, it is taken back and relaunched with one layer more (one launch a step)
+    if (evicts_.n == 0 || evicts_.n == kEvictBatch || evict_g_ != a.G || !launcher_->take_back(&evicts_))
+      evicts_ = EvictBatch{};  // a new batch (the unused entries zero: the recorded bytes repeat from step to step)
+    evicts_.e[evicts_.n++] = e;
+    evict_g_ = a.G;
+    launcher_->launch_tagged(&evicts_, k_kv_evict_one, dim3(static_cast<unsigned>(a.G), static_cast<unsigned>(evicts_.n)), kEvictThreads,
+                             0, evicts_);
   }
 
   double copy_bandwidth() override {
@@ -1722,12 +1810,16 @@ class CudaBackend final : public Backend {
     if (a.D > 1024) throw Error("cuda kv_write: head dim above 1024");
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
     if (a.count_dev != nullptr) at = 0;  // the kernel reads it (the arguments stay the same from step to step)
+    // one row with N on the device: the decode attention that follows may take the write over
+    const bool fusable = T == 1 && a.count_dev != nullptr && opt_.fuse_kv_write;
+    pending_row_ = fusable ? KvRowWrite{a.k, a.v, a.pos, a.mass, k, v, rows_pos} : KvRowWrite{};
+    const void* tag = fusable ? &pending_row_ : nullptr;
     if (a.type == KvType::kF16)
-      launcher_->launch(k_kv_write<__half>, grid, a.D, 0, static_cast<__half*>(a.k), static_cast<__half*>(a.v), a.pos, a.mass, a.G,
-                        a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
+      launcher_->launch_tagged(tag, k_kv_write<__half>, grid, a.D, 0, static_cast<__half*>(a.k), static_cast<__half*>(a.v), a.pos, a.mass,
+                               a.G, a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
     else
-      launcher_->launch(k_kv_write<float>, grid, a.D, 0, static_cast<float*>(a.k), static_cast<float*>(a.v), a.pos, a.mass, a.G, a.D,
-                        a.capacity, at, a.count_dev, k, v, rows_pos);
+      launcher_->launch_tagged(tag, k_kv_write<float>, grid, a.D, 0, static_cast<float*>(a.k), static_cast<float*>(a.v), a.pos, a.mass,
+                               a.G, a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
   }
   void kv_move(const KvArrays& a, const int* from, const int* to, int n) override {
     if (n == 0) return;
@@ -1817,6 +1909,9 @@ class CudaBackend final : public Backend {
   }
 
   CudaOptions opt_;
+  KvRowWrite pending_row_;  // the last kv_write, while the decode attention may still take it over
+  EvictBatch evicts_{};     // the evictions of the last launch, while it may take one layer more
+  int evict_g_ = 0;
   std::shared_ptr<Launcher> launcher_;  // shared with every buffer (a free issues what still uses it)
   std::string name_;
   cublasHandle_t blas_ = nullptr;

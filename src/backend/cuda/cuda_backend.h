@@ -11,6 +11,7 @@ struct CudaOptions {
   bool graphs = true;        // repeated launch lists (decode steps) replayed as CUDA graphs
   bool pdl = true;           // programmatic dependent launch: a kernel starts while the one before finishes
   bool mma_attention = true; // prompt attention on the tensor cores where the shape allows
+  bool fuse_kv_write = true; // a decode step's new KV row written by its attention kernel
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);
