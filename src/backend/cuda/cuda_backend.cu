@@ -1042,7 +1042,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
 }
 
 // ---- decode attention (one query token) ----------------------------------------------------------
-// Flash-decoding for T = 1: grid (G, splits), kDecWarps warps. The block streams its split's K/V
+// Flash-decoding for T = 1: grid (G, splits), WARPS warps (dec_max_warps). The block streams its split's K/V
 // rows through shared memory in tiles of 8 KB of K and 8 KB of V, kDecStages tiles in flight
 // (cp.async: the copies run while the warps compute on an earlier tile, so enough bytes are on
 // their way to keep HBM busy). The grp query heads of kv head g ride together, so each row is read
@@ -1054,9 +1054,19 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
 // k_attn_merge combines. With `scores` the scaled logits are kept ([G][GMAX][capacity], -inf where
 // masked), and the policies' mass comes from them (k_attn_mass) without reading K again.
 
-constexpr int kDecWarps = 4;
 constexpr int kDecStages = 3;
 constexpr int kDecTileBytes = 8192;  // of K (and as much of V) per tile
+// The most warps a block may have: 8 for up to 4 query heads a kv head where the warps' partial
+// outputs fit the stages' memory for the merge (with 8 heads the registers would leave one block
+// an SM), else 4. Short splits take the 8 (their blocks are latency-bound: more warps hide the
+// score reductions' shuffles), long ones 4 (fewer per-tile steps); see launch_decode_one.
+template <typename KT, int LPK, int GMAX>
+__host__ __device__ constexpr int dec_max_warps() {
+  constexpr int D = LPK * 16 / static_cast<int>(sizeof(KT));
+  return GMAX <= 4 && sizeof(float) * 8 * GMAX * (2 + D) <= 2 * kDecStages * kDecTileBytes ? 8 : 4;
+}
+// Splits of at most this many keys take the most warps.
+constexpr int kDecShortSplit = 64;
 
 template <typename KT>
 __device__ inline void load16(const KT* p, float* f);
@@ -1096,11 +1106,12 @@ struct KvRowWrite {
 };
 
 // GMAX: the most query heads per kv head this instantiation serves (a.grp <= GMAX).
-template <typename KT, int LPK, int GMAX>
-__global__ void __launch_bounds__(kDecWarps * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+template <typename KT, int LPK, int GMAX, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                                                                  const float* q, const int32_t* q_pos, KvView kv, AttnShape a,
                                                                  KvRowWrite w) {
   pdl_enter();
+  constexpr int kDecWarps = WARPS;
   constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
   constexpr int D = LPK * EPV;
   constexpr int KPW = 32 / LPK;         // rows a warp covers per step
@@ -1312,27 +1323,36 @@ __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const fl
 }
 
 
-template <typename KT, int LPK, int GMAX>
-void launch_decode_one(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
-                       const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
+template <typename KT, int LPK, int GMAX, int WARPS>
+void launch_decode_warps(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+                         const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   constexpr size_t smem = dec_smem_bytes(LPK * 16);
   static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
   if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_decode<KT, LPK, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+    check(cudaFuncSetAttribute(k_attn_decode<KT, LPK, GMAX, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "decode attention smem");
     attribute_set = true;
   }
-  L.launch(k_attn_decode<KT, LPK, GMAX>, grid, kDecWarps * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  L.launch(k_attn_decode<KT, LPK, GMAX, WARPS>, grid, WARPS * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+}
+
+// chunk: the keys of a split (this step's, from the host's N)
+template <typename KT, int LPK, int GMAX>
+void launch_decode_one(Launcher& L, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+                       const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
+  if constexpr (dec_max_warps<KT, LPK, GMAX>() == 8)
+    if (chunk <= kDecShortSplit) return launch_decode_warps<KT, LPK, GMAX, 8>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  launch_decode_warps<KT, LPK, GMAX, 4>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
 }
 
 template <typename KT, int GMAX>
-void launch_decode(Launcher& L, int lpk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+void launch_decode(Launcher& L, int lpk, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                    const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   switch (lpk) {
-    case 4: launch_decode_one<KT, 4, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
-    case 8: launch_decode_one<KT, 8, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
-    case 16: launch_decode_one<KT, 16, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
-    default: launch_decode_one<KT, 32, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 4: launch_decode_one<KT, 4, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 8: launch_decode_one<KT, 8, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 16: launch_decode_one<KT, 16, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    default: launch_decode_one<KT, 32, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
   }
 }
 
@@ -1727,7 +1747,8 @@ class CudaBackend final : public Backend {
     a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + a.min_keys - 1) / a.min_keys, kMaxSplits}));
     // the grid from this step's N (the host knows it): a replayed step has the same N's split
     // count, and the kernels, reading N on the device, find the same splits
-    const int grid_splits = key_range(view.count, a.splits, a.min_keys).splits;
+    const KeyRange kr = key_range(view.count, a.splits, a.min_keys);
+    const int grid_splits = kr.splits;
     a.direct = grid_splits == 1;
     const size_t rows = static_cast<size_t>(H);
     grow(ml_, rows * 2 * sizeof(float));
@@ -1748,10 +1769,10 @@ class CudaBackend final : public Backend {
     KvRowWrite w;
     if (pending_row_.k != nullptr && pending_row_.K == kv.k && dev_n && L.take_back(&pending_row_)) w = pending_row_;
     pending_row_ = KvRowWrite{};
-    if (f16 && gmax == 4) launch_decode<__half, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
-    else if (f16) launch_decode<__half, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
-    else if (gmax == 4) launch_decode<float, 4>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
-    else launch_decode<float, 8>(L, lpk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    if (f16 && gmax == 4) launch_decode<__half, 4>(L, lpk, kr.chunk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    else if (f16) launch_decode<__half, 8>(L, lpk, kr.chunk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    else if (gmax == 4) launch_decode<float, 4>(L, lpk, kr.chunk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    else launch_decode<float, 8>(L, lpk, kr.chunk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
     if (!a.direct)
       L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml, static_cast<const float*>(pa),
                static_cast<const float*>(pm), static_cast<int>(rows), kv, a);
