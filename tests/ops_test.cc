@@ -395,6 +395,35 @@ TEST(Group16, ProductsKeepOneOrderAndTheRoundingBound) {
   }
 }
 
+// BF16 weights' prompt chunks with 8-bit-mode activations: on CPUs with AVX-512 BF16 the
+// activations are rounded to bf16 and the pairs multiplied by vdpbf16ps (elsewhere, or with
+// SQUEEZEKV_CPU=avx2, the exact f32 path runs); either way every output stays within bf16's
+// rounding of the activations (2^-8 of sum |w x|) of the exact product, a block of 32 rows and the
+// tail rows after it, an odd number of column pairs, and a bias.
+TEST(Matmul, Bf16PromptChunksWithinTheActivationRounding) {
+  std::mt19937 rng(59);
+  std::normal_distribution<float> nd;
+  for (int64_t C : {96, 50}) {
+    const int64_t R = 40, T = 20;
+    std::vector<uint16_t> wb(static_cast<size_t>(R * C));
+    for (auto& v : wb) v = f32_to_bf16(nd(rng));
+    const WeightMatrix w{DType::BF16, reinterpret_cast<const uint8_t*>(wb.data()), R, C, static_cast<size_t>(C) * 2};
+    std::vector<float> x(T * C), bias(R), out(T * R);
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : bias) v = nd(rng);
+    cpu::matmul(out.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kChunk);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t r = 0; r < R; ++r) {
+        double exact = bias[r], mag = 0.0;
+        for (int64_t c = 0; c < C; ++c) {
+          const double p = double(bf16_to_f32(wb[r * C + c])) * x[t * C + c];
+          exact += p, mag += std::fabs(p);
+        }
+        ASSERT_NEAR(out[t * R + r], exact, std::ldexp(mag, -8) + 1e-5 * (1.0 + std::fabs(exact))) << "C " << C << " t " << t << " r " << r;
+      }
+  }
+}
+
 TEST(Quant, FastDequantizationWithinOneRounding) {
   std::mt19937 rng(41);
   for (DType t : kBlockTypes) {

@@ -18,6 +18,9 @@ const CpuFeatures& cpu_features() {
     c.avx512vnni = !avx2_only && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
                    __builtin_cpu_supports("avx512bw");
 #endif
+#if SQUEEZEKV_BF16_KERNEL
+    c.avx512bf16 = !avx2_only && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#endif
     (void)avx2_only;
     return c;
   }();

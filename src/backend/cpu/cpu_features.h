@@ -10,6 +10,7 @@ namespace squeezekv::cpu {
 struct CpuFeatures {
   bool avx512f = false;     // the AVX-512 prompt tiles (gemm_avx512.cc)
   bool avx512vnni = false;  // AVX-512 VNNI (+VL) integer dots for the 8-row tiles (tile8_vnni.cc)
+  bool avx512bf16 = false;  // AVX-512 BF16 products for BF16 weights' prompt chunks (gemm_bf16.cc)
 };
 
 const CpuFeatures& cpu_features();

@@ -8,7 +8,7 @@
 #include "backend/cpu/tile8.h"
 #include "core/quant.h"
 #include "core/half.h"
-#if SQUEEZEKV_AVX512_KERNEL
+#if SQUEEZEKV_AVX512_KERNEL || SQUEEZEKV_BF16_KERNEL
 #include "backend/cpu/gemm_avx512.h"
 #endif
 
@@ -278,16 +278,34 @@ namespace {
 
 // How one matrix of a matmul_parts call is multiplied (decided once per call).
 struct PartPlan {
-  bool int8 = false, tiled = false, fused = false, grouped = false;
+  bool int8 = false, tiled = false, fused = false, grouped = false, bf16 = false;
   int64_t block = kRowBlock, n_blocks = 0;
 };
 
 // Rows [r0, r0 + nr) of one part for every one of the T input rows.
-void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const Q8Block* xq, int64_t T, bool decode,
-                int64_t r0, int64_t nr) {
+void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const Q8Block* xq, const uint32_t* xb, int64_t T,
+                bool decode, int64_t r0, int64_t nr) {
   const WeightMatrix& w = *p.w;
   float* out = p.out;
   const int64_t R = w.rows, C = w.cols;
+#if SQUEEZEKV_BF16_KERNEL
+  if (plan.bf16 && nr == kWideBlock) {  // BF16 rows as column pairs, products with bf16 activations
+    thread_local std::vector<uint32_t> panel_buf;  // grown once
+    panel_buf.resize(static_cast<size_t>(C / 2) * kWideBlock);
+    uint32_t* panel = panel_buf.data();
+    for (int64_t i = 0; i < kWideBlock; ++i) {
+      const uint32_t* row = reinterpret_cast<const uint32_t*>(w.row(r0 + i));
+      for (int64_t c = 0; c < C / 2; ++c) panel[c * kWideBlock + i] = row[c];
+    }
+    avx512bf16::gemm_panel32(out + r0, R, xb, T, C / 2, panel);
+    if (p.bias != nullptr)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] += p.bias[r0 + i];
+    return;
+  }
+#else
+  (void)xb;
+#endif
   if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
     thread_local std::vector<uint8_t> group_buf;  // grown once
     group_buf.resize(static_cast<size_t>(C / 32) * kGroupBytes);
@@ -357,7 +375,7 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
   constexpr int kMaxParts = 4;
   PartPlan plan[kMaxParts];
   int64_t first_block[kMaxParts + 1] = {0};
-  bool any_int8 = false;
+  bool any_int8 = false, any_bf16 = false;
   for (int i = 0; i < n; ++i) {
     const WeightMatrix& w = *parts[i].w;
     PartPlan& p = plan[i];
@@ -371,10 +389,16 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
 #if SQUEEZEKV_AVX2
     p.fused = p.fused || (decode && has_fused_dot(w.type) && !p.tiled);
 #endif
-    p.block = !decode && wide_blocks(T) && !p.grouped ? kWideBlock : kRowBlock;
+    // prompt chunks over BF16 rows: bf16 activations and vdpbf16ps where the CPU has them
+#if SQUEEZEKV_BF16_KERNEL
+    p.bf16 = !decode && act == Activations::kInt8 && w.type == DType::BF16 && w.layout == WeightLayout::kRows &&
+             w.cols % 2 == 0 && avx512bf16::available();
+#endif
+    p.block = (!decode && wide_blocks(T) && !p.grouped) || p.bf16 ? kWideBlock : kRowBlock;
     p.n_blocks = (w.rows + p.block - 1) / p.block;
     first_block[i + 1] = first_block[i] + p.n_blocks;
     any_int8 = any_int8 || p.int8;
+    any_bf16 = any_bf16 || p.bf16;
   }
   const int64_t C = parts[0].w->cols;
   const Q8Block* xq = nullptr;
@@ -385,13 +409,25 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
     for_rows(T, T >= kParallelRows, [&](int64_t t) { quantize_q8(xq_rows + t * (C / 32), x + t * C, C); });
     xq = xq_buf.data();
   }
+  const uint32_t* xb = nullptr;
+#if SQUEEZEKV_BF16_KERNEL
+  if (any_bf16) {  // one rounding of x to bf16 pairs for every part
+    thread_local std::vector<uint32_t> xb_buf;  // grown once
+    xb_buf.resize(static_cast<size_t>(T * (C / 2)));
+    uint32_t* const rows_b = xb_buf.data();
+    for_rows(T, T >= kParallelRows, [&](int64_t t) { avx512bf16::to_bf16_pairs(rows_b + t * (C / 2), x + t * C, C); });
+    xb = xb_buf.data();
+  }
+#else
+  (void)any_bf16;
+#endif
   const int64_t total = first_block[n];
 #pragma omp parallel for schedule(static)
   for (int64_t g = 0; g < total; ++g) {
     int i = 0;
     while (g >= first_block[i + 1]) ++i;
     const int64_t r0 = (g - first_block[i]) * plan[i].block;
-    part_block(parts[i], plan[i], x, xq, T, decode, r0, std::min(plan[i].block, parts[i].w->rows - r0));
+    part_block(parts[i], plan[i], x, xq, xb, T, decode, r0, std::min(plan[i].block, parts[i].w->rows - r0));
   }
 }
 

@@ -90,12 +90,13 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
 
 constexpr int kMinPairRows = 8;
 
-// Q8_0 pairs: |w| once per chunk and x negated where w < 0 (a masked subtract: AVX-512 has no
-// vpsignb), so each lane's integer is tile_q8's sum of w x and the floats are tile_q8's.
+// Q8_0 pairs: the bytes w + 128 (w with its top bit flipped: unsigned for vpdpbusd) times x, less
+// 128 times the activations' integer sum, is tile_q8's integer sum of w x exactly, and the floats
+// are tile_q8's.
 template <int N>
 void pair_q8(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
   constexpr int kBlock = 272, kQ = 16;
-  const __m512i zero = _mm512_setzero_si512();
+  const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, ta += kBlock, tb += kBlock) {
@@ -103,19 +104,18 @@ void pair_q8(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
     for (int n = 0; n < N; ++n) sum[n] = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
-      const __m512i w = chunk_pair(ta + kQ + 32 * c, tb + kQ + 32 * c);
-      const __m512i wabs = _mm512_abs_epi8(w);
-      const __mmask64 neg = _mm512_movepi8_mask(w);
+      const __m512i wu = _mm512_xor_si512(chunk_pair(ta + kQ + 32 * c, tb + kQ + 32 * c), top);
       for (int n = 0; n < N; ++n) {
         int32_t f;
         std::memcpy(&f, x[n * x_stride].q + 4 * c, 4);
-        const __m512i xv = _mm512_set1_epi32(f);
-        sum[n] = _mm512_dpbusd_epi32(sum[n], wabs, _mm512_mask_sub_epi8(xv, neg, zero, xv));
+        sum[n] = _mm512_dpbusd_epi32(sum[n], wu, _mm512_set1_epi32(f));
       }
     }
     const __m512 d = f16_pair(ta, tb);
-    for (int n = 0; n < N; ++n)
-      acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[n * x_stride].d)), _mm512_cvtepi32_ps(sum[n]), acc[n]);
+    for (int n = 0; n < N; ++n) {
+      const __m512i isum = _mm512_sub_epi32(sum[n], _mm512_set1_epi32(128 * x[n * x_stride].qsum));
+      acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[n * x_stride].d)), _mm512_cvtepi32_ps(isum), acc[n]);
+    }
   }
   for (int n = 0; n < N; ++n) _mm512_storeu_ps(out + n * out_stride, acc[n]);
 }
@@ -135,11 +135,13 @@ void pairs(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_str
 }
 
 // Group tiles, all 16 rows in one pass of 512-bit registers: every lane runs group_n's operations
-// in group_n's order (signed bytes: |w| and x negated where w < 0, as pair_q8), so the results
-// equal the 256-bit kernel's to the bit.
+// in group_n's order on the same exact integers (signed bytes sharing one scale: w + 128 times x,
+// less 128 times the activations' sum, as pair_q8; signed bytes per half: |w| and x negated where
+// w < 0), so the results equal the 256-bit kernel's to the bit.
 template <bool kSigned, bool kUniform, int N>
 void group16_n(const uint8_t* g, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  const __m512i zero = _mm512_setzero_si512();
+  constexpr bool kOffset = kSigned && kUniform;  // w + 128 and one correction a block
+  const __m512i zero = _mm512_setzero_si512(), top = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, g += kGroupBytes) {
@@ -148,17 +150,19 @@ void group16_n(const uint8_t* g, const Q8Block* x, int64_t x_stride, int64_t C, 
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       const __m512i w = _mm512_loadu_si512(g + k * 4 * kGroupRows);
-      const __m512i wu = kSigned ? _mm512_abs_epi8(w) : w;
-      const __mmask64 neg = kSigned ? _mm512_movepi8_mask(w) : 0;
+      const __m512i wu = kOffset ? _mm512_xor_si512(w, top) : kSigned ? _mm512_abs_epi8(w) : w;
+      const __mmask64 neg = kSigned && !kOffset ? _mm512_movepi8_mask(w) : 0;
       for (int n = 0; n < N; ++n) {
         int32_t f;
         std::memcpy(&f, x[n * x_stride].q + 4 * k, 4);
         __m512i xc = _mm512_set1_epi32(f);
-        if constexpr (kSigned) xc = _mm512_mask_sub_epi8(xc, neg, zero, xc);
+        if constexpr (kSigned && !kOffset) xc = _mm512_mask_sub_epi8(xc, neg, zero, xc);
         if (kUniform || k < 4) s0[n] = _mm512_dpbusd_epi32(s0[n], wu, xc);
         else s1[n] = _mm512_dpbusd_epi32(s1[n], wu, xc);
       }
     }
+    if constexpr (kOffset)
+      for (int n = 0; n < N; ++n) s0[n] = _mm512_sub_epi32(s0[n], _mm512_set1_epi32(128 * x[n * x_stride].qsum));
     const float* sc = reinterpret_cast<const float*>(g + 8 * 4 * kGroupRows);
     const __m512 sc0 = _mm512_loadu_ps(sc), sc1 = _mm512_loadu_ps(sc + kGroupRows);
     const __m512 mn0 = _mm512_loadu_ps(sc + 2 * kGroupRows), mn1 = _mm512_loadu_ps(sc + 3 * kGroupRows);

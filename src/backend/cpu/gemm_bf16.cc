@@ -1,0 +1,77 @@
+// The prompt matrix kernel for BF16 weights on CPUs with AVX-512 BF16 (chosen at run time; this
+// file alone is compiled with -mavx512f -mavx512bf16): activations rounded once to bf16, pairs of
+// products summed into f32 by vdpbf16ps, twice the multiply-adds of an f32 FMA per instruction.
+// Raw pointers and intrinsics only, as gemm_avx512.cc (no inline library code instantiated here).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/gemm_avx512.h"
+
+namespace squeezekv::cpu::avx512bf16 {
+namespace {
+
+// M tokens x 32 outputs: per pair of columns two panel loads and M broadcasts feed 2M vdpbf16ps.
+//   out[m * ldo + 0..32) = sum_p x[m * ldx + p] . panel[p][0..32)   (each a pair of bf16)
+template <int M>
+inline void gemm_mx32(float* out, int64_t ldo, const uint32_t* x, int64_t ldx, const uint32_t* panel, int64_t P) {
+  __m512 acc[M][2];
+#pragma GCC unroll 16
+  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < P; ++p) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(panel + p * 32), w1 = (__m512bh)_mm512_loadu_si512(panel + p * 32 + 16);
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) {
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[m * ldx + p]));
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], w0, b);
+      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], w1, b);
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < M; ++m) {
+    _mm512_storeu_ps(out + m * ldo, acc[m][0]);
+    _mm512_storeu_ps(out + m * ldo + 16, acc[m][1]);
+  }
+}
+
+}  // namespace
+
+bool available() { return cpu_features().avx512bf16; }
+
+void to_bf16_pairs(uint32_t* out, const float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(out + i / 2, (__m512i)h);
+  }
+  if (i < n) {  // the tail through a zero-padded copy (n is even)
+    alignas(64) float tail[32] = {};
+    for (int64_t j = i; j < n; ++j) tail[j - i] = x[j];
+    alignas(64) uint32_t packed[16];
+    _mm512_store_si512(packed, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(tail + 16), _mm512_load_ps(tail)));
+    for (int64_t j = 0; j < (n - i) / 2; ++j) out[i / 2 + j] = packed[j];
+  }
+}
+
+void gemm_panel32(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, const uint32_t* panel) {
+  constexpr int kM = 12;  // 24 of the 32 registers accumulate
+  int64_t t = 0;
+  for (; t + kM <= T; t += kM) gemm_mx32<kM>(out + t * ldo, ldo, x + t * P, P, panel, P);
+  switch (T - t) {
+    case 11: gemm_mx32<11>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 10: gemm_mx32<10>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 9: gemm_mx32<9>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 8: gemm_mx32<8>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 7: gemm_mx32<7>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 6: gemm_mx32<6>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 5: gemm_mx32<5>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 4: gemm_mx32<4>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 3: gemm_mx32<3>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 2: gemm_mx32<2>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    case 1: gemm_mx32<1>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
+    default: break;
+  }
+}
+
+}  // namespace squeezekv::cpu::avx512bf16
