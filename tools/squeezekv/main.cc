@@ -90,7 +90,7 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
     app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
   app->add_option("--decode-activations", a.decode_activations,
-                  "decode arithmetic: int8 (8-bit activations, integer dots, also for prompt chunks over every quantized type; default for generate/chat) | f32 (exact; default for eval)");
+                  "decode arithmetic: int8 (8-bit activations, integer dots, also for prompt chunks over every quantized type, and bf16 activations for BF16 weights' prompt chunks on AVX-512 BF16 CPUs; default for generate/chat) | f32 (exact; default for eval)");
   for (const KvOption& o : kv_options()) app->add_option(o.flag, a.kv[o.flag], o.help);
   app->add_flag("--kv-stats", a.kv_stats, "print per-layer KV accounting at the end");
   app->add_option("--kv-stats-json", a.kv_stats_json, "write per-layer KV accounting as JSON to FILE");
