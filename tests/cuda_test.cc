@@ -284,6 +284,59 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
   std::printf("decode attention: %d shapes, max output err %.3g, max mass err %.3g\n", cases, worst_out, worst_mass);
 }
 
+// A decode step's mass deferred to the layer's eviction (the eviction kernel adds it before it
+// picks the row to drop) gives the masses and survivors of the mass kernel right after the
+// attention, to the bit: sum and max, 4 and 8 query heads a kv head, f16 and f32 rows.
+TEST_F(Cuda, DeferredMassEqualsTheMassKernel) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd;
+  const int G = 2, D = 64, N = 700, cap = N + 4;
+  for (KvType type : {KvType::kF16, KvType::kF32})
+    for (int grp : {3, 7})
+      for (MassReduce reduce : {MassReduce::kSum, MassReduce::kMax}) {
+        const int H = G * grp;
+        std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size()), q(static_cast<size_t>(H) * D), m0(static_cast<size_t>(G) * cap);
+        for (auto* x : {&k, &v, &q, &m0})
+          for (float& e : *x) e = std::fabs(nd(rng));
+        std::vector<int32_t> pos(N);
+        std::iota(pos.begin(), pos.end(), 0);
+        std::vector<std::vector<float>> mass(2);
+        std::vector<std::vector<int32_t>> kept(2);
+        for (int defer = 0; defer < 2; ++defer) {
+          if (defer == 0) setenv("SQUEEZEKV_CUDA_DEFER_MASS", "0", 1);
+          auto be = make_backend({Device::kCuda, 2, true, Activations::kF32});
+          unsetenv("SQUEEZEKV_CUDA_DEFER_MASS");
+          KvStorage st(G, D, cap, type, be.get());
+          auto put = [&](const void* src, size_t bytes) {
+            auto buf = be->alloc(bytes);
+            be->upload(buf->data(), src, bytes);
+            return buf;
+          };
+          auto kb = put(k.data(), k.size() * 4), vb = put(v.data(), v.size() * 4), pb = put(pos.data(), pos.size() * 4);
+          st.append(kb->as<float>(), vb->as<float>(), pos.data(), N, pb->as<int32_t>());
+          be->upload(st.mass_accumulator(), m0.data(), m0.size() * 4);  // some mass already there
+          auto cb = put(&N, sizeof(int));
+          st.bind_device_count(cb->as<int32_t>());
+          const int32_t qp = N - 1;
+          auto qb = put(q.data(), q.size() * 4), qpb = put(&qp, 4);
+          auto ob = be->alloc(q.size() * 4);
+          AttentionProbe probe;
+          probe.mass = st.mass_accumulator();
+          probe.mass_stride = cap;
+          probe.reduce = reduce;
+          be->attention(ob->as<float>(), qb->as<float>(), qpb->as<int32_t>(), 1, H, st.view(), &probe);
+          st.evict_one_on_backend(N - 1, 4, 32);
+          st.sync_to_host();
+          for (int g = 0; g < G; ++g) {
+            mass[defer].insert(mass[defer].end(), st.mass(g), st.mass(g) + N - 1);
+            kept[defer].insert(kept[defer].end(), st.positions(g), st.positions(g) + N - 1);
+          }
+        }
+        EXPECT_TRUE(mass[0] == mass[1]) << "grp " << grp << " f16 " << (type == KvType::kF16) << " max " << (reduce == MassReduce::kMax);
+        EXPECT_TRUE(kept[0] == kept[1]) << "grp " << grp << " f16 " << (type == KvType::kF16) << " max " << (reduce == MassReduce::kMax);
+      }
+}
+
 // The fused decode products (one GEMV launch for q, k, v with RoPE in its epilogue; gate and up
 // with SwiGLU in its epilogue) give exactly what the separate ops give on the same device, and
 // match the CPU within float rounding: 1-4 rows (the GEMV) and 5 (cuBLAS, bf16 activations),

@@ -34,7 +34,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.graphs = o.cuda_graphs;
   // for measurements: SQUEEZEKV_CUDA_PDL=0 launches every kernel after the previous one has finished,
   // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_FUSE_KV=0
-  // writes a decode step's KV row with its own kernel
+  // writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
+  // step's mass right after its attention
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -42,6 +43,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.pdl = !off("SQUEEZEKV_CUDA_PDL");
   co.mma_attention = !off("SQUEEZEKV_CUDA_MMA");
   co.fuse_kv_write = !off("SQUEEZEKV_CUDA_FUSE_KV");
+  co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
   return make_cuda_backend(co);
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -1314,11 +1315,13 @@ __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const fl
       if (r >= grp) break;
       const float s = scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j];
       if (s == -INFINITY) continue;
-      const float p = __expf(s - M[r]) * inv[r];
-      acc = mass_max ? fmaxf(acc, p) : acc + p;
+      // rounded products and sums (no contraction into an FMA, which the compiler may choose
+      // differently elsewhere): the eviction kernel's deferred mass repeats them to the bit
+      const float p = __fmul_rn(__expf(s - M[r]), inv[r]);
+      acc = mass_max ? fmaxf(acc, p) : __fadd_rn(acc, p);
     }
     float* dst = mass + static_cast<size_t>(g) * stride + j;
-    *dst = mass_max ? fmaxf(*dst, acc) : *dst + acc / static_cast<float>(grp);
+    *dst = mass_max ? fmaxf(*dst, acc) : __fadd_rn(*dst, __fdiv_rn(acc, static_cast<float>(grp)));
   }
 }
 
@@ -1407,8 +1410,12 @@ struct EvictOne {
   int32_t* P;
   float* M;
   const int32_t* newest;  // the newest position on the device (keep_from = *newest - n_recent + 1), or null
+  // this step's mass, not yet added (CudaBackend's deferred mass): the decode attention's kept
+  // scores [G][gmax][cap] and final max and sum [H][2]; null scores: the mass is up to date
+  const float* scores;
+  const float* ml;
   size_t row_words;
-  int cap, count, keep_below, keep_from, n_recent, pad_;
+  int cap, count, keep_below, keep_from, n_recent, grp, gmax, mass_max;
 };
 // The evictions of consecutive layers at the end of a decode step, one launch for all of them.
 constexpr int kEvictBatch = 32;
@@ -1417,7 +1424,7 @@ struct EvictBatch {
   int n;
   int pad_;
 };
-static_assert(sizeof(EvictOne) == 6 * 8 + 6 * 4 && sizeof(EvictBatch) == kEvictBatch * sizeof(EvictOne) + 8,
+static_assert(sizeof(EvictOne) == 8 * 8 + 8 * 4 && sizeof(EvictBatch) == kEvictBatch * sizeof(EvictOne) + 8,
               "EvictBatch: no padding (a recorded kernel argument)");
 
 // grid (G, layers), block kEvictThreads: per layer and head the least-mass slot among positions
@@ -1440,11 +1447,40 @@ __global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const __grid_con
   // through shuffles, then the block's through shared memory
   unsigned long long best = ~0ull;
   int at = -1;
+  if (e.scores == nullptr) {
 #pragma unroll 4
-  for (int j = threadIdx.x; j < count; j += kEvictThreads) {
-    const int32_t p = pos[j];
-    const unsigned long long k = p < keep_below || p >= keep_from ? ~0ull : evict_key(m[j], p);
-    if (k < best) best = k, at = j;
+    for (int j = threadIdx.x; j < count; j += kEvictThreads) {
+      const int32_t p = pos[j];
+      const unsigned long long k = p < keep_below || p >= keep_from ? ~0ull : evict_key(m[j], p);
+      if (k < best) best = k, at = j;
+    }
+  } else {  // the step's mass first, with k_attn_mass's operations (the same values), then the key
+    const int grp = e.grp;
+    float Mx[8], inv[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int h = blockIdx.x * grp + (r < grp ? r : 0);
+      Mx[r] = e.ml[2 * h];
+      inv[r] = e.ml[2 * h + 1] > 0.0f ? 1.0f / e.ml[2 * h + 1] : 0.0f;
+    }
+    const float* sc = e.scores + static_cast<size_t>(blockIdx.x) * e.gmax * e.cap;
+    for (int j = threadIdx.x; j < count; j += kEvictThreads) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        if (r >= grp) break;
+        const float x = sc[static_cast<size_t>(r) * e.cap + j];
+        if (x == -INFINITY) continue;
+        const float pr = __fmul_rn(__expf(x - Mx[r]), inv[r]);  // as k_attn_mass, to the bit
+        acc = e.mass_max ? fmaxf(acc, pr) : __fadd_rn(acc, pr);
+      }
+      float* dst = M + base + j;
+      const float mj = e.mass_max ? fmaxf(*dst, acc) : __fadd_rn(*dst, __fdiv_rn(acc, static_cast<float>(grp)));
+      *dst = mj;
+      const int32_t p = pos[j];
+      const unsigned long long k = p < keep_below || p >= keep_from ? ~0ull : evict_key(mj, p);
+      if (k < best) best = k, at = j;
+    }
   }
   for (int o = 16; o > 0; o >>= 1) {
     const unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
@@ -1510,9 +1546,19 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, launcher_); }
   // Copies wait for the device: the recorded launches go first, then the copy, on the one stream.
-  void upload(void* dst, const void* src, size_t bytes) override { sync_copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload"); }
-  void download(void* dst, const void* src, size_t bytes) override { sync_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "download"); }
-  void copy(void* dst, const void* src, size_t bytes) override { sync_copy(dst, src, bytes, cudaMemcpyDeviceToDevice, "copy"); }
+  // (any memory may be a mass array: a deferred mass goes first)
+  void upload(void* dst, const void* src, size_t bytes) override {
+    flush_mass();
+    sync_copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    flush_mass();
+    sync_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "download");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    flush_mass();
+    sync_copy(dst, src, bytes, cudaMemcpyDeviceToDevice, "copy");
+  }
   int64_t graph_replays() const override { return launcher_->replays(); }
 
   WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
@@ -1625,6 +1671,7 @@ class CudaBackend final : public Backend {
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
                  AttentionProbe* probe) override {
     if (T == 1 && attention_decode(out, q, q_pos, H, view, probe)) return;
+    flush_mass();
     KvView kv;
     AttnShape a = attn_shape(view, static_cast<int>(T), H, probe, kv);
     const bool dev_n = kv.count_dev != nullptr;
@@ -1729,6 +1776,18 @@ class CudaBackend final : public Backend {
     return a;
   }
 
+  // A decode step's mass not yet added (attention_decode), waiting for the layer's eviction.
+  struct PendingMass {
+    float* mass;
+    const float* scores;
+    const float* ml;
+    int64_t stride;
+    bool mass_max;
+    int gmax, count;
+    dim3 grid;
+    KvView kv;
+    AttnShape a;
+  };
   // One query token (decode) where k_attn_decode serves the shape: splits of the keys, their merge,
   // and the mass from the kept scores when a policy asks for it. False: the general kernel's turn.
   bool attention_decode(float* out, const float* q, const int32_t* q_pos, int H, const KvView& view, AttentionProbe* probe) {
@@ -1751,18 +1810,34 @@ class CudaBackend final : public Backend {
     const int grid_splits = kr.splits;
     a.direct = grid_splits == 1;
     const size_t rows = static_cast<size_t>(H);
+    if (use_mass) flush_mass(probe->mass);  // a mass this layer still owes comes first
     grow(ml_, rows * 2 * sizeof(float));
     grow(part_acc_, grid_splits * rows * D * sizeof(float));
     grow(part_ml_, grid_splits * rows * 2 * sizeof(float));
     const int gmax = grp <= 4 ? 4 : 8;
+    const size_t score_bytes = static_cast<size_t>(G) * gmax * kv.capacity * sizeof(float);
+    const int64_t stride = use_mass && probe->mass_stride > 0 ? probe->mass_stride : view.count;
+    // the mass may wait for this layer's eviction at the end of the step (the eviction kernel adds
+    // it before it picks the row to drop: one launch a layer fewer); the scores and max/sum then
+    // need this layer's own buffers until then
+    const bool defer = use_mass && opt_.defer_mass && dev_n && stride == kv.capacity && score_bytes <= kMaxDeferredScoreBytes;
     float* scores = nullptr;
-    if (use_mass) {
-      grow(scores_, static_cast<size_t>(G) * gmax * kv.capacity * sizeof(float));
-      scores = scores_->as<float>();
+    float* ml = nullptr;
+    if (defer) {
+      LayerScratch& ls = layer_scratch_[probe->mass];
+      grow(ls.scores, score_bytes);
+      grow(ls.ml, rows * 2 * sizeof(float));
+      scores = ls.scores->as<float>(), ml = ls.ml->as<float>();
+    } else {
+      if (use_mass) {
+        grow(scores_, score_bytes);
+        scores = scores_->as<float>();
+      }
+      ml = ml_->as<float>();
     }
     Launcher& L = *launcher_;
     const dim3 grid(G, grid_splits);
-    float *pa = part_acc_->as<float>(), *pm = part_ml_->as<float>(), *ml = ml_->as<float>();
+    float *pa = part_acc_->as<float>(), *pm = part_ml_->as<float>();
     const bool f16 = kv.type == KvType::kF16;
     // this layer's new row, if its k_kv_write was the launch just before: written by the split
     // that holds it, one launch fewer a layer
@@ -1777,20 +1852,48 @@ class CudaBackend final : public Backend {
       L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml, static_cast<const float*>(pa),
                static_cast<const float*>(pm), static_cast<int>(rows), kv, a);
     if (use_mass) {
-      const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : view.count;
-      const bool mass_max = probe->reduce == MassReduce::kMax;
-      if (gmax == 4) L.launch(k_attn_mass<4>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml), kv, a);
-      else L.launch(k_attn_mass<8>, grid, 256, 0, probe->mass, stride, mass_max, static_cast<const float*>(scores), static_cast<const float*>(ml), kv, a);
+      const PendingMass pm_rec{probe->mass, scores, ml, stride, probe->reduce == MassReduce::kMax, gmax, view.count, grid, kv, a};
+      if (defer) pending_mass_.push_back(pm_rec);
+      else launch_mass(pm_rec);
     }
     return true;
+  }
+  // A decode step's mass from the kept scores (k_attn_mass), now.
+  void launch_mass(const PendingMass& p) {
+    if (p.gmax == 4) launcher_->launch(k_attn_mass<4>, p.grid, 256, 0, p.mass, p.stride, p.mass_max, p.scores, p.ml, p.kv, p.a);
+    else launcher_->launch(k_attn_mass<8>, p.grid, 256, 0, p.mass, p.stride, p.mass_max, p.scores, p.ml, p.kv, p.a);
+  }
+  // The deferred masses of the layer whose mass array is `mass` (null: of every layer) launched
+  // now: before anything else reads or writes those arrays.
+  void flush_mass(const float* mass = nullptr) {
+    for (size_t i = 0; i < pending_mass_.size();) {
+      if (mass == nullptr || pending_mass_[i].mass == mass) {
+        launch_mass(pending_mass_[i]);
+        pending_mass_.erase(pending_mass_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
   }
 
   void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from, const int32_t* newest_dev,
                     int n_recent) override {
     if (newest_dev != nullptr) keep_from = 0;  // the kernel reads it (the arguments stay the same from step to step)
     else n_recent = 0;
-    const EvictOne e{static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass, newest_dev, a.row_bytes() / 4,
-                     a.capacity, count, keep_below, keep_from, n_recent, 0};
+    EvictOne e{static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass, newest_dev, nullptr, nullptr,
+               a.row_bytes() / 4, a.capacity, count, keep_below, keep_from, n_recent, 0, 0, 0};
+    // this layer's deferred mass, added by the eviction kernel (the same step's: the same rows)
+    for (size_t i = 0; i < pending_mass_.size(); ++i) {
+      const PendingMass& p = pending_mass_[i];
+      if (p.mass != a.mass) continue;
+      if (p.count == count && p.stride == a.capacity) {
+        e.scores = p.scores, e.ml = p.ml, e.grp = p.a.grp, e.gmax = p.gmax, e.mass_max = p.mass_max;
+        pending_mass_.erase(pending_mass_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        flush_mass(a.mass);
+      }
+      break;
+    }
     // the layers' evictions at the end of a step come one after another: while the last launch
     // is this kind's, it is taken back and relaunched with one layer more (one launch a step)
     if (evicts_.n == 0 || evicts_.n == kEvictBatch || evict_g_ != a.G || !launcher_->take_back(&evicts_))
@@ -1828,6 +1931,7 @@ class CudaBackend final : public Backend {
   }
 
   void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
+    flush_mass(a.mass);
     if (a.D > 1024) throw Error("cuda kv_write: head dim above 1024");
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
     if (a.count_dev != nullptr) at = 0;  // the kernel reads it (the arguments stay the same from step to step)
@@ -1843,6 +1947,7 @@ class CudaBackend final : public Backend {
                                a.G, a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
   }
   void kv_move(const KvArrays& a, const int* from, const int* to, int n) override {
+    flush_mass(a.mass);
     if (n == 0) return;
     const size_t need = 2 * static_cast<size_t>(n) * sizeof(int);
     if (!moves_ || moves_->bytes() < need) moves_ = alloc(std::max<size_t>(need, 4096));
@@ -1933,6 +2038,13 @@ class CudaBackend final : public Backend {
   KvRowWrite pending_row_;  // the last kv_write, while the decode attention may still take it over
   EvictBatch evicts_{};     // the evictions of the last launch, while it may take one layer more
   int evict_g_ = 0;
+  std::vector<PendingMass> pending_mass_;
+  // per layer (its mass array) while masses are deferred: the kept scores and the max/sum
+  struct LayerScratch {
+    std::unique_ptr<Buffer> scores, ml;
+  };
+  std::unordered_map<const float*, LayerScratch> layer_scratch_;
+  static constexpr size_t kMaxDeferredScoreBytes = size_t{4} << 20;  // a layer's, past it no deferral
   std::shared_ptr<Launcher> launcher_;  // shared with every buffer (a free issues what still uses it)
   std::string name_;
   cublasHandle_t blas_ = nullptr;

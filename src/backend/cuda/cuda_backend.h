@@ -12,6 +12,7 @@ struct CudaOptions {
   bool pdl = true;           // programmatic dependent launch: a kernel starts while the one before finishes
   bool mma_attention = true; // prompt attention on the tensor cores where the shape allows
   bool fuse_kv_write = true; // a decode step's new KV row written by its attention kernel
+  bool defer_mass = true;    // a decode step's mass added by the layer's eviction kernel
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);
