@@ -23,6 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -129,6 +130,8 @@ class Launcher {
   }
   // Graph launches so far (tests check that a decode loop replays).
   int64_t replays() const { return replays_; }
+  // Called by a buffer about to be freed (its bytes): the backend drops work it still owes there.
+  std::function<void(const void*, size_t)> on_free;
 
  private:
   static constexpr size_t kMinGraphLaunches = 16;
@@ -218,6 +221,7 @@ class DeviceBuffer final : public Buffer {
   }
   ~DeviceBuffer() override {
     try {
+      if (launcher_->on_free) launcher_->on_free(data_, bytes_);
       launcher_->flush();  // launches that still use this memory go first (cudaFree then waits for them)
     } catch (...) {
     }
@@ -1524,12 +1528,35 @@ class CudaBackend final : public Backend {
     name_ = p.name;
     sms_ = p.multiProcessorCount;
     launcher_ = std::make_shared<Launcher>(opt_.graphs, opt_.pdl);
+    // a deferred mass into memory being freed is dropped with it (no one can read it any more)
+    launcher_->on_free = [this](const void* p, size_t n) {
+      const char* b = static_cast<const char*>(p);
+      pending_mass_.erase(std::remove_if(pending_mass_.begin(), pending_mass_.end(),
+                                         [b, n](const PendingMass& m) {
+                                           const char* at = reinterpret_cast<const char*>(m.mass);
+                                           return at >= b && at < b + n;
+                                         }),
+                          pending_mass_.end());
+      // and that layer's score buffers (a server frees sequences all day); they are freed after
+      // the map is consistent again, since freeing one calls this hook in turn
+      std::vector<LayerScratch> gone;
+      for (auto it = layer_scratch_.begin(); it != layer_scratch_.end();) {
+        const char* at = reinterpret_cast<const char*>(it->first);
+        if (at >= b && at < b + n) {
+          gone.push_back(std::move(it->second));
+          it = layer_scratch_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    };
     check(cublasCreate(&blas_), "cublasCreate");
     check(cublasSetStream(blas_, launcher_->stream()), "cublasSetStream");
     // the exact test mode must not round through TF32
     check(cublasSetMathMode(blas_, opt_.f32_weights ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   }
   ~CudaBackend() override {
+    launcher_->on_free = nullptr;  // buffers may outlive the backend
     try {
       launcher_->flush();
       cudaStreamSynchronize(launcher_->stream());
