@@ -107,13 +107,8 @@ class CpuBackend final : public Backend {
     cpu::silu_mul(gate, up, n);
   }
   void add(float* x, const float* y, int64_t n) override {
-    if (n < (int64_t{1} << 16)) {  // decode rows: a parallel region would cost more than the adds
-      for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-      return;
-    }
     use_threads();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+    cpu::add(x, y, n);
   }
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                  AttentionProbe* probe) override {

@@ -10,6 +10,7 @@
 #include "backend/cpu/gemm_avx512.h"
 
 namespace squeezekv::cpu::avx512bf16 {
+#include "backend/cpu/row_groups.h"
 namespace {
 
 // M tokens x 32 outputs: per pair of columns two panel loads and M broadcasts feed 2M vdpbf16ps.
@@ -55,23 +56,8 @@ void to_bf16_pairs(uint32_t* out, const float* x, int64_t n) {
 }
 
 void gemm_panel32(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, const uint32_t* panel) {
-  constexpr int kM = 12;  // 24 of the 32 registers accumulate
-  int64_t t = 0;
-  for (; t + kM <= T; t += kM) gemm_mx32<kM>(out + t * ldo, ldo, x + t * P, P, panel, P);
-  switch (T - t) {
-    case 11: gemm_mx32<11>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 10: gemm_mx32<10>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 9: gemm_mx32<9>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 8: gemm_mx32<8>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 7: gemm_mx32<7>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 6: gemm_mx32<6>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 5: gemm_mx32<5>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 4: gemm_mx32<4>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 3: gemm_mx32<3>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 2: gemm_mx32<2>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    case 1: gemm_mx32<1>(out + t * ldo, ldo, x + t * P, P, panel, P); break;
-    default: break;
-  }
+  // 12 rows a group: 24 of the 32 registers accumulate
+  for_row_groups<12>(T, [&]<int M>(int64_t t) { gemm_mx32<M>(out + t * ldo, ldo, x + t * P, P, panel, P); });
 }
 
 }  // namespace squeezekv::cpu::avx512bf16

@@ -75,6 +75,8 @@ float dot(const float* a, const float* b, int64_t n) {
 #endif
 }
 
+#include "backend/cpu/row_groups.h"
+
 namespace {
 
 constexpr int64_t kRowBlock = 16;  // weight rows dequantized together, reused across all T
@@ -227,16 +229,7 @@ const float* pack_panel(const float* rows, int64_t width, int64_t C) {
 // out[t][r0 + 0..16) for a block of exactly 16 rows in f32 (rows at stride C), every token.
 void block_gemm16(float* out, int64_t R, int64_t r0, const float* rows, const float* x, int64_t T, int64_t C) {
   const float* panel = pack_panel(rows, 16, C);
-  int64_t t = 0;
-  for (; t + 6 <= T; t += 6) gemm_mx16<6>(out + t * R + r0, R, x + t * C, C, panel, C);
-  switch (T - t) {
-    case 5: gemm_mx16<5>(out + t * R + r0, R, x + t * C, C, panel, C); break;
-    case 4: gemm_mx16<4>(out + t * R + r0, R, x + t * C, C, panel, C); break;
-    case 3: gemm_mx16<3>(out + t * R + r0, R, x + t * C, C, panel, C); break;
-    case 2: gemm_mx16<2>(out + t * R + r0, R, x + t * C, C, panel, C); break;
-    case 1: gemm_mx16<1>(out + t * R + r0, R, x + t * C, C, panel, C); break;
-    default: break;
-  }
+  for_row_groups<6>(T, [&]<int M>(int64_t t) { gemm_mx16<M>(out + t * R + r0, R, x + t * C, C, panel, C); });
 }
 #endif
 
@@ -282,31 +275,33 @@ struct PartPlan {
   int64_t block = kRowBlock, n_blocks = 0;
 };
 
+// out[t][r0 + 0..32) for kWideBlock BF16 rows: the rows packed as column pairs, times the
+// activations' bf16 pairs xb [T][C / 2] (PartPlan::bf16 is set only where the kernel runs).
+void bf16_block(float* out, int64_t R, int64_t r0, const WeightMatrix& w, const uint32_t* xb, int64_t T) {
+#if SQUEEZEKV_BF16_KERNEL
+  thread_local std::vector<uint32_t> panel_buf;  // grown once
+  const int64_t P = w.cols / 2;
+  panel_buf.resize(static_cast<size_t>(P) * kWideBlock);
+  uint32_t* panel = panel_buf.data();
+  for (int64_t i = 0; i < kWideBlock; ++i) {
+    const uint32_t* row = reinterpret_cast<const uint32_t*>(w.row(r0 + i));
+    for (int64_t c = 0; c < P; ++c) panel[c * kWideBlock + i] = row[c];
+  }
+  avx512bf16::gemm_panel32(out + r0, R, xb, T, P, panel);
+#else
+  (void)out, (void)R, (void)r0, (void)w, (void)xb, (void)T;
+#endif
+}
+
 // Rows [r0, r0 + nr) of one part for every one of the T input rows.
 void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const Q8Block* xq, const uint32_t* xb, int64_t T,
                 bool decode, int64_t r0, int64_t nr) {
   const WeightMatrix& w = *p.w;
   float* out = p.out;
   const int64_t R = w.rows, C = w.cols;
-#if SQUEEZEKV_BF16_KERNEL
   if (plan.bf16 && nr == kWideBlock) {  // BF16 rows as column pairs, products with bf16 activations
-    thread_local std::vector<uint32_t> panel_buf;  // grown once
-    panel_buf.resize(static_cast<size_t>(C / 2) * kWideBlock);
-    uint32_t* panel = panel_buf.data();
-    for (int64_t i = 0; i < kWideBlock; ++i) {
-      const uint32_t* row = reinterpret_cast<const uint32_t*>(w.row(r0 + i));
-      for (int64_t c = 0; c < C / 2; ++c) panel[c * kWideBlock + i] = row[c];
-    }
-    avx512bf16::gemm_panel32(out + r0, R, xb, T, C / 2, panel);
-    if (p.bias != nullptr)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < nr; ++i) out[t * R + r0 + i] += p.bias[r0 + i];
-    return;
-  }
-#else
-  (void)xb;
-#endif
-  if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
+    bf16_block(out, R, r0, w, xb, T);
+  } else if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
     thread_local std::vector<uint8_t> group_buf;  // grown once
     group_buf.resize(static_cast<size_t>(C / 32) * kGroupBytes);
     for (int64_t i = 0; i < nr; i += kGroupRows) {
@@ -495,15 +490,26 @@ void silu_mul_serial(float* gate, const float* up, int64_t n) {
   }
 }
 
+// f(i0, n) over [0, n) in pieces of kPiece values (a multiple of 8, so every value takes the path,
+// vector or tail, it takes in one call), on every thread from 4 pieces (prompt chunks; decode
+// rows stay a plain call).
+template <class F>
+void for_pieces(int64_t n, F&& f) {
+  constexpr int64_t kPiece = 8192;
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  for_rows(pieces, pieces >= 4, [&](int64_t i) { f(i * kPiece, std::min(kPiece, n - i * kPiece)); });
+}
+
 }  // namespace
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  // prompt chunks in pieces of kSiluPiece values (a multiple of 8: every value takes the path,
-  // vector or tail, it takes in one call)
-  constexpr int64_t kSiluPiece = 8192;
-  const int64_t pieces = (n + kSiluPiece - 1) / kSiluPiece;
-  for_rows(pieces, pieces >= 4,
-           [&](int64_t i) { silu_mul_serial(gate + i * kSiluPiece, up + i * kSiluPiece, std::min(kSiluPiece, n - i * kSiluPiece)); });
+  for_pieces(n, [&](int64_t i0, int64_t m) { silu_mul_serial(gate + i0, up + i0, m); });
+}
+
+void add(float* x, const float* y, int64_t n) {
+  for_pieces(n, [&](int64_t i0, int64_t m) {
+    for (int64_t i = i0; i < i0 + m; ++i) x[i] += y[i];
+  });
 }
 
 }  // namespace squeezekv::cpu

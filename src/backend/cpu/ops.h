@@ -49,6 +49,8 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
 
 // x[n] = silu(gate[n]) * up[n]  (in place over gate)
 void silu_mul(float* gate, const float* up, int64_t n);
+// x[n] += y[n]
+void add(float* x, const float* y, int64_t n);
 
 // Causal multi-head attention of T query rows over the retained keys: query row t (at absolute
 // position q_pos[t]) sees key j of its kv head iff pos[j] <= q_pos[t].
