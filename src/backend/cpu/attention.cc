@@ -2,13 +2,11 @@
 // softmax mass each key receives, the attention entropy). Letters as in ops.h: T query rows,
 // H query heads, G kv heads, D head dim, N retained keys per kv head (slots in no order).
 //
-// Fast path (AVX2, D a multiple of 16): the rows of a tile are (token, query head) pairs of one kv
-// head, kRowTile at a time, so the query heads sharing a kv head (GQA) read its keys and values
-// once. Scores against the keys are formed by 2x4 register tiles (each key quad loaded once for
-// all rows of the tile), the softmax runs over whole rows with a vector exp, and P.V is formed by
-// 4-row x 16-dim register tiles. Key quads that no row of a tile may see (all positions later than
-// the tile's queries: the causal triangle of a prefill chunk) are skipped in both products. With
-// few tiles (decode) the keys are also split into segments merged afterwards (flash-decoding).
+// Fast path (AVX2 build, D a multiple of 16): the rows of a tile are (token, query head) pairs of
+// one kv head, kRowTile at a time, so the query heads sharing a kv head (GQA) read its keys and
+// values once; the tile kernel (attention_kernel.h) runs in 256-bit registers here and in 512-bit
+// ones on CPUs with AVX-512 (attention_avx512.cc, chosen at run time). With few tiles (decode)
+// the keys are also split into segments merged afterwards (flash-decoding).
 // The row path is the plain reference shape and the fallback for other builds and sizes.
 #include <omp.h>
 
@@ -17,6 +15,8 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/attention_tile.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 #include "core/half.h"
@@ -24,11 +24,7 @@
 namespace squeezekv::cpu {
 namespace {
 
-using simd::exp_nonpositive;
-using simd::hmax;
-using simd::hsum;
-
-constexpr int kRowTile = 16;  // query rows whose score rows [kRowTile][N] are held at once
+using attn::kRowTile;
 
 // Everything one head's computation reads and writes.
 struct HeadJob {
@@ -118,205 +114,43 @@ void head_rows(HeadJob& j) {
   }
 }
 
+}  // namespace
+
 #if SQUEEZEKV_AVX2
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-inline float load_scalar(const float* p) { return *p; }
-inline float load_scalar(const uint16_t* p) { return f16_to_f32(*p); }
-
-// scores[r][0..4) = scale * q_r . k_c for R query rows and 4 keys (k: 4 rows at stride D).
-template <int R, typename KT>
-inline void score_tile(float* s, int64_t s_stride, const float* const* q, const KT* k, int D, float scale) {
-  __m256 a[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < 4; ++c) a[r][c] = _mm256_setzero_ps();
-  for (int d = 0; d < D; d += 8) {
-    const __m256 k0 = load8(k + d), k1 = load8(k + D + d), k2 = load8(k + 2 * D + d), k3 = load8(k + 3 * D + d);
-    for (int r = 0; r < R; ++r) {
-      const __m256 qr = _mm256_loadu_ps(q[r] + d);
-      a[r][0] = _mm256_fmadd_ps(qr, k0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(qr, k1, a[r][1]);
-      a[r][2] = _mm256_fmadd_ps(qr, k2, a[r][2]);
-      a[r][3] = _mm256_fmadd_ps(qr, k3, a[r][3]);
-    }
+namespace attn {
+namespace {
+// 8 floats in a 256-bit register (the AVX2 build's baseline).
+struct V {
+  using Reg = __m256;
+  static constexpr int kW = 8, kScoreRows = 2, kValueVecs = 2;  // 16 registers
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg set1(float x) { return _mm256_set1_ps(x); }
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static Reg load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void store(float* p, Reg x) { _mm256_storeu_ps(p, x); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg exp_nonpositive(Reg x) { return simd::exp_nonpositive(x); }
+  static float hsum(Reg x) { return simd::hsum(x); }
+  static float hmax(Reg x) { return simd::hmax(x); }
+  static __m128 sum4(Reg a0, Reg a1, Reg a2, Reg a3) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   }
-  for (int r = 0; r < R; ++r) {  // four horizontal sums at once
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[r][0], a[r][1]), _mm256_hadd_ps(a[r][2], a[r][3]));
-    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(s + r * s_stride, _mm_mul_ps(sum, _mm_set1_ps(scale)));
-  }
-}
-
-// out[r][d0..d0+16) = sum_n p[r][n] v[n][d0..d0+16) for R rows and keys n in [n0, n1) (n0 a
-// multiple of 4), over the key quads not skipped.
-template <int R, typename KT>
-inline void value_tile(float* const* out, const float* p, int64_t p_stride, const KT* v, int D, int d0, int n0, int n1,
-                       const uint8_t* skip_quad) {
-  __m256 a[R][2];
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
-  auto key = [&](int n) {
-    const __m256 v0 = load8(v + static_cast<int64_t>(n) * D + d0), v1 = load8(v + static_cast<int64_t>(n) * D + d0 + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 b = _mm256_broadcast_ss(p + r * p_stride + n);
-      a[r][0] = _mm256_fmadd_ps(b, v0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(b, v1, a[r][1]);
-    }
-  };
-  const int q1 = n1 / 4;
-  for (int c = n0 / 4; c < q1; ++c) {
-    if (skip_quad[c]) continue;
-    for (int n = 4 * c; n < 4 * c + 4; ++n) key(n);
-  }
-  for (int n = std::max(n0, 4 * q1); n < n1; ++n) key(n);
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out[r] + d0, a[r][0]);
-    _mm256_storeu_ps(out[r] + d0 + 8, a[r][1]);
-  }
-}
-
-// One tile of up to kRowTile rows of one kv head. Rows are (token, query head of the group) pairs,
-// token-major, so the H/G query heads that share a kv head read its keys and values once (GQA).
-struct TileJob {
-  int g = 0;            // kv head
-  int64_t row0 = 0;     // first row in [0, T * group)
-  int rows = 0;
-  float* mass = nullptr;  // [N] this tile's share, summed over rows t >= mass_from (not yet / group)
-  double entropy_sum = 0.0;
-  int64_t entropy_rows = 0;
+  static float scalar(uint16_t h) { return _cvtsh_ss(h); }
 };
+}  // namespace
+#include "backend/cpu/attention_kernel.h"
+}  // namespace attn
 
-// A key segment's softmax over its own keys, to be merged with the tile's other segments
-// (flash-decoding): per row the segment max m, sum l = sum e and sum e x of e = exp(s - m),
-// x = s - m, the visible keys, and the unnormalised output sum e v. The e stay in the tile's
-// score rows, columns [n0, n1).
-struct SegmentPart {
-  float m[kRowTile], l[kRowTile], ex[kRowTile];
-  int visible[kRowTile];
-  float out[kRowTile][256];  // head dims up to 256 split this way; larger ones use one segment
-};
-
-struct TiledArgs {
-  const float* q;  // [T][H*D]
-  float* out;      // [T][H*D]
-  const int32_t* q_pos;
-  int H, group, D, N, capacity;
-  const void* k;
-  const void* v;
-  const int32_t* pos;  // [G][capacity]
-  float scale;
-  int64_t mass_from;
-  bool want_mass, entropy;
-  bool mass_max;
-};
-
-// Keys [n0, n1) of one tile. part == null: the segment is all keys; the rows are normalised and
-// the output, mass and entropy written here. Otherwise the segment's partial results go to part,
-// the exponentials to s (the tile's score rows [rows][N]), and merge_segments finishes the tile.
-template <typename KT>
-void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part) {
-  const int D = a.D;
-  const int64_t Ns = a.N;
-  const KT* k = static_cast<const KT*>(a.k) + static_cast<int64_t>(job.g) * a.capacity * D;
-  const KT* v = static_cast<const KT*>(a.v) + static_cast<int64_t>(job.g) * a.capacity * D;
-  const int32_t* pos = a.pos + static_cast<int64_t>(job.g) * a.capacity;
-  thread_local std::vector<uint8_t> skip;  // per key quad of the whole row, grown once per thread
-  skip.resize(static_cast<size_t>(a.N / 4 + 1));
-  const int c0 = n0 / 4, c1 = n1 / 4;  // whole quads [c0, c1); keys [4 c1, n1) are a tail
-  const float* qr[kRowTile];
-  float* orow[kRowTile];
-  int32_t qp[kRowTile];
-  int64_t tok[kRowTile];
-  int32_t tile_max = std::numeric_limits<int32_t>::min();
-  for (int r = 0; r < job.rows; ++r) {
-    const int64_t row = job.row0 + r, t = row / a.group;
-    const int h = job.g * a.group + static_cast<int>(row % a.group);
-    qr[r] = a.q + (t * a.H + h) * D;
-    orow[r] = part != nullptr ? part->out[r] : a.out + (t * a.H + h) * D;
-    qp[r] = a.q_pos[t];
-    tok[r] = t;
-    tile_max = std::max(tile_max, qp[r]);
-  }
-  // key quads later than every query of the tile (the causal triangle of a prefill chunk)
-  for (int c = c0; c < c1; ++c)
-    skip[c] = std::min(std::min(pos[4 * c], pos[4 * c + 1]), std::min(pos[4 * c + 2], pos[4 * c + 3])) > tile_max;
-  // scores, key quad outer so each quad is loaded once for the whole tile
-  for (int c = c0; c < c1; ++c) {
-    if (skip[c]) {
-      for (int r = 0; r < job.rows; ++r) std::fill_n(s + r * Ns + 4 * c, 4, -INFINITY);
-      continue;
-    }
-    const KT* kc = k + static_cast<int64_t>(4 * c) * D;
-    int r = 0;
-    for (; r + 2 <= job.rows; r += 2) score_tile<2>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
-    if (r < job.rows) score_tile<1>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
-  }
-  for (int r = 0; r < job.rows; ++r)
-    for (int n = std::max(n0, 4 * c1); n < n1; ++n) {
-      float acc = 0.0f;
-      for (int d = 0; d < D; ++d) acc += qr[r][d] * load_scalar(k + static_cast<int64_t>(n) * D + d);
-      s[r * Ns + n] = acc * a.scale;
-    }
-  // causal mask by position, softmax over the segment, probes
-  for (int r = 0; r < job.rows; ++r) {
-    float* sr = s + r * Ns;
-    int visible = 0;
-    for (int n = n0; n < n1; ++n) {
-      if (pos[n] > qp[r]) sr[n] = -INFINITY;
-      else ++visible;
-    }
-    __m256 m8 = _mm256_set1_ps(-INFINITY);
-    int n = n0;
-    for (; n + 8 <= n1; n += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sr + n));
-    float mx = hmax(m8);
-    for (; n < n1; ++n) mx = std::max(mx, sr[n]);
-    if (visible == 0) mx = 0.0f;  // a segment no query of this row may see: every e is 0
-    // e = exp(x), x = s - max; with sum = sum e, H(p) = log(sum) - (sum e x) / sum, which needs
-    // no logarithm per key (x is floored where e is 0, so masked keys add 0, not 0 * -inf)
-    const __m256 mxv = _mm256_set1_ps(mx), floor = _mm256_set1_ps(-87.0f);
-    __m256 sum8 = _mm256_setzero_ps(), ex8 = _mm256_setzero_ps();
-    for (n = n0; n + 8 <= n1; n += 8) {
-      const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(sr + n), mxv);
-      const __m256 e = exp_nonpositive(x);
-      _mm256_storeu_ps(sr + n, e);
-      sum8 = _mm256_add_ps(sum8, e);
-      ex8 = _mm256_fmadd_ps(e, _mm256_max_ps(x, floor), ex8);
-    }
-    float sum = hsum(sum8), ex = hsum(ex8);
-    for (; n < n1; ++n) {
-      const float x = sr[n] - mx;
-      sr[n] = std::exp(x);
-      sum += sr[n];
-      ex += sr[n] * std::max(x, -87.0f);
-    }
-    if (part != nullptr) {
-      part->m[r] = mx;
-      part->l[r] = sum;
-      part->ex[r] = ex;
-      part->visible[r] = visible;
-      continue;
-    }
-    const float inv_sum = 1.0f / sum;
-    const __m256 inv = _mm256_set1_ps(inv_sum);
-    for (n = n0; n + 8 <= n1; n += 8) _mm256_storeu_ps(sr + n, _mm256_mul_ps(_mm256_loadu_ps(sr + n), inv));
-    for (; n < n1; ++n) sr[n] *= inv_sum;
-    if (a.want_mass && tok[r] >= a.mass_from) add_mass(job.mass, sr, n0, n1, a.mass_max);
-    if (a.entropy && visible >= 2) {
-      const double h = std::log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
-      job.entropy_sum += h / std::log(static_cast<double>(visible));
-      ++job.entropy_rows;
-    }
-  }
-  // out = P V (unnormalised for a part)
-  int r = 0;
-  for (; r + 4 <= job.rows; r += 4)
-    for (int d0 = 0; d0 < D; d0 += 16) value_tile<4>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
-  const int left = job.rows - r;  // 1..3 rows (decode: the query heads of one kv head)
-  for (int d0 = 0; d0 < D && left > 0; d0 += 16) {
-    if (left == 3) value_tile<3>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
-    else if (left == 2) value_tile<2>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
-    else value_tile<1>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip.data());
-  }
-}
+namespace {
+using attn::SegmentPart;
+using attn::TiledArgs;
+using attn::TileFn;
+using attn::TileJob;
 
 // Finishes a tile split into S segments (segment j holds keys [bounds[j], bounds[j+1])): with
 // M = max m_j and w_j = exp(m_j - M), L = sum w_j l_j; out = sum w_j o_j / L; p = e w_j / L for
@@ -373,8 +207,22 @@ struct TiledPlan {
   TiledArgs a;
   int G = 0, N = 0, S = 1;
   int64_t rows_per_head = 0, tiles_per_head = 0, n_tiles = 0;
-  bool f16 = true;
+  TileFn tile = nullptr;  // the kernel for this KV type and CPU
 };
+
+// The tile kernel for f16 or f32 keys: AVX-512 where the CPU runs it, else AVX2.
+TileFn tile_kernel(bool f16) {
+  static const TileFn wide_f16 = attn::avx512_tile(true), wide_f32 = attn::avx512_tile(false);
+  if (f16) return wide_f16 != nullptr ? wide_f16 : attn::run_tile<uint16_t>;
+  return wide_f32 != nullptr ? wide_f32 : attn::run_tile<float>;
+}
+
+// This thread's skip scratch for a tile over N keys (grown once).
+uint8_t* skip_scratch(int N) {
+  thread_local std::vector<uint8_t> skip;
+  if (skip.size() < static_cast<size_t>(N / 4 + 1)) skip.resize(static_cast<size_t>(N / 4 + 1));
+  return skip.data();
+}
 
 TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                      const AttentionProbe* probe) {
@@ -391,7 +239,7 @@ TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
   p.n_tiles = p.tiles_per_head * p.G;
   if (p.n_tiles <= kFewTiles && kv.head_dim <= 256)
     p.S = static_cast<int>(std::clamp<int64_t>(p.N / kSegmentKeys, 1, kMaxSegments));
-  p.f16 = kv.type == KvType::kF16;
+  p.tile = tile_kernel(kv.type == KvType::kF16);
   return p;
 }
 
@@ -435,11 +283,10 @@ void finish_tiled(const TiledPlan& p, const TileJob* jobs, AttentionProbe* probe
 }
 
 // A tile over all its keys (one segment).
-void run_whole_tile(const TiledArgs& a, TileJob& job, bool f16) {
+void run_whole_tile(const TiledArgs& a, TileJob& job, TileFn tile) {
   thread_local std::vector<float> score_buf;  // [kRowTile][N], grown once per thread
   if (score_buf.size() < static_cast<size_t>(kRowTile) * a.N) score_buf.resize(static_cast<size_t>(kRowTile) * a.N);
-  if (f16) run_tile<uint16_t>(a, job, 0, a.N, score_buf.data(), nullptr);
-  else run_tile<float>(a, job, 0, a.N, score_buf.data(), nullptr);
+  tile(a, job, 0, a.N, score_buf.data(), nullptr, skip_scratch(a.N));
 }
 
 void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
@@ -456,7 +303,7 @@ void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
   make_jobs(p, jobs, scratch);
   if (S == 1) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n_tiles; ++i) run_whole_tile(a, jobs[i], p.f16);
+    for (int64_t i = 0; i < n_tiles; ++i) run_whole_tile(a, jobs[i], p.tile);
   } else {
     // segment bounds: multiples of 4, the last one takes the rest
     int bounds[kMaxSegments + 1];
@@ -473,8 +320,7 @@ void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
       const int64_t tile = i / S;
       const int j = static_cast<int>(i % S);
       float* s = scores + tile * kRowTile * N;
-      if (p.f16) run_tile<uint16_t>(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i);
-      else run_tile<float>(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i);
+      p.tile(a, jobs[tile], bounds[j], bounds[j + 1], s, parts + i, skip_scratch(N));
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t tile = 0; tile < n_tiles; ++tile)
@@ -519,13 +365,17 @@ void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
   const int* const owner = call_of.data();
   const TiledPlan* const plan = plans.data();
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n_jobs; ++i) run_whole_tile(plan[owner[i]].a, all[i], plan[owner[i]].f16);
+  for (int64_t i = 0; i < n_jobs; ++i) run_whole_tile(plan[owner[i]].a, all[i], plan[owner[i]].tile);
   for (int c = 0; c < n; ++c)
     if (plans[c].S == 1) finish_tiled(plans[c], all + first_job[c], calls[c].probe, scratch_of[c]);
 }
 #endif
 
 }  // namespace
+
+#if SQUEEZEKV_AVX2 && !SQUEEZEKV_AVX512_KERNEL
+attn::TileFn attn::avx512_tile(bool) { return nullptr; }  // not built: the AVX2 kernel runs
+#endif
 
 int64_t attention_scratch_floats(int64_t T, int H, int N) {
   // rows path: per head a score row and a mass row; tiled path: a mass row per tile, and a kv

@@ -1,0 +1,207 @@
+// The tile kernel of the fast attention path, written once over a vector type V and included by
+// each file that compiles it for its instruction set (attention.cc: 8 floats, AVX2;
+// attention_avx512.cc: 16 floats). Include inside namespace squeezekv::cpu::attn after defining
+// V. Internal linkage and no library templates: an inline copy compiled for AVX-512 must never be
+// picked by the linker for a path that runs on CPUs without it.
+//
+// V provides: Reg, kW (floats per register), kScoreRows (query rows per score pass), kValueVecs
+// (most registers of dims per value pass), zero, set1, load(float*), load(uint16_t* f16),
+// store, add, sub, mul, max, fmadd, exp_nonpositive (x <= 0; x < -87 gives 0), hsum, hmax,
+// sum4 (the horizontal sums of four registers, as one __m128), scalar (one f16 as a float).
+//
+// Scores against the keys are formed by kScoreRows x 4 register tiles (each key quad loaded once
+// for all rows of the tile), the softmax runs over whole rows with a vector exp, and P.V is
+// formed by 4-row x (NV x kW)-dim register tiles. Key quads that no row of a tile may see (all
+// positions later than the tile's queries: the causal triangle of a prefill chunk) are skipped
+// in both products.
+
+namespace {
+
+inline float key_scalar(const float* p) { return *p; }
+inline float key_scalar(const uint16_t* p) { return V::scalar(*p); }
+
+// scores[r][0..4) = scale * q_r . k_c for R query rows and 4 keys (k: 4 rows at stride D).
+template <int R, typename KT>
+inline void score_tile(float* s, int64_t s_stride, const float* const* q, const KT* k, int D, float scale) {
+  typename V::Reg a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) a[r][c] = V::zero();
+  for (int d = 0; d < D; d += V::kW) {
+    const typename V::Reg k0 = V::load(k + d), k1 = V::load(k + D + d), k2 = V::load(k + 2 * D + d),
+                          k3 = V::load(k + 3 * D + d);
+    for (int r = 0; r < R; ++r) {
+      const typename V::Reg qr = V::load(q[r] + d);
+      a[r][0] = V::fmadd(qr, k0, a[r][0]);
+      a[r][1] = V::fmadd(qr, k1, a[r][1]);
+      a[r][2] = V::fmadd(qr, k2, a[r][2]);
+      a[r][3] = V::fmadd(qr, k3, a[r][3]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm_storeu_ps(s + r * s_stride, _mm_mul_ps(V::sum4(a[r][0], a[r][1], a[r][2], a[r][3]), _mm_set1_ps(scale)));
+}
+
+// score_tile for the `left` (< R + 1) rows at the end of a tile.
+template <int R, typename KT>
+inline void score_rest(int left, float* s, int64_t s_stride, const float* const* q, const KT* k, int D, float scale) {
+  if constexpr (R > 0) {
+    if (left == R) return score_tile<R>(s, s_stride, q, k, D, scale);
+    score_rest<R - 1>(left, s, s_stride, q, k, D, scale);
+  }
+}
+
+// out[r][d0..d0 + NV kW) = sum_n p[r][n] v[n][d0..) for R rows and keys n in [n0, n1) (n0 a
+// multiple of 4), over the key quads not skipped.
+template <int R, int NV, typename KT>
+inline void value_tile(float* const* out, const float* p, int64_t p_stride, const KT* v, int D, int d0, int n0, int n1,
+                       const uint8_t* skip_quad) {
+  typename V::Reg a[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) a[r][j] = V::zero();
+  auto key = [&](int n) {
+    typename V::Reg vj[NV];
+    for (int j = 0; j < NV; ++j) vj[j] = V::load(v + static_cast<int64_t>(n) * D + d0 + j * V::kW);
+    for (int r = 0; r < R; ++r) {
+      const typename V::Reg b = V::set1(p[r * p_stride + n]);
+      for (int j = 0; j < NV; ++j) a[r][j] = V::fmadd(b, vj[j], a[r][j]);
+    }
+  };
+  const int q1 = n1 / 4;
+  for (int c = n0 / 4; c < q1; ++c) {
+    if (skip_quad[c]) continue;
+    for (int n = 4 * c; n < 4 * c + 4; ++n) key(n);
+  }
+  for (int n = n0 > 4 * q1 ? n0 : 4 * q1; n < n1; ++n) key(n);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) V::store(out[r] + d0 + j * V::kW, a[r][j]);
+}
+
+// P V for `rows` rows: 4 at a time, then the 1..3 left (decode: the query heads of one kv head).
+template <int NV, typename KT>
+void value_rows(float* const* orow, const float* s, int64_t Ns, int rows, const KT* v, int D, int n0, int n1,
+                const uint8_t* skip) {
+  constexpr int kStep = NV * V::kW;
+  int r = 0;
+  for (; r + 4 <= rows; r += 4)
+    for (int d0 = 0; d0 < D; d0 += kStep) value_tile<4, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
+  const int left = rows - r;
+  for (int d0 = 0; d0 < D && left > 0; d0 += kStep) {
+    if (left == 3) value_tile<3, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
+    else if (left == 2) value_tile<2, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
+    else value_tile<1, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
+  }
+}
+
+// mass[n] += p[n] (or max=) for n in [n0, n1).
+inline void add_mass_to(float* mass, const float* p, int n0, int n1, bool max) {
+  if (max) {
+    for (int n = n0; n < n1; ++n) mass[n] = p[n] > mass[n] ? p[n] : mass[n];
+  } else {
+    for (int n = n0; n < n1; ++n) mass[n] += p[n];
+  }
+}
+
+// The tile kernel (attention_tile.h, TileFn).
+template <typename KT>
+void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part, uint8_t* skip) {
+  const int D = a.D;
+  const int64_t Ns = a.N;
+  const KT* k = static_cast<const KT*>(a.k) + static_cast<int64_t>(job.g) * a.capacity * D;
+  const KT* v = static_cast<const KT*>(a.v) + static_cast<int64_t>(job.g) * a.capacity * D;
+  const int32_t* pos = a.pos + static_cast<int64_t>(job.g) * a.capacity;
+  const int c0 = n0 / 4, c1 = n1 / 4;  // whole quads [c0, c1); keys [4 c1, n1) are a tail
+  const float* qr[kRowTile];
+  float* orow[kRowTile];
+  int32_t qp[kRowTile];
+  int64_t tok[kRowTile];
+  int32_t tile_max = INT32_MIN;
+  for (int r = 0; r < job.rows; ++r) {
+    const int64_t row = job.row0 + r, t = row / a.group;
+    const int h = job.g * a.group + static_cast<int>(row % a.group);
+    qr[r] = a.q + (t * a.H + h) * D;
+    orow[r] = part != nullptr ? part->out[r] : a.out + (t * a.H + h) * D;
+    qp[r] = a.q_pos[t];
+    tok[r] = t;
+    tile_max = qp[r] > tile_max ? qp[r] : tile_max;
+  }
+  // key quads later than every query of the tile (the causal triangle of a prefill chunk)
+  for (int c = c0; c < c1; ++c) {
+    int32_t first = pos[4 * c];
+    for (int i = 1; i < 4; ++i) first = pos[4 * c + i] < first ? pos[4 * c + i] : first;
+    skip[c] = first > tile_max;
+  }
+  // scores, key quad outer so each quad is loaded once for the whole tile
+  for (int c = c0; c < c1; ++c) {
+    if (skip[c]) {
+      for (int r = 0; r < job.rows; ++r)
+        for (int i = 0; i < 4; ++i) s[r * Ns + 4 * c + i] = -INFINITY;
+      continue;
+    }
+    const KT* kc = k + static_cast<int64_t>(4 * c) * D;
+    int r = 0;
+    for (; r + V::kScoreRows <= job.rows; r += V::kScoreRows)
+      score_tile<V::kScoreRows>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
+    score_rest<V::kScoreRows - 1>(job.rows - r, s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
+  }
+  for (int r = 0; r < job.rows; ++r)
+    for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) {
+      float acc = 0.0f;
+      for (int d = 0; d < D; ++d) acc += qr[r][d] * key_scalar(k + static_cast<int64_t>(n) * D + d);
+      s[r * Ns + n] = acc * a.scale;
+    }
+  // causal mask by position, softmax over the segment, probes
+  for (int r = 0; r < job.rows; ++r) {
+    float* sr = s + r * Ns;
+    int visible = 0;
+    for (int n = n0; n < n1; ++n) {
+      if (pos[n] > qp[r]) sr[n] = -INFINITY;
+      else ++visible;
+    }
+    typename V::Reg mv = V::set1(-INFINITY);
+    int n = n0;
+    for (; n + V::kW <= n1; n += V::kW) mv = V::max(mv, V::load(sr + n));
+    float mx = V::hmax(mv);
+    for (; n < n1; ++n) mx = sr[n] > mx ? sr[n] : mx;
+    if (visible == 0) mx = 0.0f;  // a segment no query of this row may see: every e is 0
+    // e = exp(x), x = s - max; with sum = sum e, H(p) = log(sum) - (sum e x) / sum, which needs
+    // no logarithm per key (x is floored where e is 0, so masked keys add 0, not 0 * -inf)
+    const typename V::Reg mxv = V::set1(mx), floor = V::set1(-87.0f);
+    typename V::Reg sumv = V::zero(), exv = V::zero();
+    for (n = n0; n + V::kW <= n1; n += V::kW) {
+      const typename V::Reg x = V::sub(V::load(sr + n), mxv);
+      const typename V::Reg e = V::exp_nonpositive(x);
+      V::store(sr + n, e);
+      sumv = V::add(sumv, e);
+      exv = V::fmadd(e, V::max(x, floor), exv);
+    }
+    float sum = V::hsum(sumv), ex = V::hsum(exv);
+    for (; n < n1; ++n) {
+      const float x = sr[n] - mx;
+      sr[n] = std::exp(x);
+      sum += sr[n];
+      ex += sr[n] * (x > -87.0f ? x : -87.0f);
+    }
+    if (part != nullptr) {
+      part->m[r] = mx;
+      part->l[r] = sum;
+      part->ex[r] = ex;
+      part->visible[r] = visible;
+      continue;
+    }
+    const float inv_sum = 1.0f / sum;
+    const typename V::Reg inv = V::set1(inv_sum);
+    for (n = n0; n + V::kW <= n1; n += V::kW) V::store(sr + n, V::mul(V::load(sr + n), inv));
+    for (; n < n1; ++n) sr[n] *= inv_sum;
+    if (a.want_mass && tok[r] >= a.mass_from) add_mass_to(job.mass, sr, n0, n1, a.mass_max);
+    if (a.entropy && visible >= 2) {
+      const double h = std::log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
+      job.entropy_sum += h / std::log(static_cast<double>(visible));
+      ++job.entropy_rows;
+    }
+  }
+  // out = P V (unnormalised for a part), as wide a pass over the dims as D and the registers allow
+  if (V::kValueVecs >= 4 && D % (4 * V::kW) == 0) value_rows<(V::kValueVecs >= 4 ? 4 : 1)>(orow, s, Ns, job.rows, v, D, n0, n1, skip);
+  else if (D % (2 * V::kW) == 0) value_rows<2>(orow, s, Ns, job.rows, v, D, n0, n1, skip);
+  else value_rows<1>(orow, s, Ns, job.rows, v, D, n0, n1, skip);
+}
+
+}  // namespace

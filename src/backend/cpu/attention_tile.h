@@ -1,0 +1,59 @@
+// The tiles of the fast attention path (attention.cc): what one tile of query rows of one kv head
+// reads and writes. The tile kernel is written once (attention_kernel.h) over a vector type and
+// compiled twice: 8 floats (AVX2, attention.cc) and 16 floats (AVX-512, attention_avx512.cc,
+// chosen at run time). Letters as in ops.h: T query rows, H query heads, G kv heads, D head dim,
+// N retained keys per kv head.
+#pragma once
+#include <cstdint>
+
+namespace squeezekv::cpu::attn {
+
+constexpr int kRowTile = 16;  // query rows whose score rows [kRowTile][N] are held at once
+
+struct TiledArgs {
+  const float* q;  // [T][H*D]
+  float* out;      // [T][H*D]
+  const int32_t* q_pos;  // [T]
+  int H, group, D, N, capacity;
+  const void* k;       // [G][capacity][D] (f16 or f32)
+  const void* v;       // [G][capacity][D]
+  const int32_t* pos;  // [G][capacity]
+  float scale;
+  int64_t mass_from;
+  bool want_mass, entropy;
+  bool mass_max;
+};
+
+// One tile of up to kRowTile rows of one kv head. Rows are (token, query head of the group) pairs,
+// token-major, so the H/G query heads that share a kv head read its keys and values once (GQA).
+struct TileJob {
+  int g = 0;            // kv head
+  int64_t row0 = 0;     // first row in [0, T * group)
+  int rows = 0;
+  float* mass = nullptr;  // [N] this tile's share, summed over rows t >= mass_from (not yet / group)
+  double entropy_sum = 0.0;
+  int64_t entropy_rows = 0;
+};
+
+// A key segment's softmax over its own keys, to be merged with the tile's other segments
+// (flash-decoding): per row the segment max m, sum l = sum e and sum e x of e = exp(s - m),
+// x = s - m, the visible keys, and the unnormalised output sum e v. The e stay in the tile's
+// score rows, columns [n0, n1).
+struct SegmentPart {
+  float m[kRowTile], l[kRowTile], ex[kRowTile];
+  int visible[kRowTile];
+  float out[kRowTile][256];  // head dims up to 256 split this way; larger ones use one segment
+};
+
+// Keys [n0, n1) of one tile (n0 a multiple of 4; D a multiple of 16). part == null: the segment
+// is all keys; the rows are normalised and the output, mass and entropy written here. Otherwise
+// the segment's partial results go to part, the exponentials to s (the tile's score rows
+// [rows][N]), and the caller merges the segments.
+//   s: [kRowTile][N] scratch; skip: N / 4 + 1 bytes of scratch (key quads no row of the tile sees)
+using TileFn = void (*)(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part, uint8_t* skip);
+
+// The AVX-512 tile kernel (attention_avx512.cc); null where the build has none or the CPU does not
+// run it (cpu_features.h).
+TileFn avx512_tile(bool f16);
+
+}  // namespace squeezekv::cpu::attn
