@@ -137,6 +137,10 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
       continue;
     }
     const KT* kc = k + static_cast<int64_t>(4 * c) * D;
+    // the quad's values are read after the softmax: fetched now, while the scores are formed
+    // (a decode step's tiles read short runs of rows, which the hardware prefetcher misses)
+    const char* vc = reinterpret_cast<const char*>(v + static_cast<int64_t>(4 * c) * D);
+    for (int64_t b = 0; b < static_cast<int64_t>(4 * D * sizeof(KT)); b += 64) _mm_prefetch(vc + b, _MM_HINT_T0);
     int r = 0;
     for (; r + V::kScoreRows <= job.rows; r += V::kScoreRows)
       score_tile<V::kScoreRows>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
