@@ -17,6 +17,8 @@
 
 namespace {
 
+constexpr int kKeyAhead = 4;  // key quads fetched ahead of the score tiles
+
 inline float key_scalar(const float* p) { return *p; }
 inline float key_scalar(const uint16_t* p) { return V::scalar(*p); }
 
@@ -141,6 +143,10 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     // (a decode step's tiles read short runs of rows, which the hardware prefetcher misses)
     const char* vc = reinterpret_cast<const char*>(v + static_cast<int64_t>(4 * c) * D);
     for (int64_t b = 0; b < static_cast<int64_t>(4 * D * sizeof(KT)); b += 64) _mm_prefetch(vc + b, _MM_HINT_T0);
+    // and the keys a few quads ahead
+    const char* kn = reinterpret_cast<const char*>(k + static_cast<int64_t>(4 * (c + kKeyAhead)) * D);
+    if (c + kKeyAhead < c1)
+      for (int64_t b = 0; b < static_cast<int64_t>(4 * D * sizeof(KT)); b += 64) _mm_prefetch(kn + b, _MM_HINT_T0);
     int r = 0;
     for (; r + V::kScoreRows <= job.rows; r += V::kScoreRows)
       score_tile<V::kScoreRows>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
