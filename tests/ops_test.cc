@@ -754,6 +754,28 @@ TEST(Attention, TiledMatchesRowReference) {
   EXPECT_EQ(cases, 620);  // every size above ran
 }
 
+// Greedy over a vocabulary-sized row (the lane-wise argmax): the first index of the largest
+// logit, as std::max_element, with ties placed in every lane position and in the tail.
+TEST(Sampler, GreedyOverAVocabularyTakesTheFirstLargest) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  SamplerConfig greedy;
+  greedy.temperature = 0.0f;
+  Sampler s(greedy);
+  for (int V : {1, 5, 31, 32, 33, 1000, 49152, 49157}) {
+    std::vector<float> x(static_cast<size_t>(V));
+    for (auto& v : x) v = nd(rng);
+    EXPECT_EQ(s.sample(x), std::max_element(x.begin(), x.end()) - x.begin()) << V;
+    for (int first : {0, 7, V / 2, V - 1}) {  // a tie at the top: the lower index wins
+      if (first >= V) continue;
+      std::vector<float> y = x;
+      y[first] = 100.0f;
+      for (int j = first + 1; j < V; j += 13) y[j] = 100.0f;
+      EXPECT_EQ(s.sample(y), first) << V << " first " << first;
+    }
+  }
+}
+
 TEST(Sampler, GreedyTopKMinPAndSeed) {
   std::vector<float> logits = {1.0f, 5.0f, 4.9f, -3.0f, 0.0f};
   SamplerConfig greedy;

@@ -17,12 +17,46 @@ void validate(const SamplerConfig& c) {
   if (c.top_k < 0) throw Error("--top-k: must be >= 0, got " + std::to_string(c.top_k));
 }
 
+namespace {
+
+// The first index of the largest value (as std::max_element), in 16 independent lanes that the
+// compiler vectorizes: each lane keeps its own first maximum, then the lanes are combined by
+// value, ties to the lower index. A decode step of many sequences takes one per sequence over
+// the whole vocabulary while the other threads wait.
+int argmax(std::span<const float> x) {
+  constexpr int kLanes = 16;
+  const int n = static_cast<int>(x.size());
+  if (n < 2 * kLanes) return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
+  float best[kLanes];
+  int at[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    best[j] = x[j];
+    at[j] = j;
+  }
+  int i = kLanes;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const bool more = x[i + j] > best[j];
+      best[j] = more ? x[i + j] : best[j];
+      at[j] = more ? i + j : at[j];
+    }
+  int win = 0;
+  for (int j = 1; j < kLanes; ++j)
+    if (best[j] > best[win] || (best[j] == best[win] && at[j] < at[win])) win = j;
+  int r = at[win];
+  for (; i < n; ++i)
+    if (x[i] > x[r]) r = i;
+  return r;
+}
+
+}  // namespace
+
 Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg), rng_(cfg.seed) { validate(cfg); }
 
 int Sampler::sample(std::span<const float> logits) {
   const int V = static_cast<int>(logits.size());
   if (cfg_.temperature <= 0.0f) {  // greedy; ties go to the lowest id
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return argmax(logits);
   }
   cand_.resize(static_cast<size_t>(V));
   for (int i = 0; i < V; ++i) cand_[i] = {logits[i] / cfg_.temperature, i};
