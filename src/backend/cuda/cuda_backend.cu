@@ -1294,6 +1294,38 @@ __global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* m
   }
 }
 
+// One kv head's query group's final softmax (max M and 1/L of each of its grp <= GMAX heads, from
+// ml [H][2]) and the mass a key gets from it: the one definition that the mass kernel and the
+// eviction kernel's deferred mass both use, so both give the same bits. Products and sums are
+// rounded explicitly (no contraction into an FMA, which the compiler may choose differently in
+// two kernels).
+template <int GMAX>
+struct GroupSoftmax {
+  float M[GMAX], inv[GMAX];
+  int grp;
+  __device__ __forceinline__ GroupSoftmax(const float* ml, int g, int grp_) : grp(grp_) {
+#pragma unroll
+    for (int r = 0; r < GMAX; ++r) {
+      const int h = g * grp + (r < grp ? r : 0);
+      M[r] = ml[2 * h];
+      inv[r] = ml[2 * h + 1] > 0.0f ? 1.0f / ml[2 * h + 1] : 0.0f;
+    }
+  }
+  // old mass of key j + this step's: sc holds the group's score rows [GMAX][cap] (-inf: masked)
+  __device__ __forceinline__ float add_mass(float old, const float* sc, size_t cap, int j, bool mass_max) const {
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < GMAX; ++r) {
+      if (r >= grp) break;
+      const float s = sc[static_cast<size_t>(r) * cap + j];
+      if (s == -INFINITY) continue;
+      const float p = __fmul_rn(__expf(s - M[r]), inv[r]);
+      acc = mass_max ? fmaxf(acc, p) : __fadd_rn(acc, p);
+    }
+    return mass_max ? fmaxf(old, acc) : __fadd_rn(old, __fdiv_rn(acc, static_cast<float>(grp)));
+  }
+};
+
 // The policies' mass from the kept scores and the final max and sum (ml [H][2]): per key j of the
 // split, mass[g][j] += sum over the grp heads of exp(s - M) / L, / grp (or the max over them). One
 // thread per key: no atomics, the same sums every run.
@@ -1305,27 +1337,11 @@ __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const fl
   const KeyRange kr = key_range(kv, a);
   if (split >= kr.splits) return;
   const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
-  float M[GMAX], inv[GMAX];
-#pragma unroll
-  for (int r = 0; r < GMAX; ++r) {
-    const int h = g * grp + (r < grp ? r : 0);
-    M[r] = ml[2 * h];
-    inv[r] = ml[2 * h + 1] > 0.0f ? 1.0f / ml[2 * h + 1] : 0.0f;
-  }
+  const GroupSoftmax<GMAX> sm(ml, g, grp);
+  const float* sc = scores + static_cast<size_t>(g) * GMAX * kv.capacity;
   for (int j = begin + threadIdx.x; j < end; j += blockDim.x) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int r = 0; r < GMAX; ++r) {
-      if (r >= grp) break;
-      const float s = scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j];
-      if (s == -INFINITY) continue;
-      // rounded products and sums (no contraction into an FMA, which the compiler may choose
-      // differently elsewhere): the eviction kernel's deferred mass repeats them to the bit
-      const float p = __fmul_rn(__expf(s - M[r]), inv[r]);
-      acc = mass_max ? fmaxf(acc, p) : __fadd_rn(acc, p);
-    }
     float* dst = mass + static_cast<size_t>(g) * stride + j;
-    *dst = mass_max ? fmaxf(*dst, acc) : __fadd_rn(*dst, __fdiv_rn(acc, static_cast<float>(grp)));
+    *dst = sm.add_mass(*dst, sc, kv.capacity, j, mass_max);
   }
 }
 
@@ -1459,27 +1475,11 @@ __global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const __grid_con
       if (k < best) best = k, at = j;
     }
   } else {  // the step's mass first, with k_attn_mass's operations (the same values), then the key
-    const int grp = e.grp;
-    float Mx[8], inv[8];
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      const int h = blockIdx.x * grp + (r < grp ? r : 0);
-      Mx[r] = e.ml[2 * h];
-      inv[r] = e.ml[2 * h + 1] > 0.0f ? 1.0f / e.ml[2 * h + 1] : 0.0f;
-    }
+    const GroupSoftmax<8> sm(e.ml, blockIdx.x, e.grp);
     const float* sc = e.scores + static_cast<size_t>(blockIdx.x) * e.gmax * e.cap;
     for (int j = threadIdx.x; j < count; j += kEvictThreads) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int r = 0; r < 8; ++r) {
-        if (r >= grp) break;
-        const float x = sc[static_cast<size_t>(r) * e.cap + j];
-        if (x == -INFINITY) continue;
-        const float pr = __fmul_rn(__expf(x - Mx[r]), inv[r]);  // as k_attn_mass, to the bit
-        acc = e.mass_max ? fmaxf(acc, pr) : __fadd_rn(acc, pr);
-      }
       float* dst = M + base + j;
-      const float mj = e.mass_max ? fmaxf(*dst, acc) : __fadd_rn(*dst, __fdiv_rn(acc, static_cast<float>(grp)));
+      const float mj = sm.add_mass(*dst, sc, e.cap, j, e.mass_max);
       *dst = mj;
       const int32_t p = pos[j];
       const unsigned long long k = p < keep_below || p >= keep_from ? ~0ull : evict_key(mj, p);
