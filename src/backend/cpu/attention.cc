@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "backend/cpu/attention_tile.h"
-#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 #include "core/half.h"

@@ -186,7 +186,7 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     float sum = V::hsum(sumv), ex = V::hsum(exv);
     for (; n < n1; ++n) {
       const float x = sr[n] - mx;
-      sr[n] = std::exp(x);
+      sr[n] = __builtin_expf(x);  // builtins: no inline library copy (see the top)
       sum += sr[n];
       ex += sr[n] * (x > -87.0f ? x : -87.0f);
     }
@@ -203,8 +203,8 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     for (; n < n1; ++n) sr[n] *= inv_sum;
     if (a.want_mass && tok[r] >= a.mass_from) add_mass_to(job.mass, sr, n0, n1, a.mass_max);
     if (a.entropy && visible >= 2) {
-      const double h = std::log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
-      job.entropy_sum += h / std::log(static_cast<double>(visible));
+      const double h = __builtin_log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
+      job.entropy_sum += h / __builtin_log(static_cast<double>(visible));
       ++job.entropy_rows;
     }
   }
