@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "backend/cpu/attention_tile.h"
+#include "backend/cpu/exp_poly.h"
 #include "backend/cpu/gemm_avx512.h"
 
 namespace squeezekv::cpu::attn {
@@ -33,23 +34,19 @@ struct V {
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
   static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
-  // exp(x) for x <= 0: simd::exp_nonpositive's reduction and polynomial in 16 lanes
+  // exp(x) for x <= 0: simd::exp_nonpositive's reduction and polynomial (exp_poly.h) in 16 lanes
   static Reg exp_nonpositive(Reg x) {
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    namespace e = exp_poly;
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(e::kFloor), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(e::kFloor));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(e::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Lo), r);
+    __m512 y = _mm512_set1_ps(e::kP[0]);
+    for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(e::kP[i]));
     y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(e));
+    const __m512i ei = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(ei));
   }
   static __m256 low(Reg a) { return _mm512_castps512_ps256(a); }
   static __m256 high(Reg a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
