@@ -43,6 +43,17 @@ __attribute__((always_inline)) inline __m512 f16_pair(const uint8_t* a, const ui
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(ha), hb, 1));
 }
 
+// Weights ahead of use: a pass over 8 activation rows spends ~50 cycles on a block, and the loads
+// of the weight tiles were the hot instructions (the hardware prefetcher does not keep ahead of
+// two streams read at that pace); each block asks for the lines kPrefetchBlocks blocks ahead of
+// every stream it reads (past a tile's end: the next tile, which the same thread reads next).
+// 8 rows, Q4_1, SmolLM2-135M: 5.47 -> 4.45 ms a step (8 to 32 blocks ahead within noise).
+constexpr int kPrefetchBlocks = 16;
+__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t* p, int block_bytes) {
+  for (int off = 0; off < block_bytes + 32; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBlocks * block_bytes + off), _MM_HINT_T0);
+}
+
 // IQ4_NL's grid + 128: the unsigned bytes vpdpbusd multiplies (built once, not per call).
 constexpr std::array<uint8_t, 16> kIq4Unsigned = [] {
   std::array<uint8_t, 16> a{};
@@ -61,6 +72,7 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, ta += kBlock, tb += kBlock) {
+    prefetch_ahead(ta, kBlock), prefetch_ahead(tb, kBlock);
     __m512i sum[N];
     for (int n = 0; n < N; ++n) sum[n] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -100,6 +112,7 @@ void pair_q8(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, ta += kBlock, tb += kBlock) {
+    prefetch_ahead(ta, kBlock), prefetch_ahead(tb, kBlock);
     __m512i sum[N];
     for (int n = 0; n < N; ++n) sum[n] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -145,6 +158,7 @@ void group16_n(const uint8_t* g, const Q8Block* x, int64_t x_stride, int64_t C, 
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, g += kGroupBytes) {
+    prefetch_ahead(g, kGroupBytes);
     __m512i s0[N], s1[N];
     for (int n = 0; n < N; ++n) s0[n] = s1[n] = zero;
 #pragma GCC unroll 8
