@@ -165,7 +165,9 @@ TEST(Engine, DecodeRowsEqualLoneRowsBitForBit) {
 
 TEST(Scheduler, CancelAndStopFreeTheirSequences) {
   const Model& m = smollm();
-  Engine engine(m, options(DecodeActivations::kInt8), 2);
+  SessionOptions o = options(DecodeActivations::kInt8);
+  o.prefill_chunk = 12;  // one 8-token prompt a step: the second request is still in its prompt after the first
+  Engine engine(m, o, 2);
   Scheduler sched(engine);
   std::vector<std::string> reasons(3);
   int calls = 0;
@@ -187,6 +189,34 @@ TEST(Scheduler, CancelAndStopFreeTheirSequences) {
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(reasons[1], "cancelled");
   EXPECT_EQ(reasons[2], "cancelled");
+  EXPECT_EQ(engine.sequences(), 0);
+}
+
+// Prompts that arrive together share the prefill between two decode steps, up to one chunk's worth
+// of tokens in all: those that fit finish their prompt in the first step, the next one waits.
+TEST(Scheduler, PromptsShareAStepUpToOneChunkOfTokens) {
+  const Model& m = smollm();
+  const std::vector<std::string> texts = {"The quick brown fox", "Water boils at", "Once upon a time there was", "def main():"};
+  std::vector<std::vector<int>> prompts;
+  for (const auto& t : texts) prompts.push_back(m.tokenizer().encode(t, true));
+  SessionOptions o = options(DecodeActivations::kInt8);
+  o.prefill_chunk = static_cast<int>(prompts[0].size() + prompts[1].size() + prompts[2].size());
+  Engine engine(m, o, 4);
+  Scheduler sched(engine);
+  std::vector<int> done(prompts.size(), 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.options = greedy(1);  // done with the token from its prompt's logits
+    r.on_done = [&done, i](const GenerateResult& res) { done[i] = static_cast<int>(res.tokens.size()); };
+    sched.submit(std::move(r));
+  }
+  sched.step();
+  EXPECT_EQ(done, (std::vector<int>{1, 1, 1, 0}));
+  EXPECT_EQ(sched.running(), 1);
+  sched.step();
+  EXPECT_EQ(done, (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_FALSE(sched.step());
   EXPECT_EQ(engine.sequences(), 0);
 }
 

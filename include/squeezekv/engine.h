@@ -3,7 +3,7 @@
 // their own coordinator); a decode step runs one row of every listed sequence through each
 // weight matrix once, with exactly the arithmetic each sequence gets alone (RowMode::kIndependent),
 // so a sequence's tokens do not depend on what else shares the batch. A Scheduler on top admits
-// generation requests, prefills their prompts one chunk at a time between decode steps, and
+// generation requests, prefills their prompts in chunks between decode steps, and
 // streams their text through callbacks that can stop them.
 // Thread safety: an Engine and its Scheduler are used by one thread at a time.
 #pragma once
@@ -86,7 +86,8 @@ class Scheduler {
   // Stops a request at the next step (on_done gets stop_reason "cancelled"); unknown ids are ignored.
   void cancel(int64_t id);
   // One round: requests waiting for a free sequence slot are admitted (first come, first
-  // served); the oldest admitted request still in its prompt runs one prefill chunk; then every
+  // served); admitted requests still in their prompt run prefill chunks, oldest first, up to one
+  // chunk's worth of tokens in all (each request's chunks as it gets them alone); then every
   // request that is generating runs one decode step together. Returns whether work remains.
   bool step();
 

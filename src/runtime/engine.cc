@@ -210,10 +210,17 @@ bool Scheduler::step() {
     }
     m.running.push_back(std::move(q));
   }
-  // one prefill chunk for the oldest request still in its prompt
+  // Prompt chunks between two decode steps, oldest request first, up to one chunk's worth of
+  // tokens in all (the stall a running stream sees is at most one chunk, as with one request):
+  // requests that arrive together start decoding together instead of one step apart each. A
+  // request's chunks are those it gets alone (min(rest, chunk)), so its arithmetic is the same; a
+  // chunk that does not fit in what is left of this step's tokens waits for the next step.
+  size_t budget = static_cast<size_t>(m.engine.prefill_chunk());
   for (auto& q : m.running) {
     if (q->prefilled >= q->r.prompt.size()) continue;
     const size_t T = std::min(q->r.prompt.size() - q->prefilled, static_cast<size_t>(m.engine.prefill_chunk()));
+    if (T > budget) break;
+    budget -= T;
     try {
       const std::span<const float> logits = m.engine.prefill(q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T),
                                                                    static_cast<int>(q->r.prompt.size()));
@@ -225,7 +232,6 @@ bool Scheduler::step() {
     } catch (const std::exception& e) {
       m.finish(*q, "error", e.what());
     }
-    break;
   }
   m.sweep();
   // one decode step for every request that is generating
