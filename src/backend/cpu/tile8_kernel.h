@@ -184,18 +184,24 @@ void group8_products(GroupKind kind, const uint8_t* g, int half, const Q8Block* 
 }
 
 // n activation rows in groups of up to kMaxN (each weight chunk unpacked once per group): 4 with
-// AVX2's 16 vector registers, 8 with AVX-512's 32. A row's sums do not depend on its group.
+// AVX2's 16 vector registers, 8 with AVX-512's 32; the rest in one pass of its own width (6 rows:
+// one pass over the weights, not 4 + 2). A row's sums do not depend on its group.
 template <class DotQ4, class DotQ8, int kMaxN = 4>
 void tile8_products(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int n, int64_t C, float* out,
                     int64_t out_stride) {
   int i = 0;
-  if constexpr (kMaxN == 8)
-    for (; i + 8 <= n; i += 8) tile_n<DotQ4, DotQ8, 8>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-  for (; i + 4 <= n; i += 4) tile_n<DotQ4, DotQ8, 4>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+  for (; i + kMaxN <= n; i += kMaxN) tile_n<DotQ4, DotQ8, kMaxN>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+  auto rest = [&]<int N>() {
+    if constexpr (N < kMaxN) tile_n<DotQ4, DotQ8, N>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+  };
   switch (n - i) {
-    case 3: return tile_n<DotQ4, DotQ8, 3>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-    case 2: return tile_n<DotQ4, DotQ8, 2>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
-    case 1: return tile_n<DotQ4, DotQ8, 1>(t, tile, x + i * x_stride, x_stride, C, out + i * out_stride, out_stride);
+    case 7: return rest.template operator()<7>();
+    case 6: return rest.template operator()<6>();
+    case 5: return rest.template operator()<5>();
+    case 4: return rest.template operator()<4>();
+    case 3: return rest.template operator()<3>();
+    case 2: return rest.template operator()<2>();
+    case 1: return rest.template operator()<1>();
     default: return;
   }
 }
