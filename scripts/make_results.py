@@ -8,6 +8,8 @@
     #    (a shard skips runs that any records file of the sweep already holds)
     # 2. charts + tables + who wins where
     python3 scripts/make_results.py report --config bench/sweep_smollm2.json --machine "..."
+    #    (with the records of --windows-config, default bench/sweep_smollm2_ppl_windows.json, the
+    #    perplexity cells again over several windows per text: run that sweep the same way)
 
 The report reads every records file the config (or its shards) wrote; numbers are deterministic
 for a given binary (greedy decoding, fixed seeds, thread-count-independent kernels).
@@ -193,6 +195,63 @@ def findings(recs, cfg, labels, fr):
     return out
 
 
+def windows_section(path):
+    """The perplexity targets again over several windows per text (a second, smaller sweep: its
+    config, e.g. bench/sweep_smollm2_ppl_windows.json). One window's perplexity under eviction
+    moves by ~1% when only the order of floating-point operations changes (kernels between
+    sessions), which is more than the squeeze / h2o margins in the main tables."""
+    if not path or not os.path.exists(path):
+        return []
+    cfg = json.load(open(path))
+    base, ext = os.path.splitext(cfg["output"])
+    recs = [json.loads(l) for f in sorted(glob.glob(base + "*" + ext)) for l in open(f) if l.strip()]
+    if not recs:
+        return []
+    labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
+    cells = sorted({(r["task"], r["ctx"]) for r in recs})
+    g = {(r["task"], r["ctx"], r["policy"]): r for r in recs}
+    wins = sorted({len(r.get("window_ppl", [])) for r in recs})
+    commits = sorted({r.get("git_commit", "?") for r in recs})
+    fr = cfg["budget_fractions"]
+    out = [f"## Perplexity over {', '.join(map(str, wins))} windows per text ({', '.join(f'{100 * f:g}%' for f in fr)} KV)", "",
+           f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}): the "
+           "same protocol as above over consecutive windows of each text; a cell is the perplexity over all the "
+           "windows' scored tokens (exp of their mean negative log-likelihood), with its ratio to the full "
+           "cache's. `squeeze-sX` is squeeze at strength X (the default is 0.5).", "",
+           "| policy | " + " | ".join(f"{t} {c}" for t, c in cells) + " |", "|---|" + "---|" * len(cells)]
+    for lab in ["full"] + labels:
+        row = []
+        for t, c in cells:
+            r, full = g.get((t, c, lab)), g.get((t, c, "full"))
+            row.append("–" if r is None else f"{r['value']:.3f}" + (f" ({r['value'] / full['value']:.3f}x)" if full and lab != "full" else ""))
+        out.append(f"| {lab} | " + " | ".join(row) + " |")
+    out.append("")
+    for t, c in cells:
+        full, h2o, sq = (g.get((t, c, k)) for k in ("full", "h2o", "squeeze"))
+        if None in (full, h2o, sq):
+            continue
+        sqs = sorted((g[(t, c, lab)]["value"], lab) for lab in labels if lab.startswith("squeeze") and (t, c, lab) in g)
+        best_v, best_lab = min((g[(t, c, lab)]["value"], lab) for lab in labels if (t, c, lab) in g)
+        below = sum(a <= b for a, b in zip(sq.get("window_ppl", []), h2o.get("window_ppl", [])))
+        out.append(f"- {t} {c}: squeeze {sq['value']:.3f} vs h2o {h2o['value']:.3f} "
+                   f"({100 * (sq['value'] - h2o['value']) / h2o['value']:+.2f}%; at or below h2o in {below} of "
+                   f"{len(sq.get('window_ppl', []))} windows), {sq['value'] / full['value']:.3f}x full; "
+                   f"squeeze settings from best: {', '.join(f'{lab} {v:.3f}' for v, lab in sqs)}; best of all here: "
+                   f"{best_lab} {best_v:.3f} ({best_v / full['value']:.3f}x).")
+    both = [(g[(t, c, "squeeze")]["value"], g[(t, c, "h2o")]["value"], g[(t, c, "full")]["value"]) for t, c in cells
+            if all((t, c, k) in g for k in ("squeeze", "h2o", "full"))]
+    if both:
+        out.append(f"- In all: squeeze at its default at or below h2o in {sum(s <= h for s, h, _ in both)} of {len(both)} "
+                   f"cells, within 1.10x the full cache in {sum(s <= 1.10 * f for s, _, f in both)} (h2o: "
+                   f"{sum(h <= 1.10 * f for _, h, f in both)}); the best squeeze setting of each cell against h2o: "
+                   + ", ".join(f"{100 * (v - g[(t, c, 'h2o')]['value']) / g[(t, c, 'h2o')]['value']:+.2f}%"
+                               for t, c in cells if (t, c, "h2o") in g
+                               for v in [min(g[(t, c, lab)]["value"] for lab in labels
+                                             if lab.startswith("squeeze") and (t, c, lab) in g)]) + ".")
+    out.append("")
+    return out
+
+
 def kvpress_section(out_dir):
     """The side-by-side runs of bench/compare_kvpress.py (kvpress_*.json beside the records)."""
     files = sorted(glob.glob(os.path.join(out_dir, "kvpress_*.json")))
@@ -371,6 +430,7 @@ def report(a):
             if h2o and "h2o" not in best:
                 vs = f"; h2o {fmt(metric, h2o['value'])}"
             verdicts.append(f"- {task} {ctx} at {100 * f:g}%: **{', '.join(best)}** {fmt(metric, best_v)}, {margin}{vs}.")
+    lines += windows_section(a.windows_config)
     lines += kvpress_section(out_dir)
     lines += window_attention_section(out_dir)
     lines.append("## Who wins where")
@@ -407,6 +467,8 @@ def main():
     r.add_argument("--config", required=True)
     r.add_argument("--machine", default="not stated")
     r.add_argument("--out", default="docs/RESULTS.md")
+    r.add_argument("--windows-config", default="bench/sweep_smollm2_ppl_windows.json",
+                   help="a second sweep of the perplexity cells over several windows (skipped when it has no records)")
     a = ap.parse_args()
     shard(a) if a.cmd == "shard" else report(a)
 

@@ -215,12 +215,12 @@ bool Scheduler::step() {
   // requests that arrive together start decoding together instead of one step apart each. A
   // request's chunks are those it gets alone (min(rest, chunk)), so its arithmetic is the same; a
   // chunk that does not fit in what is left of this step's tokens waits for the next step.
-  size_t budget = static_cast<size_t>(m.engine.prefill_chunk());
+  size_t tokens_left = static_cast<size_t>(m.engine.prefill_chunk());
   for (auto& q : m.running) {
     if (q->prefilled >= q->r.prompt.size()) continue;
     const size_t T = std::min(q->r.prompt.size() - q->prefilled, static_cast<size_t>(m.engine.prefill_chunk()));
-    if (T > budget) break;
-    budget -= T;
+    if (T > tokens_left) break;
+    tokens_left -= T;
     try {
       const std::span<const float> logits = m.engine.prefill(q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T),
                                                                    static_cast<int>(q->r.prompt.size()));
