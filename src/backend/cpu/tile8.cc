@@ -1,4 +1,4 @@
-// 8-row tiles of Q4_0 / Q4_1 / Q8_0 / IQ4_NL (tile8.h): repacking, the int8 products, dequantization.
+// 8-row tiles of Q4_0 / Q4_1 / Q5_0 / Q8_0 / IQ4_NL (tile8.h): repacking, the int8 products, dequantization.
 #include "backend/cpu/tile8.h"
 
 #include <algorithm>
@@ -14,24 +14,26 @@ namespace squeezekv::cpu {
 
 namespace {
 
-// Offsets inside one row's stored block: scale d, min m (Q4_1), quantized bytes and their count.
+// Offsets inside one row's stored block: scale d at 0, then extra_bytes of a second field (Q4_1:
+// its f16 min m; Q5_0: its 32 high bits qh), then the quantized bytes and their count.
 struct RowBlock {
-  int bytes, q_at, q_bytes;
-  bool has_m;
+  int bytes, extra_bytes, q_at, q_bytes;
 };
 constexpr RowBlock row_block(DType t) {
-  return t == DType::Q4_0 || t == DType::IQ4_NL ? RowBlock{18, 2, 16, false}
-         : t == DType::Q4_1                     ? RowBlock{20, 4, 16, true}
-                                                : RowBlock{34, 2, 32, false};
+  return t == DType::Q4_0 || t == DType::IQ4_NL ? RowBlock{18, 0, 2, 16}
+         : t == DType::Q4_1                     ? RowBlock{20, 2, 4, 16}
+         : t == DType::Q5_0                     ? RowBlock{22, 4, 6, 16}
+                                                : RowBlock{34, 0, 2, 32};
 }
-// Offsets inside one tile block: d[8] at 0, m[8] at 16 (Q4_1), then the chunks q[k][8].
-constexpr int tile_q_at(DType t) { return t == DType::Q4_1 ? 32 : 16; }
+// Offsets inside one tile block: d[8] at 0, the extra fields [8] at 16 (Q4_1 m, Q5_0 qh), then
+// the chunks q[k][8].
+constexpr int tile_q_at(DType t) { return 16 + 8 * row_block(t).extra_bytes; }
 
-// Row r of block b of a tile -> the block as the file stores it (18, 20 or 34 bytes).
+// Row r of block b of a tile -> the block as the file stores it (18, 20, 22 or 34 bytes).
 void untile_block(DType t, const uint8_t* blk, int r, uint8_t* out) {
   const RowBlock rb = row_block(t);
   std::memcpy(out, blk + 2 * r, 2);
-  if (rb.has_m) std::memcpy(out + 2, blk + 16 + 2 * r, 2);
+  std::memcpy(out + 2, blk + 16 + rb.extra_bytes * r, rb.extra_bytes);
   const uint8_t* q = blk + tile_q_at(t);
   for (int k = 0; k < rb.q_bytes / 4; ++k) std::memcpy(out + rb.q_at + 4 * k, q + (k * 8 + r) * 4, 4);
 }
@@ -39,7 +41,8 @@ void untile_block(DType t, const uint8_t* blk, int r, uint8_t* out) {
 }  // namespace
 
 bool can_tile8(const WeightMatrix& w) {
-  return (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0 || w.type == DType::IQ4_NL) &&
+  return (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q5_0 || w.type == DType::Q8_0 ||
+          w.type == DType::IQ4_NL) &&
          w.layout == WeightLayout::kRows &&
          w.rows % 8 == 0 && w.cols % 32 == 0 && w.rows > 0;
 }
@@ -63,7 +66,7 @@ WeightMatrix make_tile8(const WeightMatrix& w, uint8_t* dst) {
       for (int r = 0; r < 8; ++r) {
         const uint8_t* src = w.row(8 * t + r) + b * rb.bytes;
         std::memcpy(blk + 2 * r, src, 2);
-        if (rb.has_m) std::memcpy(blk + 16 + 2 * r, src + 2, 2);
+        std::memcpy(blk + 16 + rb.extra_bytes * r, src + 2, rb.extra_bytes);
         for (int k = 0; k < rb.q_bytes / 4; ++k) std::memcpy(blk + qa + (k * 8 + r) * 4, src + rb.q_at + 4 * k, 4);
       }
     }
@@ -110,11 +113,13 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
             const uint8_t q = blk[qa + ((byte / 4) * 8 + r) * 4 + byte % 4];
             w = v < 16 ? (q & 0x0F) : (q >> 4);
             if (t == DType::IQ4_NL) w = kIq4Values[w] + 128;  // the grid value, offset to be unsigned
+            if (t == DType::Q5_0) w |= static_cast<int>((load_u32le(blk + 16 + 4 * r) >> v) & 1) << 4;  // bit v of qh
           }
           isum += w * xi[b].q[v];
         }
         acc = std::fma(d * xi[b].d, static_cast<float>(isum), acc);
         if (t == DType::Q4_0) acc = std::fma(-8.0f * d, xi[b].st, acc);
+        if (t == DType::Q5_0) acc = std::fma(-16.0f * d, xi[b].st, acc);
         if (t == DType::IQ4_NL) acc = std::fma(-128.0f * d, xi[b].st, acc);
         if (t == DType::Q4_1) acc = std::fma(f16_to_f32(load_u16le(blk + 16 + 2 * r)), xi[b].st, acc);
       }

@@ -52,6 +52,52 @@ void tile_q4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
   for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
 }
 
+// Q5_0's fifth bits for one 4-column chunk of 8 rows: lane r holds row r's 32 high bits qh; bits
+// [s, s + 4) go to bit 4 of the lane's bytes 0..3 (each byte takes the lane's low byte after the
+// shift, keeps its own bit of 1, 2, 4, 8, and becomes 0x10 where that bit is set).
+__attribute__((always_inline)) inline __m256i fifth_bits(__m256i qh, int s) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12,
+                                          12, 12, 12);
+  const __m256i bit = _mm256_set1_epi32(0x08040201);
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srl_epi32(qh, _mm_cvtsi32_si128(s)), spread), bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+
+// Q5_0, N activation rows: Q4_0's recipe on 5-bit values (nibble | fifth bit << 4, 0..31, so
+// unsigned for the products) with the min term -16 d.
+template <class Dot, int N>
+void tile_q5(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  constexpr int kBlock = 176, kQh = 16, kQ = 48;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256 acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
+    const __m256i qh = load_chunk(tile + kQh);
+    __m256i sum[N];
+    for (int n = 0; n < N; ++n) sum[n] = Dot::zero();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = load_chunk(tile + kQ + 32 * k);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low), fifth_bits(qh, 4 * k));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), fifth_bits(qh, 16 + 4 * k));
+      for (int n = 0; n < N; ++n) {
+        const int8_t* xq = x[n * x_stride].q;
+        sum[n] = Dot::add(sum[n], lo, chunk_of(xq, k));
+        sum[n] = Dot::add(sum[n], hi, chunk_of(xq, k + 4));
+      }
+    }
+    const __m256 d = f16x8(tile);
+    const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(-16.0f), d);
+    for (int n = 0; n < N; ++n) {
+      const Q8Block& xn = x[n * x_stride];
+      const __m256 isum = _mm256_cvtepi32_ps(Dot::finish(sum[n]));
+      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), isum, acc[n]);
+      acc[n] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xn.st), acc[n]);
+    }
+  }
+  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
+}
+
 // Q8_0, N activation rows: maddubs takes |w| and x with w's sign; int32 sums per chunk.
 template <class Dot, int N>
 void tile_q8(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
@@ -119,6 +165,7 @@ template <class DotQ4, class DotQ8, int N>
 void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
   if (t == DType::Q4_0) tile_q4<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
   else if (t == DType::Q4_1) tile_q4<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::Q5_0) tile_q5<DotQ8, N>(tile, x, x_stride, C, out, out_stride);  // 32-bit sums per step: 8 steps of 5-bit products would overflow 16 bits
   else if (t == DType::IQ4_NL) tile_iq4<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
   else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
 }
