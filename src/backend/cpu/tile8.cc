@@ -29,11 +29,30 @@ constexpr RowBlock row_block(DType t) {
 // the chunks q[k][8].
 constexpr int tile_q_at(DType t) { return 16 + 8 * row_block(t).extra_bytes; }
 
+// Q5_0's high bits in a tile: qh (bit v: value v's fifth bit) transposed so that byte j, bit c
+// holds bit 4c + j, the fifth bit of chunk c's byte j (chunks c < 4: low nibbles of bytes 4c..;
+// c >= 4: high nibbles of bytes 4(c - 4)..). A kernel then takes chunk c's fifth bits into bit 4
+// of each byte with one 16-bit shift (by 4 - c or c - 4) and one mask.
+uint32_t transpose_qh(uint32_t qh) {
+  uint32_t t = 0;
+  for (int v = 0; v < 32; ++v) t |= ((qh >> v) & 1u) << (8 * (v % 4) + v / 4);
+  return t;
+}
+uint32_t untranspose_qh(uint32_t t) {
+  uint32_t qh = 0;
+  for (int v = 0; v < 32; ++v) qh |= ((t >> (8 * (v % 4) + v / 4)) & 1u) << v;
+  return qh;
+}
+
 // Row r of block b of a tile -> the block as the file stores it (18, 20, 22 or 34 bytes).
 void untile_block(DType t, const uint8_t* blk, int r, uint8_t* out) {
   const RowBlock rb = row_block(t);
   std::memcpy(out, blk + 2 * r, 2);
   std::memcpy(out + 2, blk + 16 + rb.extra_bytes * r, rb.extra_bytes);
+  if (t == DType::Q5_0) {
+    const uint32_t qh = untranspose_qh(load_u32le(out + 2));
+    for (int i = 0; i < 4; ++i) out[2 + i] = static_cast<uint8_t>(qh >> (8 * i));
+  }
   const uint8_t* q = blk + tile_q_at(t);
   for (int k = 0; k < rb.q_bytes / 4; ++k) std::memcpy(out + rb.q_at + 4 * k, q + (k * 8 + r) * 4, 4);
 }
@@ -67,6 +86,10 @@ WeightMatrix make_tile8(const WeightMatrix& w, uint8_t* dst) {
         const uint8_t* src = w.row(8 * t + r) + b * rb.bytes;
         std::memcpy(blk + 2 * r, src, 2);
         std::memcpy(blk + 16 + rb.extra_bytes * r, src + 2, rb.extra_bytes);
+        if (w.type == DType::Q5_0) {
+          const uint32_t t = transpose_qh(load_u32le(src + 2));
+          for (int i = 0; i < 4; ++i) blk[16 + 4 * r + i] = static_cast<uint8_t>(t >> (8 * i));
+        }
         for (int k = 0; k < rb.q_bytes / 4; ++k) std::memcpy(blk + qa + (k * 8 + r) * 4, src + rb.q_at + 4 * k, 4);
       }
     }
@@ -113,7 +136,7 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
             const uint8_t q = blk[qa + ((byte / 4) * 8 + r) * 4 + byte % 4];
             w = v < 16 ? (q & 0x0F) : (q >> 4);
             if (t == DType::IQ4_NL) w = kIq4Values[w] + 128;  // the grid value, offset to be unsigned
-            if (t == DType::Q5_0) w |= static_cast<int>((load_u32le(blk + 16 + 4 * r) >> v) & 1) << 4;  // bit v of qh
+            if (t == DType::Q5_0) w |= static_cast<int>((blk[16 + 4 * r + v % 4] >> (v / 4)) & 1) << 4;  // qh transposed
           }
           isum += w * xi[b].q[v];
         }
@@ -166,11 +189,13 @@ namespace {
 // AVX2 integer dots: Q4 products summed in int16 lanes (8 chunks x 2 x 15 x 127 = 30480 fits),
 // widened once per block; Q8_0 products widened per chunk (2 x 127 x 127 per lane leaves no room).
 struct MaddubsQ4 {
+  static constexpr bool kSums16 = true;
   static __m256i zero() { return _mm256_setzero_si256(); }
   static __m256i add(__m256i acc, __m256i w, __m256i x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x)); }
   static __m256i finish(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
 };
 struct MaddubsQ8 {
+  static constexpr bool kSums16 = false;
   static __m256i zero() { return _mm256_setzero_si256(); }
   static __m256i add(__m256i acc, __m256i w, __m256i x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));

@@ -2,8 +2,9 @@
 // so that one register holds 4 columns of 8 rows and the decode kernels need no horizontal sums
 // and no transposes (llama.cpp repacks its Q4_0 the same way for the same reason).
 // A tile is rows [8t, 8t + 8); its blocks (32 columns each) follow one another; a block holds the
-// 8 rows' f16 scales d[8], for Q4_1 their f16 mins m[8], for Q5_0 their 32-bit high bits qh[8],
-// then the quantized bytes as 32-bit chunks q[k][r] = bytes 4k..4k+3 of row r's block
+// 8 rows' f16 scales d[8], for Q4_1 their f16 mins m[8], for Q5_0 their 32-bit high bits qh[8]
+// (transposed: byte j, bit c = the fifth bit of chunk c's byte j; tile8.cc), then the quantized
+// bytes as 32-bit chunks q[k][r] = bytes 4k..4k+3 of row r's block
 // (Q4_0/Q4_1/Q5_0/IQ4_NL: the 16 bytes of nibbles, k < 4; Q8_0: the 32 signed bytes, k < 8).
 // Products: every (weight row, activation row) pair is summed in one fixed order, the same in
 // every kernel here whatever else shares the tile: per block the exact integer sum isum of the

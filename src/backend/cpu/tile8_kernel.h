@@ -4,7 +4,8 @@
 // internal linkage: each including file, compiled for its own instruction set, has its own copy
 // (a shared inline copy could be taken from the AVX-512 file into an AVX2-only path).
 // A Dot policy: zero(), add(acc, w_unsigned_bytes, x_signed_bytes) summing each 4-byte group's
-// products into its 32-bit lane (exactly), finish(acc) -> the int32 lane sums.
+// products into its 32-bit lane (exactly), finish(acc) -> the int32 lane sums; kSums16: the sums
+// are 16-bit until finish (AVX2's maddubs), so only a few adds fit.
 // Include after <immintrin.h> inside namespace squeezekv::cpu.
 namespace {
 
@@ -52,19 +53,17 @@ void tile_q4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
   for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
 }
 
-// Q5_0's fifth bits for one 4-column chunk of 8 rows: lane r holds row r's 32 high bits qh; bits
-// [s, s + 4) go to bit 4 of the lane's bytes 0..3 (each byte takes the lane's low byte after the
-// shift, keeps its own bit of 1, 2, 4, 8, and becomes 0x10 where that bit is set).
-__attribute__((always_inline)) inline __m256i fifth_bits(__m256i qh, int s) {
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12,
-                                          12, 12, 12);
-  const __m256i bit = _mm256_set1_epi32(0x08040201);
-  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srl_epi32(qh, _mm_cvtsi32_si128(s)), spread), bit);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+// Q5_0's fifth bits of chunk c (0..7) of 8 rows, from the tile's transposed qh words (tile8.h):
+// bit c of every byte moved to bit 4 by one 16-bit shift, the rest masked off.
+__attribute__((always_inline)) inline __m256i fifth_bits(__m256i qh, int c) {
+  const __m256i v = c < 4 ? _mm256_slli_epi16(qh, 4 - c) : _mm256_srli_epi16(qh, c - 4);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
 // Q5_0, N activation rows: Q4_0's recipe on 5-bit values (nibble | fifth bit << 4, 0..31, so
-// unsigned for the products) with the min term -16 d.
+// unsigned for the products) with the min term -16 d. The products of two chunk pairs go through
+// Dot (the 16-bit sums of AVX2's maddubs hold 4 of them: 4 x 2 x 31 x 128 < 2^15), then into the
+// block's 32-bit sums.
 template <class Dot, int N>
 void tile_q5(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
   constexpr int kBlock = 176, kQh = 16, kQ = 48;
@@ -74,24 +73,30 @@ void tile_q5(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
   for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
     const __m256i qh = load_chunk(tile + kQh);
     __m256i sum[N];
-    for (int n = 0; n < N; ++n) sum[n] = Dot::zero();
+    for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
+    constexpr int kPass = Dot::kSums16 ? 2 : 4;  // chunk pairs per pass through Dot's sums
+#pragma GCC unroll 2
+    for (int k0 = 0; k0 < 4; k0 += kPass) {
+      __m256i part[N];
+      for (int n = 0; n < N; ++n) part[n] = Dot::zero();
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m256i q = load_chunk(tile + kQ + 32 * k);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low), fifth_bits(qh, 4 * k));
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), fifth_bits(qh, 16 + 4 * k));
-      for (int n = 0; n < N; ++n) {
-        const int8_t* xq = x[n * x_stride].q;
-        sum[n] = Dot::add(sum[n], lo, chunk_of(xq, k));
-        sum[n] = Dot::add(sum[n], hi, chunk_of(xq, k + 4));
+      for (int k = k0; k < k0 + kPass; ++k) {
+        const __m256i q = load_chunk(tile + kQ + 32 * k);
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low), fifth_bits(qh, k));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), fifth_bits(qh, k + 4));
+        for (int n = 0; n < N; ++n) {
+          const int8_t* xq = x[n * x_stride].q;
+          part[n] = Dot::add(part[n], lo, chunk_of(xq, k));
+          part[n] = Dot::add(part[n], hi, chunk_of(xq, k + 4));
+        }
       }
+      for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], Dot::finish(part[n]));
     }
     const __m256 d = f16x8(tile);
     const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(-16.0f), d);
     for (int n = 0; n < N; ++n) {
       const Q8Block& xn = x[n * x_stride];
-      const __m256 isum = _mm256_cvtepi32_ps(Dot::finish(sum[n]));
-      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), isum, acc[n]);
+      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), _mm256_cvtepi32_ps(sum[n]), acc[n]);
       acc[n] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xn.st), acc[n]);
     }
   }
@@ -165,7 +170,7 @@ template <class DotQ4, class DotQ8, int N>
 void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
   if (t == DType::Q4_0) tile_q4<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
   else if (t == DType::Q4_1) tile_q4<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
-  else if (t == DType::Q5_0) tile_q5<DotQ8, N>(tile, x, x_stride, C, out, out_stride);  // 32-bit sums per step: 8 steps of 5-bit products would overflow 16 bits
+  else if (t == DType::Q5_0) tile_q5<DotQ4, N>(tile, x, x_stride, C, out, out_stride);
   else if (t == DType::IQ4_NL) tile_iq4<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
   else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
 }
