@@ -271,7 +271,7 @@ TEST(Matmul, Int8DotMatchesScalarReferenceForEveryBlockType) {
 TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
   std::mt19937 rng(47);
   std::normal_distribution<float> nd;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::IQ4_NL}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL}) {
     for (int64_t C : {32, 96, 576}) {
       const int64_t R = 24;
       auto data = random_rows(t, R, C, rng);

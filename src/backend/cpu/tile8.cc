@@ -1,4 +1,4 @@
-// 8-row tiles of Q4_0 / Q4_1 / Q5_0 / Q8_0 / IQ4_NL (tile8.h): repacking, the int8 products, dequantization.
+// 8-row tiles of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL (tile8.h): repacking, the int8 products, dequantization.
 #include "backend/cpu/tile8.h"
 
 #include <algorithm>
@@ -14,22 +14,25 @@ namespace squeezekv::cpu {
 
 namespace {
 
-// Offsets inside one row's stored block: scale d at 0, then extra_bytes of a second field (Q4_1:
-// its f16 min m; Q5_0: its 32 high bits qh), then the quantized bytes and their count.
+// Offsets inside one row's stored block: scale d at 0, then (Q4_1, Q5_1) the f16 min m, then
+// (Q5_0, Q5_1) the 32 high bits qh, then the quantized bytes and their count.
 struct RowBlock {
-  int bytes, extra_bytes, q_at, q_bytes;
+  int bytes, m_bytes, qh_bytes, q_at, q_bytes;
 };
 constexpr RowBlock row_block(DType t) {
-  return t == DType::Q4_0 || t == DType::IQ4_NL ? RowBlock{18, 0, 2, 16}
-         : t == DType::Q4_1                     ? RowBlock{20, 2, 4, 16}
-         : t == DType::Q5_0                     ? RowBlock{22, 4, 6, 16}
-                                                : RowBlock{34, 0, 2, 32};
+  return t == DType::Q4_0 || t == DType::IQ4_NL ? RowBlock{18, 0, 0, 2, 16}
+         : t == DType::Q4_1                     ? RowBlock{20, 2, 0, 4, 16}
+         : t == DType::Q5_0                     ? RowBlock{22, 0, 4, 6, 16}
+         : t == DType::Q5_1                     ? RowBlock{24, 2, 4, 8, 16}
+                                                : RowBlock{34, 0, 0, 2, 32};
 }
-// Offsets inside one tile block: d[8] at 0, the extra fields [8] at 16 (Q4_1 m, Q5_0 qh), then
+// Offsets inside one tile block: d[8] at 0, then m[8], then qh[8] (where the type has them), then
 // the chunks q[k][8].
-constexpr int tile_q_at(DType t) { return 16 + 8 * row_block(t).extra_bytes; }
+constexpr int tile_m_at() { return 16; }
+constexpr int tile_qh_at(DType t) { return 16 + 8 * row_block(t).m_bytes; }
+constexpr int tile_q_at(DType t) { return tile_qh_at(t) + 8 * row_block(t).qh_bytes; }
 
-// Q5_0's high bits in a tile: qh (bit v: value v's fifth bit) transposed so that byte j, bit c
+// Q5_0's and Q5_1's high bits in a tile: qh (bit v: value v's fifth bit) transposed so that byte j, bit c
 // holds bit 4c + j, the fifth bit of chunk c's byte j (chunks c < 4: low nibbles of bytes 4c..;
 // c >= 4: high nibbles of bytes 4(c - 4)..). A kernel then takes chunk c's fifth bits into bit 4
 // of each byte with one 16-bit shift (by 4 - c or c - 4) and one mask.
@@ -48,10 +51,10 @@ uint32_t untranspose_qh(uint32_t t) {
 void untile_block(DType t, const uint8_t* blk, int r, uint8_t* out) {
   const RowBlock rb = row_block(t);
   std::memcpy(out, blk + 2 * r, 2);
-  std::memcpy(out + 2, blk + 16 + rb.extra_bytes * r, rb.extra_bytes);
-  if (t == DType::Q5_0) {
-    const uint32_t qh = untranspose_qh(load_u32le(out + 2));
-    for (int i = 0; i < 4; ++i) out[2 + i] = static_cast<uint8_t>(qh >> (8 * i));
+  std::memcpy(out + 2, blk + tile_m_at() + 2 * r, rb.m_bytes);
+  if (rb.qh_bytes > 0) {
+    const uint32_t qh = untranspose_qh(load_u32le(blk + tile_qh_at(t) + 4 * r));
+    for (int i = 0; i < 4; ++i) out[2 + rb.m_bytes + i] = static_cast<uint8_t>(qh >> (8 * i));
   }
   const uint8_t* q = blk + tile_q_at(t);
   for (int k = 0; k < rb.q_bytes / 4; ++k) std::memcpy(out + rb.q_at + 4 * k, q + (k * 8 + r) * 4, 4);
@@ -60,8 +63,8 @@ void untile_block(DType t, const uint8_t* blk, int r, uint8_t* out) {
 }  // namespace
 
 bool can_tile8(const WeightMatrix& w) {
-  return (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q5_0 || w.type == DType::Q8_0 ||
-          w.type == DType::IQ4_NL) &&
+  return (w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q5_0 || w.type == DType::Q5_1 ||
+          w.type == DType::Q8_0 || w.type == DType::IQ4_NL) &&
          w.layout == WeightLayout::kRows &&
          w.rows % 8 == 0 && w.cols % 32 == 0 && w.rows > 0;
 }
@@ -85,10 +88,10 @@ WeightMatrix make_tile8(const WeightMatrix& w, uint8_t* dst) {
       for (int r = 0; r < 8; ++r) {
         const uint8_t* src = w.row(8 * t + r) + b * rb.bytes;
         std::memcpy(blk + 2 * r, src, 2);
-        std::memcpy(blk + 16 + rb.extra_bytes * r, src + 2, rb.extra_bytes);
-        if (w.type == DType::Q5_0) {
-          const uint32_t t = transpose_qh(load_u32le(src + 2));
-          for (int i = 0; i < 4; ++i) blk[16 + 4 * r + i] = static_cast<uint8_t>(t >> (8 * i));
+        std::memcpy(blk + tile_m_at() + 2 * r, src + 2, rb.m_bytes);
+        if (rb.qh_bytes > 0) {
+          const uint32_t t = transpose_qh(load_u32le(src + 2 + rb.m_bytes));
+          for (int i = 0; i < 4; ++i) blk[tile_qh_at(w.type) + 4 * r + i] = static_cast<uint8_t>(t >> (8 * i));
         }
         for (int k = 0; k < rb.q_bytes / 4; ++k) std::memcpy(blk + qa + (k * 8 + r) * 4, src + rb.q_at + 4 * k, 4);
       }
@@ -136,7 +139,8 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
             const uint8_t q = blk[qa + ((byte / 4) * 8 + r) * 4 + byte % 4];
             w = v < 16 ? (q & 0x0F) : (q >> 4);
             if (t == DType::IQ4_NL) w = kIq4Values[w] + 128;  // the grid value, offset to be unsigned
-            if (t == DType::Q5_0) w |= static_cast<int>((blk[16 + 4 * r + v % 4] >> (v / 4)) & 1) << 4;  // qh transposed
+            if (row_block(t).qh_bytes > 0)  // the fifth bit, from the transposed qh
+              w |= static_cast<int>((blk[tile_qh_at(t) + 4 * r + v % 4] >> (v / 4)) & 1) << 4;
           }
           isum += w * xi[b].q[v];
         }
@@ -144,7 +148,7 @@ void dot_q8_tile8(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stri
         if (t == DType::Q4_0) acc = std::fma(-8.0f * d, xi[b].st, acc);
         if (t == DType::Q5_0) acc = std::fma(-16.0f * d, xi[b].st, acc);
         if (t == DType::IQ4_NL) acc = std::fma(-128.0f * d, xi[b].st, acc);
-        if (t == DType::Q4_1) acc = std::fma(f16_to_f32(load_u16le(blk + 16 + 2 * r)), xi[b].st, acc);
+        if (t == DType::Q4_1 || t == DType::Q5_1) acc = std::fma(f16_to_f32(load_u16le(blk + tile_m_at() + 2 * r)), xi[b].st, acc);
       }
       out[i * out_stride + r] = acc;
     }

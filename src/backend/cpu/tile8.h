@@ -1,18 +1,18 @@
-// The CPU's int8 layout for Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL matrices: 8 rows interleaved block by block,
+// The CPU's int8 layout for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL matrices: 8 rows interleaved block by block,
 // so that one register holds 4 columns of 8 rows and the decode kernels need no horizontal sums
 // and no transposes (llama.cpp repacks its Q4_0 the same way for the same reason).
 // A tile is rows [8t, 8t + 8); its blocks (32 columns each) follow one another; a block holds the
-// 8 rows' f16 scales d[8], for Q4_1 their f16 mins m[8], for Q5_0 their 32-bit high bits qh[8]
-// (transposed: byte j, bit c = the fifth bit of chunk c's byte j; tile8.cc), then the quantized
-// bytes as 32-bit chunks q[k][r] = bytes 4k..4k+3 of row r's block
-// (Q4_0/Q4_1/Q5_0/IQ4_NL: the 16 bytes of nibbles, k < 4; Q8_0: the 32 signed bytes, k < 8).
+// 8 rows' f16 scales d[8], for Q4_1/Q5_1 their f16 mins m[8], for Q5_0/Q5_1 their 32-bit high
+// bits qh[8] (transposed: byte j, bit c = the fifth bit of chunk c's byte j; tile8.cc), then the
+// quantized bytes as 32-bit chunks q[k][r] = bytes 4k..4k+3 of row r's block
+// (Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL: the 16 bytes of nibbles, k < 4; Q8_0: the 32 signed bytes, k < 8).
 // Products: every (weight row, activation row) pair is summed in one fixed order, the same in
 // every kernel here whatever else shares the tile: per block the exact integer sum isum of the
-// 32 products, acc = fma(d_w * d_x, isum, acc), then for Q4_0/Q4_1/Q5_0/IQ4_NL acc = fma(min_w,
-// x_sum, acc) (Q4_0's min is -8 d_w, Q5_0's -16 d_w with its values nibble | fifth bit << 4;
-// IQ4_NL's products are of its grid values + 128, so its min is -128 d_w), block after block;
-// the result is acc. So a sequence's results do not depend on the
-// batch it shares.
+// 32 products, acc = fma(d_w * d_x, isum, acc), then for every type but Q8_0 acc = fma(min_w,
+// x_sum, acc) (Q4_0's min is -8 d_w, Q5_0's -16 d_w, Q4_1's and Q5_1's the stored m; the 5-bit
+// types' values are nibble | fifth bit << 4; IQ4_NL's products are of its grid values + 128, so
+// its min is -128 d_w), block after block; the result is acc. So a sequence's results do not
+// depend on the batch it shares.
 // Thread safety: pure functions.
 #pragma once
 #include <cstddef>
@@ -23,7 +23,7 @@
 
 namespace squeezekv::cpu {
 
-// Whether w can be laid out as 8-row tiles (Q4_0/Q4_1/Q5_0/Q8_0/IQ4_NL rows, rows a multiple of 8).
+// Whether w can be laid out as 8-row tiles (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL rows, rows a multiple of 8).
 bool can_tile8(const WeightMatrix& w);
 // Bytes of one tile block (8 rows x 32 columns) and of the whole tiled matrix.
 int tile8_block_bytes(DType t);
@@ -45,7 +45,7 @@ void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const
 // The tile's 8 rows into dst[8][C]: exact (as dequantize_row) or fast (as dequantize_row_fast).
 void dequantize_tile8(DType t, const uint8_t* tile, int64_t C, float* dst, bool fast);
 
-// Prompt chunks over block types stored as rows (Q5_1, the K formats, IQ4_XS: no 8-row
+// Prompt chunks over block types stored as rows (the K formats, IQ4_XS: no 8-row
 // tiles) take integer products too: 16 rows at a time are unpacked once per chunk into a group
 // tile (a per-thread buffer; the file's rows stay as they are, so decode reads what it reads now).
 // Per 32 columns a group tile holds q[k][16 rows][4]: bytes 4k..4k+3 of each row's unpacked group

@@ -60,13 +60,13 @@ __attribute__((always_inline)) inline __m256i fifth_bits(__m256i qh, int c) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-// Q5_0, N activation rows: Q4_0's recipe on 5-bit values (nibble | fifth bit << 4, 0..31, so
-// unsigned for the products) with the min term -16 d. The products of two chunk pairs go through
+// Q5_0 / Q5_1, N activation rows: Q4_0's / Q4_1's recipe on 5-bit values (nibble | fifth bit << 4,
+// 0..31, so unsigned for the products); Q5_0's min term is -16 d, Q5_1's its stored min m. The products of two chunk pairs go through
 // Dot (the 16-bit sums of AVX2's maddubs hold 4 of them: 4 x 2 x 31 x 128 < 2^15), then into the
 // block's 32-bit sums.
-template <class Dot, int N>
+template <class Dot, bool kQ51, int N>
 void tile_q5(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  constexpr int kBlock = 176, kQh = 16, kQ = 48;
+  constexpr int kBlock = kQ51 ? 192 : 176, kQh = kQ51 ? 32 : 16, kQ = kQh + 32;
   const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
@@ -93,7 +93,7 @@ void tile_q5(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
       for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], Dot::finish(part[n]));
     }
     const __m256 d = f16x8(tile);
-    const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(-16.0f), d);
+    const __m256 mn = kQ51 ? f16x8(tile + 16) : _mm256_mul_ps(_mm256_set1_ps(-16.0f), d);
     for (int n = 0; n < N; ++n) {
       const Q8Block& xn = x[n * x_stride];
       acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), _mm256_cvtepi32_ps(sum[n]), acc[n]);
@@ -170,7 +170,8 @@ template <class DotQ4, class DotQ8, int N>
 void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
   if (t == DType::Q4_0) tile_q4<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
   else if (t == DType::Q4_1) tile_q4<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
-  else if (t == DType::Q5_0) tile_q5<DotQ4, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::Q5_0) tile_q5<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::Q5_1) tile_q5<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
   else if (t == DType::IQ4_NL) tile_iq4<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
   else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
 }

@@ -68,14 +68,15 @@ __attribute__((always_inline)) inline __m512i fifth_bits16(__m512i qh, int c) {
   return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
 }
 
-// kind: Q4_0, Q4_1, Q5_0 (nibble | fifth bit << 4), or IQ4_NL (each nibble looked up as its grid
-// value + 128, an unsigned byte, so one dpbusd forms the sum of (w + 128) x that tile_iq4 forms
-// in two steps).
+// kind: Q4_0, Q4_1, Q5_0 / Q5_1 (nibble | fifth bit << 4), or IQ4_NL (each nibble looked up as its
+// grid value + 128, an unsigned byte, so one dpbusd forms the sum of (w + 128) x that tile_iq4
+// forms in two steps).
 template <DType kType, int N>
 void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  constexpr bool kQ41 = kType == DType::Q4_1, kIq4 = kType == DType::IQ4_NL, kQ50 = kType == DType::Q5_0;
-  constexpr int kBlock = kQ41 ? 160 : kQ50 ? 176 : 144, kQ = kQ41 ? 32 : kQ50 ? 48 : 16;
-  constexpr float kMin = kIq4 ? -128.0f : kQ50 ? -16.0f : -8.0f;  // the min term's factor of d (not Q4_1)
+  constexpr bool kIq4 = kType == DType::IQ4_NL, kQ5 = kType == DType::Q5_0 || kType == DType::Q5_1;
+  constexpr bool kMin = kType == DType::Q4_1 || kType == DType::Q5_1;  // a stored min m after d
+  constexpr int kQh = kMin ? 32 : 16, kQ = kQh + (kQ5 ? 32 : 0), kBlock = kQ + 128;
+  constexpr float kMinOfD = kIq4 ? -128.0f : kQ5 ? -16.0f : -8.0f;  // the min term's factor of d (no stored min)
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Unsigned.data())));
   __m512 acc[N];
@@ -84,13 +85,13 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
     prefetch_ahead(ta, kBlock), prefetch_ahead(tb, kBlock);
     __m512i sum[N];
     for (int n = 0; n < N; ++n) sum[n] = _mm512_setzero_si512();
-    [[maybe_unused]] const __m512i qh = kQ50 ? chunk_pair(ta + 16, tb + 16) : low;
+    [[maybe_unused]] const __m512i qh = kQ5 ? chunk_pair(ta + kQh, tb + kQh) : low;
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m512i q = chunk_pair(ta + kQ + 32 * k, tb + kQ + 32 * k);
       __m512i lo = _mm512_and_si512(q, low), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
       if constexpr (kIq4) lo = _mm512_shuffle_epi8(grid, lo), hi = _mm512_shuffle_epi8(grid, hi);
-      if constexpr (kQ50) lo = _mm512_or_si512(lo, fifth_bits16(qh, k)), hi = _mm512_or_si512(hi, fifth_bits16(qh, k + 4));
+      if constexpr (kQ5) lo = _mm512_or_si512(lo, fifth_bits16(qh, k)), hi = _mm512_or_si512(hi, fifth_bits16(qh, k + 4));
       for (int n = 0; n < N; ++n) {
         const int8_t* xq = x[n * x_stride].q;
         int32_t f0, f1;
@@ -101,7 +102,7 @@ void pair_q4(const uint8_t* ta, const uint8_t* tb, const Q8Block* x, int64_t x_s
       }
     }
     const __m512 d = f16_pair(ta, tb);
-    const __m512 mn = kQ41 ? f16_pair(ta + 16, tb + 16) : _mm512_mul_ps(_mm512_set1_ps(kMin), d);
+    const __m512 mn = kMin ? f16_pair(ta + 16, tb + 16) : _mm512_mul_ps(_mm512_set1_ps(kMinOfD), d);
     for (int n = 0; n < N; ++n) {
       const Q8Block& xn = x[n * x_stride];
       acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xn.d)), _mm512_cvtepi32_ps(sum[n]), acc[n]);
@@ -229,6 +230,7 @@ void dot_q8_tile8x2(DType t, const uint8_t* tile_a, const uint8_t* tile_b, const
       case DType::Q4_0: return pairs<DType::Q4_0>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
       case DType::Q4_1: return pairs<DType::Q4_1>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
       case DType::Q5_0: return pairs<DType::Q5_0>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
+      case DType::Q5_1: return pairs<DType::Q5_1>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
       case DType::IQ4_NL: return pairs<DType::IQ4_NL>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
       case DType::Q8_0: return pairs<DType::Q8_0>(tile_a, tile_b, x, x_stride, n, C, out, out_stride);
       default: break;
