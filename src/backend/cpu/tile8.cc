@@ -1,4 +1,5 @@
-// 8-row tiles of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL (tile8.h): repacking, the int8 products, dequantization.
+// 8-row tiles of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL (tile8.h): repacking, int8 products,
+// dequantization.
 #include "backend/cpu/tile8.h"
 
 #include <algorithm>
@@ -32,10 +33,10 @@ constexpr int tile_m_at() { return 16; }
 constexpr int tile_qh_at(DType t) { return 16 + 8 * row_block(t).m_bytes; }
 constexpr int tile_q_at(DType t) { return tile_qh_at(t) + 8 * row_block(t).qh_bytes; }
 
-// Q5_0's and Q5_1's high bits in a tile: qh (bit v: value v's fifth bit) transposed so that byte j, bit c
-// holds bit 4c + j, the fifth bit of chunk c's byte j (chunks c < 4: low nibbles of bytes 4c..;
-// c >= 4: high nibbles of bytes 4(c - 4)..). A kernel then takes chunk c's fifth bits into bit 4
-// of each byte with one 16-bit shift (by 4 - c or c - 4) and one mask.
+// Q5_0's and Q5_1's high bits in a tile: qh (bit v: value v's fifth bit) transposed so that byte
+// j, bit c holds bit 4c + j, the fifth bit of chunk c's byte j (chunks c < 4: low nibbles of bytes
+// 4c..; c >= 4: high nibbles of bytes 4(c - 4)..). A kernel then takes chunk c's fifth bits into
+// bit 4 of each byte with one 16-bit shift (by 4 - c or c - 4) and one mask.
 uint32_t transpose_qh(uint32_t qh) {
   uint32_t t = 0;
   for (int v = 0; v < 32; ++v) t |= ((qh >> v) & 1u) << (8 * (v % 4) + v / 4);
@@ -47,7 +48,7 @@ uint32_t untranspose_qh(uint32_t t) {
   return qh;
 }
 
-// Row r of block b of a tile -> the block as the file stores it (18, 20, 22 or 34 bytes).
+// Row r of block b of a tile -> the block as the file stores it (18, 20, 22, 24 or 34 bytes).
 void untile_block(DType t, const uint8_t* blk, int r, uint8_t* out) {
   const RowBlock rb = row_block(t);
   std::memcpy(out, blk + 2 * r, 2);

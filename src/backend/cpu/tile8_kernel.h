@@ -53,7 +53,7 @@ void tile_q4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
   for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
 }
 
-// Q5_0's fifth bits of chunk c (0..7) of 8 rows, from the tile's transposed qh words (tile8.h):
+// Q5_0's / Q5_1's fifth bits of chunk c (0..7) of 8 rows, from the tile's transposed qh words (tile8.h):
 // bit c of every byte moved to bit 4 by one 16-bit shift, the rest masked off.
 __attribute__((always_inline)) inline __m256i fifth_bits(__m256i qh, int c) {
   const __m256i v = c < 4 ? _mm256_slli_epi16(qh, 4 - c) : _mm256_srli_epi16(qh, c - 4);
