@@ -202,9 +202,11 @@ def windows_section(path):
     sessions), which is more than the squeeze / h2o margins in the main tables."""
     if not path or not os.path.exists(path):
         return []
+    import plot_sweep  # the records' reader (a later file wins for the same run)
+
     cfg = json.load(open(path))
     base, ext = os.path.splitext(cfg["output"])
-    recs = [json.loads(l) for f in sorted(glob.glob(base + "*" + ext)) for l in open(f) if l.strip()]
+    recs = plot_sweep.load(sorted(set(glob.glob(base + "*" + ext))))
     if not recs:
         return []
     labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
