@@ -21,60 +21,31 @@ __attribute__((always_inline)) inline __m256i load_chunk(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// Q4_0 / Q4_1, N activation rows. Chunk c < 4: low nibbles of q[c]; c >= 4: high nibbles of q[c - 4].
-template <class Dot, bool kQ41, int N>
-void tile_q4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  constexpr int kBlock = kQ41 ? 160 : 144, kQ = kQ41 ? 32 : 16;
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  __m256 acc[N];
-  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
-    __m256i sum[N];
-    for (int n = 0; n < N; ++n) sum[n] = Dot::zero();
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m256i q = load_chunk(tile + kQ + 32 * k);
-      const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-      for (int n = 0; n < N; ++n) {
-        const int8_t* xq = x[n * x_stride].q;
-        sum[n] = Dot::add(sum[n], lo, chunk_of(xq, k));
-        sum[n] = Dot::add(sum[n], hi, chunk_of(xq, k + 4));
-      }
-    }
-    const __m256 d = f16x8(tile);
-    const __m256 mn = kQ41 ? f16x8(tile + 16) : _mm256_mul_ps(_mm256_set1_ps(-8.0f), d);
-    for (int n = 0; n < N; ++n) {
-      const Q8Block& xn = x[n * x_stride];
-      const __m256 isum = _mm256_cvtepi32_ps(Dot::finish(sum[n]));
-      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), isum, acc[n]);
-      acc[n] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xn.st), acc[n]);
-    }
-  }
-  for (int n = 0; n < N; ++n) _mm256_storeu_ps(out + n * out_stride, acc[n]);
-}
-
-// Q5_0's / Q5_1's fifth bits of chunk c (0..7) of 8 rows, from the tile's transposed qh words (tile8.h):
-// bit c of every byte moved to bit 4 by one 16-bit shift, the rest masked off.
+// Q5_0's / Q5_1's fifth bits of chunk c (0..7) of 8 rows, from the tile's transposed qh words
+// (tile8.h): bit c of every byte moved to bit 4 by one 16-bit shift, the rest masked off.
 __attribute__((always_inline)) inline __m256i fifth_bits(__m256i qh, int c) {
   const __m256i v = c < 4 ? _mm256_slli_epi16(qh, 4 - c) : _mm256_srli_epi16(qh, c - 4);
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-// Q5_0 / Q5_1, N activation rows: Q4_0's / Q4_1's recipe on 5-bit values (nibble | fifth bit << 4,
-// 0..31, so unsigned for the products); Q5_0's min term is -16 d, Q5_1's its stored min m. The products of two chunk pairs go through
-// Dot (the 16-bit sums of AVX2's maddubs hold 4 of them: 4 x 2 x 31 x 128 < 2^15), then into the
-// block's 32-bit sums.
-template <class Dot, bool kQ51, int N>
-void tile_q5(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  constexpr int kBlock = kQ51 ? 192 : 176, kQh = kQ51 ? 32 : 16, kQ = kQh + 32;
+// Q4_0 / Q4_1 / Q5_0 / Q5_1, N activation rows. Chunk c < 4: low nibbles of q[c]; c >= 4: high
+// nibbles of q[c - 4]; the 5-bit types OR in each value's fifth bit (values 0..31, unsigned for the
+// products). Min term: Q4_0 -8 d, Q5_0 -16 d, Q4_1 / Q5_1 the stored m. The chunk products go
+// through Dot's sums, which with AVX2's maddubs are 16-bit: all 8 chunks fit for 4-bit values
+// (8 x 2 x 15 x 128 < 2^15), two chunk pairs for 5-bit ones (4 x 2 x 31 x 128 < 2^15), then widen
+// into the block's 32-bit sums.
+template <class Dot, DType kType, int N>
+__attribute__((always_inline)) inline void tile_q4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
+  constexpr bool kQ5 = kType == DType::Q5_0 || kType == DType::Q5_1;
+  constexpr bool kMin = kType == DType::Q4_1 || kType == DType::Q5_1;  // a stored min m after d
+  constexpr int kQh = kMin ? 32 : 16, kQ = kQh + (kQ5 ? 32 : 0), kBlock = kQ + 128;
+  constexpr int kPass = kQ5 && Dot::kSums16 ? 2 : 4;  // chunk pairs per pass through Dot's sums
   const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
-    const __m256i qh = load_chunk(tile + kQh);
+    [[maybe_unused]] const __m256i qh = kQ5 ? load_chunk(tile + kQh) : low;
     __m256i sum[N];
-    for (int n = 0; n < N; ++n) sum[n] = _mm256_setzero_si256();
-    constexpr int kPass = Dot::kSums16 ? 2 : 4;  // chunk pairs per pass through Dot's sums
 #pragma GCC unroll 2
     for (int k0 = 0; k0 < 4; k0 += kPass) {
       __m256i part[N];
@@ -82,21 +53,22 @@ void tile_q5(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
 #pragma GCC unroll 4
       for (int k = k0; k < k0 + kPass; ++k) {
         const __m256i q = load_chunk(tile + kQ + 32 * k);
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low), fifth_bits(qh, k));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), fifth_bits(qh, k + 4));
+        __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+        if constexpr (kQ5) lo = _mm256_or_si256(lo, fifth_bits(qh, k)), hi = _mm256_or_si256(hi, fifth_bits(qh, k + 4));
         for (int n = 0; n < N; ++n) {
           const int8_t* xq = x[n * x_stride].q;
           part[n] = Dot::add(part[n], lo, chunk_of(xq, k));
           part[n] = Dot::add(part[n], hi, chunk_of(xq, k + 4));
         }
       }
-      for (int n = 0; n < N; ++n) sum[n] = _mm256_add_epi32(sum[n], Dot::finish(part[n]));
+      for (int n = 0; n < N; ++n) sum[n] = k0 == 0 ? Dot::finish(part[n]) : _mm256_add_epi32(sum[n], Dot::finish(part[n]));
     }
     const __m256 d = f16x8(tile);
-    const __m256 mn = kQ51 ? f16x8(tile + 16) : _mm256_mul_ps(_mm256_set1_ps(-16.0f), d);
+    const __m256 mn = kMin ? f16x8(tile + 16) : _mm256_mul_ps(_mm256_set1_ps(kQ5 ? -16.0f : -8.0f), d);
     for (int n = 0; n < N; ++n) {
       const Q8Block& xn = x[n * x_stride];
-      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), _mm256_cvtepi32_ps(sum[n]), acc[n]);
+      const __m256 isum = _mm256_cvtepi32_ps(sum[n]);
+      acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xn.d)), isum, acc[n]);
       acc[n] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xn.st), acc[n]);
     }
   }
@@ -168,10 +140,10 @@ void tile_iq4(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C
 
 template <class DotQ4, class DotQ8, int N>
 void tile_n(DType t, const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C, float* out, int64_t out_stride) {
-  if (t == DType::Q4_0) tile_q4<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
-  else if (t == DType::Q4_1) tile_q4<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
-  else if (t == DType::Q5_0) tile_q5<DotQ4, false, N>(tile, x, x_stride, C, out, out_stride);
-  else if (t == DType::Q5_1) tile_q5<DotQ4, true, N>(tile, x, x_stride, C, out, out_stride);
+  if (t == DType::Q4_0) tile_q4<DotQ4, DType::Q4_0, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::Q4_1) tile_q4<DotQ4, DType::Q4_1, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::Q5_0) tile_q4<DotQ4, DType::Q5_0, N>(tile, x, x_stride, C, out, out_stride);
+  else if (t == DType::Q5_1) tile_q4<DotQ4, DType::Q5_1, N>(tile, x, x_stride, C, out, out_stride);
   else if (t == DType::IQ4_NL) tile_iq4<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
   else tile_q8<DotQ8, N>(tile, x, x_stride, C, out, out_stride);
 }

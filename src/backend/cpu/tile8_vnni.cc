@@ -62,7 +62,7 @@ constexpr std::array<uint8_t, 16> kIq4Unsigned = [] {
   return a;
 }();
 
-// Q5_0's / Q5_1's fifth bits of chunk c for both tiles (tile_q5's fifth_bits in 512 bits).
+// Q5_0's / Q5_1's fifth bits of chunk c for both tiles (tile_q4's fifth_bits in 512 bits).
 __attribute__((always_inline)) inline __m512i fifth_bits16(__m512i qh, int c) {
   const __m512i v = c < 4 ? _mm512_slli_epi16(qh, 4 - c) : _mm512_srli_epi16(qh, c - 4);
   return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
