@@ -192,7 +192,8 @@ void dot_q8_group16(GroupKind kind, const uint8_t* g, int rows, const Q8Block* x
 namespace {
 
 // AVX2 integer dots: Q4 products summed in int16 lanes (8 chunks x 2 x 15 x 127 = 30480 fits),
-// widened once per block; Q8_0 products widened per chunk (2 x 127 x 127 per lane leaves no room).
+// widened once per block (Q5 values: once per 4 chunks, tile_q4); Q8_0 products widened per chunk
+// (2 x 127 x 127 per lane leaves no room).
 struct MaddubsQ4 {
   static constexpr bool kSums16 = true;
   static __m256i zero() { return _mm256_setzero_si256(); }
