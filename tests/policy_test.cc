@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "backend/backend.h"
 #include "kv/concentration.h"
 #include "kv/layer_cache.h"
 #include "kv/policy.h"
@@ -258,6 +259,7 @@ void squeeze_prompt(SequenceCache& sc, int T, Concentrated concentrated, std::mt
 
 TEST(Policy, SqueezeGivesConcentratedLayersLessAndKeepsTheTotal) {
   CacheConfig c = config(KvPolicy::kSqueeze, 40, 4);
+  c.squeeze_metric = SqueezeMetric::kKeyCosine;  // squeeze_prompt hands the layers keys
   const int L = 4;
   SequenceCache sc = CacheBuilder::for_model(tiny_model(L), c, 256);
   std::mt19937 rng(3);
@@ -279,6 +281,7 @@ TEST(Policy, SqueezeCapHandsTheExcessOfShortPromptLayersOn) {
   // 4 layers, average 40, a prompt of 60 tokens: uncapped, the broad layers would get more than 60
   for (bool cap : {true, false}) {
     CacheConfig c = config(KvPolicy::kSqueeze, 40, 4);
+    c.squeeze_metric = SqueezeMetric::kKeyCosine;
     c.squeeze_cap = cap;
     const int L = 4;
     SequenceCache sc = CacheBuilder::for_model(tiny_model(L), c, 256);
@@ -423,6 +426,91 @@ TEST(Concentration, MassCoverageIsTheShareTheBudgetsHeaviestRowsHold) {
   ConcentrationMeter all(SqueezeMetric::kMassCoverage);
   all.add_mass(s, 12);  // the budget holds every row
   EXPECT_NEAR(all.value(), 1.0, 1e-9);
+}
+
+// The definition, in doubles: per kv head, the h2o survivors at the average budget (sinks,
+// recent window, heaviest mass among the rest, ties to the older position); per window row and
+// query head, attention over every visible row against attention over the visible survivors.
+// The engine's way: the layer's cut_view (the evicted slots dead) through the CPU attention.
+TEST(Concentration, EvictionErrorIsTheShareOfOutputEnergyTheCutChanges) {
+  constexpr int N = 20, H = 2 * kG, W = 3, kBudget = 8, kSinks = 2, kRecent = 3;
+  CacheConfig c = config(KvPolicy::kSqueeze, kBudget, kSinks, kRecent);
+  c.window = W;
+  c.dtype = KvDType::kF32;  // the reference reads the rows as given
+  ModelConfig model = tiny_model(1);
+  model.n_heads = H;  // two query heads per kv head
+  SequenceCache sc = CacheBuilder::for_model(model, c, 32);
+  LayerCache& layer = sc.layers[0];
+  ConcentrationMeter* meter = layer.meter();
+  ASSERT_NE(meter, nullptr);
+  EXPECT_EQ(meter->metric(), SqueezeMetric::kEvictionError);  // the default
+  EXPECT_EQ(meter->window(), W);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(N * kG * kD), v(k.size());  // [N][G*D]
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  std::vector<int32_t> p(N);
+  std::iota(p.begin(), p.end(), 0);
+  EXPECT_FALSE(layer.cut_view().has_value());  // nothing held: nothing to cut
+  layer.append(k.data(), v.data(), p.data(), N);
+  const int cap = layer.storage().capacity();
+  std::uniform_real_distribution<float> ud(0.0f, 4.0f);
+  for (int g = 0; g < kG; ++g)
+    for (int j = 0; j < N; ++j) layer.mass_accumulator()[g * cap + j] = ud(rng);
+  std::vector<float> q(W * H * kD);  // [W][H*D]
+  for (auto& x : q) x = nd(rng);
+  const int32_t qpos[W] = {15, 18, 19};  // the first row sees neither 18 nor 19 (causal)
+  double err = 0.0, energy = 0.0;
+  for (int g = 0; g < kG; ++g) {
+    std::vector<int> order;  // candidates for the heavy rows, heaviest first, ties to the older
+    for (int j = kSinks; j < N - kRecent; ++j) order.push_back(j);
+    const float* m = layer.storage().mass(g);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return m[a] > m[b]; });
+    std::set<int> kept(order.begin(), order.begin() + (kBudget - kSinks - kRecent));
+    for (int j = 0; j < kSinks; ++j) kept.insert(j);
+    for (int j = N - kRecent; j < N; ++j) kept.insert(j);
+    for (int t = 0; t < W; ++t)
+      for (int h = g * H / kG; h < (g + 1) * H / kG; ++h) {
+        const float* qr = &q[(t * H + h) * kD];
+        auto attend = [&](bool only_kept) {
+          std::vector<double> out(kD, 0.0);
+          double z = 0.0;
+          for (int j = 0; j <= qpos[t]; ++j) {
+            if (only_kept && !kept.count(j)) continue;
+            double d = 0.0;
+            for (int i = 0; i < kD; ++i) d += double(qr[i]) * k[(j * kG + g) * kD + i];
+            const double w = std::exp(d / std::sqrt(double(kD)));
+            z += w;
+            for (int i = 0; i < kD; ++i) out[i] += w * v[(j * kG + g) * kD + i];
+          }
+          for (double& x : out) x /= z;
+          return out;
+        };
+        const std::vector<double> full = attend(false), cut = attend(true);
+        for (int i = 0; i < kD; ++i) {
+          err += (full[i] - cut[i]) * (full[i] - cut[i]);
+          energy += full[i] * full[i];
+        }
+      }
+  }
+  ASSERT_GT(err, 0.0);
+  const std::optional<KvView> cut = layer.cut_view();
+  ASSERT_TRUE(cut.has_value());
+  auto cpu = make_cpu_backend(1);
+  std::vector<float> o(q.size()), o_cut(q.size());
+  cpu->attention(o.data(), q.data(), qpos, W, H, layer.view(), nullptr);
+  cpu->attention(o_cut.data(), q.data(), qpos, W, H, *cut, nullptr);
+  EXPECT_EQ(meter->value(), 0.0);  // no input yet
+  meter->add_output_error(o.data(), o_cut.data(), static_cast<int64_t>(o.size()));
+  EXPECT_NEAR(meter->value(), 1.0 - err / energy, 1e-5);
+  // steps pool until the report; a step whose cut evicts nothing adds only its energy
+  meter->add_output_error(o.data(), o.data(), static_cast<int64_t>(o.size()));
+  EXPECT_NEAR(meter->value(), 1.0 - err / (2 * energy), 1e-5);
+  // the cut leaves the layer itself as it was
+  EXPECT_EQ(layer.storage().count(), N);
+  for (int g = 0; g < kG; ++g)
+    for (int j = 0; j < N; ++j) EXPECT_EQ(layer.storage().positions(g)[j], j);
 }
 
 TEST(Concentration, EntropyAndResidualAreMeansOverRows) {

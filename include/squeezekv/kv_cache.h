@@ -20,10 +20,15 @@ enum class HeadAlloc : uint8_t { kUniform, kAdaptive };
 // kMassCoverage: the share of the layer's accumulated attention mass that its average budget's
 // heaviest tokens hold (what uniform h2o would keep), so budgets move to the layers that would lose
 // the most attention.
-enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCosine, kMassCoverage };
+// kEvictionError (the default): for the last prompt rows (the observation window), how much of their
+// attention output's energy would change if the layer kept only what uniform h2o keeps at the
+// average budget (1 - |o - o'|^2 / |o|^2, pooled over every prompt chunk's cut), so budgets move to
+// the layers whose output the eviction would change the most.
+enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCosine, kMassCoverage, kEvictionError };
 // When a squeeze schedule is decided: from the prompt's first chunk (each layer's metric over the
-// rows of the first step), or once the whole prompt has run (the metric over every prompt row; until
-// then each layer compacts to the average budget).
+// rows of the first step; no layer evicts before the schedule exists), or once the whole prompt has
+// run (the default: the metric over every prompt chunk; until then each layer compacts to the
+// average budget).
 enum class SqueezeResolve : uint8_t { kFirstChunk, kPrompt };
 
 struct CacheConfig {
@@ -37,14 +42,14 @@ struct CacheConfig {
   int pool_kernel = 5;  // snapkv score smoothing
   double pyramid_beta = 20.0;
   double squeeze_strength = 0.5;  // the best measured (docs/RESULTS.md); the seed's reference uses 1
-  SqueezeMetric squeeze_metric = SqueezeMetric::kKeyCosine;
+  SqueezeMetric squeeze_metric = SqueezeMetric::kEvictionError;  // the best measured (docs/RESULTS.md)
   SqueezeAlloc squeeze_alloc = SqueezeAlloc::kInverse;
   double squeeze_p = 0.5;
   // Cap each layer's budget at the tokens it holds when the schedule is decided (the prompt), the
   // excess handed to the other layers in proportion to their budgets (water-filling; total kept).
   bool squeeze_cap = true;
   HeadAlloc head_alloc = HeadAlloc::kUniform;
-  SqueezeResolve squeeze_resolve = SqueezeResolve::kFirstChunk;
+  SqueezeResolve squeeze_resolve = SqueezeResolve::kPrompt;  // the better at 4k tokens (docs/DESIGN.md)
 };
 
 // Refuses invalid combinations before any work, naming the flag (throws Error).

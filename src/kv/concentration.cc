@@ -62,6 +62,15 @@ void ConcentrationMeter::add_mass(const KvStorage& s, int budget) {
   }
 }
 
+void ConcentrationMeter::add_output_error(const float* o, const float* o_cut, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = o[i], d = a - o_cut[i];
+    sum_ += d * d;
+    energy_ += a * a;
+  }
+  ++rows_;
+}
+
 double ConcentrationMeter::value() const {
   switch (metric_) {
     case SqueezeMetric::kKeyCosine: {
@@ -80,6 +89,8 @@ double ConcentrationMeter::value() const {
     }
     case SqueezeMetric::kAttentionEntropy:
       return rows_ > 0 ? 1.0 - sum_ / static_cast<double>(rows_) : 0.0;
+    case SqueezeMetric::kEvictionError:
+      return energy_ > 0.0 ? 1.0 - sum_ / energy_ : 0.0;
     case SqueezeMetric::kResidualCosine:
     case SqueezeMetric::kMassCoverage:
       return rows_ > 0 ? sum_ / static_cast<double>(rows_) : 0.0;
@@ -92,6 +103,7 @@ void ConcentrationMeter::reset() {
   keys_.clear();
   sum_ = 0.0;
   rows_ = 0;
+  energy_ = 0.0;
 }
 
 }  // namespace squeezekv

@@ -2,7 +2,8 @@
 // attention is over the rows the layer has seen, as running sums that merge across prompt chunks,
 // so a schedule can be decided from the first chunk or from the whole prompt with the same code.
 // The forward pass only hands the layer its inputs (keys, attention entropy sums, residual
-// stream before and after attention); every formula lives here.
+// stream before and after attention, the last rows' attention output with and without a cut);
+// every formula lives here.
 // Letters: T rows, G kv heads, D head dim, E hidden.
 // Thread safety: none; one per layer cache of one sequence.
 #pragma once
@@ -14,10 +15,20 @@
 
 namespace squeezekv {
 
+// eviction_error's cut: the uniform h2o rule at the average budget (sinks, recent window, the
+// heaviest accumulated mass among the rest).
+struct EvictionCut {
+  int budget = 0, sinks = 0, recent = 0;
+};
+
 class ConcentrationMeter {
  public:
-  explicit ConcentrationMeter(SqueezeMetric metric) : metric_(metric) {}
+  // window: the last query rows of a step that eviction_error measures.
+  explicit ConcentrationMeter(SqueezeMetric metric, int window = 32, EvictionCut cut = {})
+      : metric_(metric), window_(window), cut_(cut) {}
   SqueezeMetric metric() const { return metric_; }
+  int window() const { return window_; }
+  const EvictionCut& cut() const { return cut_; }
 
   // key_cosine: k [T][G*D], rotated keys as stored. Mean over kv heads of the mean off-diagonal
   // cosine similarity, exact through sum_{i != j} cos(k_i, k_j) = |sum_i k_i/|k_i||^2 - n.
@@ -31,6 +42,11 @@ class ConcentrationMeter {
   // heaviest rows hold; the mean over heads (1 when the layer holds at most budget rows).
   void add_mass(const KvStorage& s, int budget);
 
+  // eviction_error: o, o_cut [n], a step's last rows' attention output over every held row and over
+  // the rows the cut would keep (LayerCache::cut_view); sums |o - o_cut|^2 and |o|^2 over every
+  // step until the report, so value() = 1 - the share of the output's energy the cut changes.
+  void add_output_error(const float* o, const float* o_cut, int64_t n);
+
   // Higher always means "needs fewer tokens"; 0 before any input.
   double value() const;
   void reset();
@@ -39,8 +55,11 @@ class ConcentrationMeter {
   SqueezeMetric metric_;
   std::vector<double> unit_sum_;  // key_cosine: [G][D] sum of unit keys
   std::vector<int64_t> keys_;     // key_cosine: [G] keys counted
-  double sum_ = 0.0;              // entropy or residual: sum over rows
+  double sum_ = 0.0;              // entropy or residual: sum over rows; eviction_error: sum |o - o_cut|^2
   int64_t rows_ = 0;
+  int window_;
+  EvictionCut cut_;
+  double energy_ = 0.0;           // eviction_error: sum |o|^2
 };
 
 }  // namespace squeezekv

@@ -61,7 +61,7 @@ const KvOption kOptions[] = {
        if (c.recent < 0) throw Error("--kv-recent: must be >= 0, got " + t);
      },
      [](const CacheConfig& c) { return std::to_string(c.recent); }},
-    {"snapkv_window", "--snapkv-window", K::kInt, "snapkv/pyramidkv observation window (default 32)",
+    {"snapkv_window", "--snapkv-window", K::kInt, "snapkv/pyramidkv observation window, and the last prompt rows squeeze's eviction_error measures (default 32)",
      [](CacheConfig& c, const std::string& t) { c.window = parse_int("--snapkv-window", t); },
      [](const CacheConfig& c) { return std::to_string(c.window); }},
     {"pyramid_beta", "--pyramid-beta", K::kReal, "pyramidkv taper: last layer gets (budget - window) / beta",
@@ -70,7 +70,7 @@ const KvOption kOptions[] = {
     {"squeeze_strength", "--squeeze-strength", K::kReal, "squeeze re-allocation strength in [0, 1] (default 0.5)",
      [](CacheConfig& c, const std::string& t) { c.squeeze_strength = parse_real("--squeeze-strength", t); },
      [](const CacheConfig& c) { return real_text(c.squeeze_strength); }},
-    {"squeeze_metric", "--squeeze-metric", K::kName, "key_cosine | attention_entropy | residual_cosine | mass_coverage",
+    {"squeeze_metric", "--squeeze-metric", K::kName, "eviction_error (default) | key_cosine (the seed's) | attention_entropy | residual_cosine (the paper's) | mass_coverage",
      [](CacheConfig& c, const std::string& t) { c.squeeze_metric = parse_squeeze_metric(t); },
      [](const CacheConfig& c) { return std::string(squeeze_metric_name(c.squeeze_metric)); }},
     {"squeeze_alloc", "--squeeze-alloc", K::kName, "inverse (the seed's) | kmeans3 (the paper's)",
@@ -88,7 +88,7 @@ const KvOption kOptions[] = {
      [](CacheConfig& c, const std::string& t) { c.squeeze_cap = parse_on_off("--squeeze-cap", t); },
      [](const CacheConfig& c) { return std::string(c.squeeze_cap ? "on" : "off"); }},
     {"squeeze_resolve", "--squeeze-resolve", K::kName,
-     "first-chunk (default) | prompt: decide the squeeze schedule from the first prompt chunk or the whole prompt",
+     "prompt (default) | first-chunk: decide the squeeze schedule at the prompt's end (from every prompt chunk) or from the first chunk",
      [](CacheConfig& c, const std::string& t) { c.squeeze_resolve = parse_squeeze_resolve(t); },
      [](const CacheConfig& c) { return std::string(resolve_name(c.squeeze_resolve)); }},
 };

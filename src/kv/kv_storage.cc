@@ -71,6 +71,21 @@ void KvStorage::truncate(const Mark& m) {
   newest_dev_ = nullptr;
 }
 
+KvView KvStorage::view_without(const int* evict, int n_evict) {
+  const size_t rows = static_cast<size_t>(G_) * capacity_;
+  cut_pos_host_.resize(rows);
+  for (int g = 0; g < G_; ++g) {
+    int32_t* dst = cut_pos_host_.data() + static_cast<size_t>(g) * capacity_;
+    std::copy_n(positions(g), count_, dst);
+    for (int i = 0; i < n_evict; ++i) dst[evict[static_cast<size_t>(g) * n_evict + i]] = kDeadPos;
+  }
+  if (!cut_pos_ || cut_pos_->bytes() < rows * sizeof(int32_t)) cut_pos_ = backend_->alloc(rows * sizeof(int32_t));
+  backend_->upload(cut_pos_->data(), cut_pos_host_.data(), rows * sizeof(int32_t));
+  KvView v = view();
+  v.pos = cut_pos_->as<int32_t>();
+  return v;
+}
+
 void KvStorage::clear_mass() {
   const std::vector<float> zero(static_cast<size_t>(G_) * capacity_, 0.0f);
   backend_->upload(arrays_.mass, zero.data(), zero.size() * sizeof(float));

@@ -95,6 +95,16 @@ void SequenceCache::reset() {
   if (coordinator) coordinator->reset();
 }
 
+std::optional<KvView> LayerCache::cut_view() {
+  const ConcentrationMeter* m = policy_->meter();
+  if (m == nullptr || m->metric() != SqueezeMetric::kEvictionError) return std::nullopt;
+  const EvictionCut& c = m->cut();
+  const int n = select_sinks_recent_top(storage_, c.budget, c.sinks, c.recent, storage_.mass(0),
+                                        static_cast<size_t>(storage_.capacity()), cut_evict_);
+  if (n == 0) return std::nullopt;
+  return storage_.view_without(cut_evict_.data(), n);
+}
+
 void LayerCache::before_compaction(int64_t input_end) {
   // mass_coverage reads the accumulated mass when it reports (a copy only on a device)
   if (const ConcentrationMeter* m = policy_->meter(); m != nullptr && m->metric() == SqueezeMetric::kMassCoverage)
@@ -195,7 +205,8 @@ E parse_enum(const std::string& flag, const std::string& name, const std::pair<c
 const std::pair<const char*, SqueezeMetric> kMetrics[] = {{"key_cosine", SqueezeMetric::kKeyCosine},
                                                           {"attention_entropy", SqueezeMetric::kAttentionEntropy},
                                                           {"residual_cosine", SqueezeMetric::kResidualCosine},
-                                                          {"mass_coverage", SqueezeMetric::kMassCoverage}};
+                                                          {"mass_coverage", SqueezeMetric::kMassCoverage},
+                                                          {"eviction_error", SqueezeMetric::kEvictionError}};
 }  // namespace
 
 KvDType parse_kv_dtype(const std::string& name) {

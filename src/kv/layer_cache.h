@@ -34,6 +34,10 @@ class LayerCache {
   float* mass_accumulator() { return storage_.mass_accumulator(); }
   // Where the forward pass hands this step's squeeze metric inputs (null: none wanted).
   ConcentrationMeter* meter() { return policy_->meter(); }
+  // eviction_error (the meter's cut): the view attention would see if the layer kept only what the
+  // h2o rule keeps at the cut's budget now (after this step's attention added its mass); nullopt
+  // when the rule would evict nothing or no cut is wanted.
+  std::optional<KvView> cut_view();
   // The end of a step, for every layer of the sequence before any compacts (SequenceCache::end_step).
   void before_compaction(int64_t input_end);
   // Evicts what the policy names; then sizes the storage for the next step (changes only when the
@@ -73,6 +77,7 @@ class LayerCache {
   int max_step_rows_, max_tokens_;
   KvStorage storage_;
   Eviction evict_;  // reused every step
+  std::vector<int> cut_evict_;  // cut_view's slots
   int64_t tokens_seen_ = 0;
   int last_step_rows_ = 0;
 };

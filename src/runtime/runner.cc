@@ -236,8 +236,21 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
     }
     if (calls_.size() == 1) b.attention(calls_[0].out, calls_[0].q, calls_[0].q_pos, calls_[0].T, H, calls_[0].kv, calls_[0].probe);
     else b.attention_batch(calls_.data(), static_cast<int>(calls_.size()));
-    for (size_t i = 0; i < segments.size(); ++i) {
+    for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
       if (probes_[i].entropy) meters_[i]->add_entropy(probes_[i].entropy_sum, probes_[i].entropy_rows);
+      if (meters_[i] != nullptr && meters_[i]->metric() == SqueezeMetric::kEvictionError) {
+        // the step's last rows attend once more, over what the average budget's h2o cut would keep
+        const int w = std::min(segments[i].T, meters_[i]->window()), first = r + segments[i].T - w;
+        const size_t n = static_cast<size_t>(w) * QD;
+        const float* o = host_copy(metric_a_, att + first * QD, n);
+        if (const std::optional<KvView> cut = segments[i].seq->caches.layers[l].cut_view()) {
+          if (!cut_out_ || cut_out_->bytes() < n * sizeof(float)) cut_out_ = b.alloc(n * sizeof(float));
+          b.attention(cut_out_->as<float>(), q + first * QD, rpos + first, w, H, *cut, nullptr);
+          meters_[i]->add_output_error(o, host_copy(metric_b_, cut_out_->as<float>(), n), static_cast<int64_t>(n));
+        } else {
+          meters_[i]->add_output_error(o, o, static_cast<int64_t>(n));
+        }
+      }
       // a scoring pass's rows leave the cache once they have attended
       if (scoring) segments[i].seq->caches.layers[l].drop_since(marks_[i]);
     }

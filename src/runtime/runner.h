@@ -94,6 +94,7 @@ class Runner {
   std::unique_ptr<DeviceWeights> dw_;
   // activations in the backend's memory, sized for max_rows rows
   std::unique_ptr<Buffer> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_;  // [T][E] x2, [T][H*D], [T][G*D] x2, [T][H*D], [T][E], [T][F] x2
+  std::unique_ptr<Buffer> cut_out_;                                     // [W][H*D] eviction_error: the cut's attention output
   std::unique_ptr<Buffer> x_in_;                                        // [T][E] layer input (residual_cosine only)
   std::unique_ptr<Buffer> rows_pos_;                                    // [T] positions of the step's rows
   std::unique_ptr<Buffer> logits_dev_;                                  // [n][V]

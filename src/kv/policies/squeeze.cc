@@ -19,7 +19,7 @@ namespace {
 class SqueezePolicy final : public EvictionPolicy {
  public:
   SqueezePolicy(const CacheConfig& c, int layer, SqueezeCoordinator* coord)
-      : cfg_(c), layer_(layer), coord_(coord), meter_(c.squeeze_metric) {}
+      : cfg_(c), layer_(layer), coord_(coord), meter_(c.squeeze_metric, c.window, {c.budget, c.sinks, recent_window(c.budget, c.sinks, c.recent)}) {}
   bool needs_mass() const override { return true; }
   int budget() const override {
     if (coord_ != nullptr)
