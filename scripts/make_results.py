@@ -188,11 +188,20 @@ def findings(recs, cfg, labels, fr):
         o = max(over, key=lambda o: o[4])
         out.append(f"- {', '.join(pols)}: some layers were given more tokens than the context holds (e.g. layer {o[5]} "
                    f"got {o[4]} at {o[1]} {o[2]}, {100 * o[3]:g}%), so the budget they do not use is lost to the "
-                   "others. Residual-stream cosines sit near 1 for all but the first layers, so both allocations "
-                   "put most of the total on those few layers; a cap at the tokens a layer can see, with the excess "
-                   "handed on, is the missing piece (the coordinator's contract fixes the total, not the cap).")
+                   "others: the rows that run with `squeeze_cap off` (the cap at the tokens a layer holds, with the "
+                   "excess handed on, is on by default).")
     out.append("")
     return out
+
+
+def describe(policies):
+    """One line naming what each policy row of a config sets beyond its policy's defaults."""
+    parts = []
+    for p in policies:
+        extra = ", ".join(f"{k} {v}" for k, v in p.items() if k not in ("label", "kv_policy"))
+        lab = p.get("label", p["kv_policy"])
+        parts.append(f"`{lab}` ({p['kv_policy']}{', ' + extra if extra else ', its defaults'})")
+    return "Rows: " + "; ".join(parts) + "."
 
 
 def windows_section(path):
@@ -219,7 +228,7 @@ def windows_section(path):
            f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}): the "
            "same protocol as above over consecutive windows of each text; a cell is the perplexity over all the "
            "windows' scored tokens (exp of their mean negative log-likelihood), with its ratio to the full "
-           "cache's. `squeeze-sX` is squeeze at strength X (the default is 0.5).", "",
+           "cache's. " + describe(cfg["policies"]), "",
            "| policy | " + " | ".join(f"{t} {c}" for t, c in cells) + " |", "|---|" + "---|" * len(cells)]
     for lab in ["full"] + labels:
         row = []
@@ -389,6 +398,7 @@ def report(a):
                          "(Wilson) interval.")
     lines.append("- Budgets are tokens per layer as a share of the context (`squeeze` keeps that average across "
                  "layers); `full` keeps everything. Regenerate with `scripts/make_results.py` (see its header).")
+    lines.append("- " + describe(cfg["policies"]))
     lines.append("")
     lines += targets(recs)
     lines += findings(recs, cfg, labels, fr)

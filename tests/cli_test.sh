@@ -80,6 +80,7 @@ expect_error "--squeeze-cap" generate -m "$m" --tokenizer "$tok" -p hi --kv-poli
 expect_error "--squeeze-resolve" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-resolve later
 expect_error "--kv-budget" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy kvzip
 expect_error "--snapkv-window" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy snapkv --kv-budget 16 --snapkv-window 16
+expect_error "--snapkv-window" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 16 --snapkv-window 0
 expect_error "--kv-stats-json" generate -m "$m" --tokenizer "$tok" -p hi -n 2 --kv-stats-json /nonexistent/dir/x.json
 # a bad flag is refused before the model is even read
 expect_error "--kv-policy" generate -m /nonexistent/model.gguf -p hi --kv-policy lru

@@ -77,6 +77,9 @@ void validate_squeeze(const CacheConfig& c) {
   if (!(c.squeeze_strength >= 0.0 && c.squeeze_strength <= 1.0))
     throw Error("--squeeze-strength: must be in [0, 1], got " + std::to_string(c.squeeze_strength));
   if (!(c.squeeze_p > 0.0 && c.squeeze_p <= 1.0)) throw Error("--squeeze-p: must be in (0, 1], got " + std::to_string(c.squeeze_p));
+  if (c.squeeze_metric == SqueezeMetric::kEvictionError && c.window < 1)
+    throw Error("--snapkv-window: squeeze's eviction_error measures the last window prompt rows; must be >= 1, got " +
+                std::to_string(c.window));
 }
 
 }  // namespace squeezekv
