@@ -15,10 +15,11 @@
 
 namespace squeezekv {
 
-// eviction_error's cut: the uniform h2o rule at the average budget (sinks, recent window, the
-// heaviest accumulated mass among the rest).
+// eviction_error's cut: the layer's h2o rule at the average budget (sinks, recent window, the
+// heaviest accumulated mass among the rest; per head, or over the heads with head-adaptive budgets).
 struct EvictionCut {
   int budget = 0, sinks = 0, recent = 0;
+  bool head_adaptive = false;
 };
 
 class ConcentrationMeter {

@@ -71,13 +71,13 @@ void KvStorage::truncate(const Mark& m) {
   newest_dev_ = nullptr;
 }
 
-KvView KvStorage::view_without(const int* evict, int n_evict) {
+KvView KvStorage::view_without(const Eviction& ev) {
   const size_t rows = static_cast<size_t>(G_) * capacity_;
   cut_pos_host_.resize(rows);
   for (int g = 0; g < G_; ++g) {
     int32_t* dst = cut_pos_host_.data() + static_cast<size_t>(g) * capacity_;
     std::copy_n(positions(g), count_, dst);
-    for (int i = 0; i < n_evict; ++i) dst[evict[static_cast<size_t>(g) * n_evict + i]] = kDeadPos;
+    for (int i = ev.offsets[g]; i < ev.offsets[g + 1]; ++i) dst[ev.slots[static_cast<size_t>(i)]] = kDeadPos;
   }
   if (!cut_pos_ || cut_pos_->bytes() < rows * sizeof(int32_t)) cut_pos_ = backend_->alloc(rows * sizeof(int32_t));
   backend_->upload(cut_pos_->data(), cut_pos_host_.data(), rows * sizeof(int32_t));

@@ -99,10 +99,10 @@ std::optional<KvView> LayerCache::cut_view() {
   const ConcentrationMeter* m = policy_->meter();
   if (m == nullptr || m->metric() != SqueezeMetric::kEvictionError) return std::nullopt;
   const EvictionCut& c = m->cut();
-  const int n = select_sinks_recent_top(storage_, c.budget, c.sinks, c.recent, storage_.mass(0),
-                                        static_cast<size_t>(storage_.capacity()), cut_evict_);
-  if (n == 0) return std::nullopt;
-  return storage_.view_without(cut_evict_.data(), n);
+  if (!select_by_score(storage_, c.head_adaptive, c.budget, c.sinks, c.recent, storage_.mass(0),
+                       static_cast<size_t>(storage_.capacity()), cut_evict_))
+    return std::nullopt;
+  return storage_.view_without(cut_evict_);
 }
 
 void LayerCache::before_compaction(int64_t input_end) {

@@ -77,7 +77,7 @@ class LayerCache {
   int max_step_rows_, max_tokens_;
   KvStorage storage_;
   Eviction evict_;  // reused every step
-  std::vector<int> cut_evict_;  // cut_view's slots
+  Eviction cut_evict_;  // cut_view's slots
   int64_t tokens_seen_ = 0;
   int last_step_rows_ = 0;
 };

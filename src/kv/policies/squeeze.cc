@@ -2,7 +2,7 @@
 // budget comes from the sequence's shared coordinator once every layer has reported its
 // concentration. A layer reports at the end of the prompt (--squeeze-resolve prompt, the default:
 // the metric then covers every prompt chunk) or after its first step (first-chunk). The default
-// metric, eviction_error, measures the uniform h2o cut at the average budget (EvictionCut) on the
+// metric, eviction_error, measures the layer's h2o cut at the average budget (EvictionCut) on the
 // last rows of every step until then (LayerCache::cut_view). Reports are made for all
 // layers before any layer compacts (before_compaction), so no layer ever evicts against the
 // fallback average in the step that fixes the schedule. With --squeeze-cap the coordinator caps
@@ -22,7 +22,8 @@ class SqueezePolicy final : public EvictionPolicy {
  public:
   SqueezePolicy(const CacheConfig& c, int layer, SqueezeCoordinator* coord)
       : cfg_(c), layer_(layer), coord_(coord),
-        meter_(c.squeeze_metric, c.window, {c.budget, c.sinks, recent_window(c.budget, c.sinks, c.recent)}) {}
+        meter_(c.squeeze_metric, c.window,
+               {c.budget, c.sinks, recent_window(c.budget, c.sinks, c.recent), c.head_alloc == HeadAlloc::kAdaptive}) {}
   bool needs_mass() const override { return true; }
   int budget() const override {
     if (coord_ != nullptr)
