@@ -25,10 +25,11 @@ enum class HeadAlloc : uint8_t { kUniform, kAdaptive };
 // average budget (1 - |o - o'|^2 / |o|^2, pooled over every prompt chunk's cut), so budgets move to
 // the layers whose output the eviction would change the most.
 enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCosine, kMassCoverage, kEvictionError };
-// When a squeeze schedule is decided: from the prompt's first chunk (each layer's metric over the
-// rows of the first step; no layer evicts before the schedule exists), or once the whole prompt has
-// run (the default: the metric over every prompt chunk; until then each layer compacts to the
-// average budget).
+// When a squeeze schedule is decided: from the prompt's first chunk (the default: each layer's
+// metric over the rows of the first step; no layer evicts before the schedule exists), or once the
+// whole prompt has run (the metric over every prompt chunk; until then each layer compacts to the
+// average budget; better perplexity at 4k tokens, but it fell into a loop in the long-generation
+// check of one build: docs/DESIGN.md).
 enum class SqueezeResolve : uint8_t { kFirstChunk, kPrompt };
 
 struct CacheConfig {
@@ -49,7 +50,7 @@ struct CacheConfig {
   // excess handed to the other layers in proportion to their budgets (water-filling; total kept).
   bool squeeze_cap = true;
   HeadAlloc head_alloc = HeadAlloc::kUniform;
-  SqueezeResolve squeeze_resolve = SqueezeResolve::kPrompt;  // the better at 4k tokens (docs/DESIGN.md)
+  SqueezeResolve squeeze_resolve = SqueezeResolve::kFirstChunk;  // docs/DESIGN.md: why not prompt
 };
 
 // Refuses invalid combinations before any work, naming the flag (throws Error).

@@ -88,7 +88,7 @@ const KvOption kOptions[] = {
      [](CacheConfig& c, const std::string& t) { c.squeeze_cap = parse_on_off("--squeeze-cap", t); },
      [](const CacheConfig& c) { return std::string(c.squeeze_cap ? "on" : "off"); }},
     {"squeeze_resolve", "--squeeze-resolve", K::kName,
-     "prompt (default) | first-chunk: decide the squeeze schedule at the prompt's end (from every prompt chunk) or from the first chunk",
+     "first-chunk (default) | prompt: decide the squeeze schedule from the first prompt chunk or at the prompt's end (from every prompt chunk)",
      [](CacheConfig& c, const std::string& t) { c.squeeze_resolve = parse_squeeze_resolve(t); },
      [](const CacheConfig& c) { return std::string(resolve_name(c.squeeze_resolve)); }},
 };

@@ -1,7 +1,7 @@
 // SqueezeAttention (Wang et al. 2024) on top of H2O: inside the layer the h2o rule; the layer's
 // budget comes from the sequence's shared coordinator once every layer has reported its
-// concentration. A layer reports at the end of the prompt (--squeeze-resolve prompt, the default:
-// the metric then covers every prompt chunk) or after its first step (first-chunk). The default
+// concentration. A layer reports after its first step (--squeeze-resolve first-chunk, the default)
+// or at the end of the prompt (prompt: the metric then covers every prompt chunk). The default
 // metric, eviction_error, measures the layer's h2o cut at the average budget (EvictionCut) on the
 // last rows of every step until then (LayerCache::cut_view). Reports are made for all
 // layers before any layer compacts (before_compaction), so no layer ever evicts against the
