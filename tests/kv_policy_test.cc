@@ -362,7 +362,7 @@ int tail_period(const std::vector<int>& t, size_t n, int max_p) {
 }
 
 // SmolLM2, a 2,000-token prompt from Austen, --kv-budget 128, squeeze at its defaults
-// (eviction_error, inverse, the schedule at the prompt's end): visibly different per-layer
+// (eviction_error, inverse, the schedule from the first chunk): visibly different per-layer
 // budgets, kept bytes <= 1/10 of full, and fluent 200 greedy tokens.
 // The fluency check is stated against the full cache, because this 135M model drifts into long
 // loops under greedy decoding even with every token kept (seen: "She was a very good wife, and had

@@ -68,7 +68,6 @@ void ConcentrationMeter::add_output_error(const float* o, const float* o_cut, in
     sum_ += d * d;
     energy_ += a * a;
   }
-  ++rows_;
 }
 
 double ConcentrationMeter::value() const {

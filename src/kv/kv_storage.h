@@ -63,9 +63,9 @@ class KvStorage {
   void set_capacity(int capacity);
   KvView view() const;
   // The held rows less the slots `ev` names (per head): a view whose evicted slots carry kDeadPos,
-  // so attention over it is attention over the others alone. The positions are copied into a scratch array of the backend's memory (valid until the
-  // next call); K and V are the held ones. For a metric read while a schedule is pending, never in
-  // decode.
+  // so attention over it is attention over the others alone. The positions are copied into a
+  // scratch array of the backend's memory (valid until the next call); K and V are the held ones.
+  // For a metric read while a schedule is pending, never in decode.
   KvView view_without(const Eviction& ev);
   int count() const { return count_; }
   // Rows head g holds (count() less its dead slots), and all heads together.
