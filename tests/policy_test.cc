@@ -452,7 +452,7 @@ TEST(Concentration, EvictionErrorIsTheShareOfOutputEnergyTheCutChanges) {
   for (auto& x : v) x = nd(rng);
   std::vector<int32_t> p(N);
   std::iota(p.begin(), p.end(), 0);
-  EXPECT_FALSE(layer.cut_view().has_value());  // nothing held: nothing to cut
+  EXPECT_FALSE(layer.cut_view(0).has_value());  // nothing held: nothing to cut
   layer.append(k.data(), v.data(), p.data(), N);
   const int cap = layer.storage().capacity();
   std::uniform_real_distribution<float> ud(0.0f, 4.0f);
@@ -495,7 +495,7 @@ TEST(Concentration, EvictionErrorIsTheShareOfOutputEnergyTheCutChanges) {
       }
   }
   ASSERT_GT(err, 0.0);
-  const std::optional<KvView> cut = layer.cut_view();
+  const std::optional<KvView> cut = layer.cut_view(0);
   ASSERT_TRUE(cut.has_value());
   auto cpu = make_cpu_backend(1);
   std::vector<float> o(q.size()), o_cut(q.size());
@@ -503,14 +503,34 @@ TEST(Concentration, EvictionErrorIsTheShareOfOutputEnergyTheCutChanges) {
   cpu->attention(o_cut.data(), q.data(), qpos, W, H, *cut, nullptr);
   EXPECT_EQ(meter->value(), 0.0);  // no input yet
   meter->add_output_error(o.data(), o_cut.data(), static_cast<int64_t>(o.size()));
-  EXPECT_NEAR(meter->value(), 1.0 - err / energy, 1e-5);
+  EXPECT_NEAR(meter->value(), energy / (energy + err), 1e-5);
   // steps pool until the report; a step whose cut evicts nothing adds only its energy
   meter->add_output_error(o.data(), o.data(), static_cast<int64_t>(o.size()));
-  EXPECT_NEAR(meter->value(), 1.0 - err / (2 * energy), 1e-5);
+  EXPECT_NEAR(meter->value(), 2 * energy / (2 * energy + err), 1e-5);
+  // a first chunk of an input twice as long: the cut keeps half the budget (sinks + recent 2)
+  const std::optional<KvView> half = layer.cut_view(2 * N);
+  ASSERT_TRUE(half.has_value());
+  for (int g = 0; g < kG; ++g) {
+    std::set<int32_t> live;
+    for (int j = 0; j < half->count; ++j)
+      if (half->pos[g * half->capacity + j] != KvStorage::kDeadPos) live.insert(half->pos[g * half->capacity + j]);
+    EXPECT_EQ(live, (std::set<int32_t>{0, 1, N - 2, N - 1})) << "head " << g;
+  }
   // the cut leaves the layer itself as it was
   EXPECT_EQ(layer.storage().count(), N);
   for (int g = 0; g < kG; ++g)
     for (int j = 0; j < N; ++j) EXPECT_EQ(layer.storage().positions(g)[j], j);
+}
+
+TEST(Concentration, EvictionCutKeepsTheBudgetsShareOfTheInputSeen) {
+  const EvictionCut c{100, 4, -1, false};
+  EXPECT_EQ(c.scaled_budget(512, 0), 100);     // the input ends with these rows
+  EXPECT_EQ(c.scaled_budget(512, 512), 100);
+  EXPECT_EQ(c.scaled_budget(512, 2048), 25);   // a quarter of the input seen
+  EXPECT_EQ(c.scaled_budget(10, 100000), 5);   // at least sinks + 1
+  EXPECT_EQ(c.recent_for(25), 12);             // h2o's half of the scaled budget
+  const EvictionCut r{100, 4, 10, false};
+  EXPECT_EQ(r.recent_for(8), 4);               // a fixed recent window, within the budget less the sinks
 }
 
 TEST(Concentration, EntropyAndResidualAreMeansOverRows) {

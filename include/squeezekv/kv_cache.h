@@ -21,9 +21,11 @@ enum class HeadAlloc : uint8_t { kUniform, kAdaptive };
 // heaviest tokens hold (what uniform h2o would keep), so budgets move to the layers that would lose
 // the most attention.
 // kEvictionError (the default): for the last prompt rows (the observation window), how much of their
-// attention output's energy would change if the layer kept only what its h2o rule keeps at the
-// average budget (1 - |o - o'|^2 / |o|^2, pooled over the prompt chunks until the schedule is
-// decided), so budgets move to the layers whose output the eviction would change the most.
+// attention output would change if the layer kept only what its h2o rule keeps at the average
+// budget's share of the input seen (the budget on a whole prompt; budget x 512 / 2048 on the first
+// 512-row chunk of a 2048-token prompt): |o|^2 / (|o|^2 + |o - o'|^2), pooled over the prompt
+// chunks until the schedule is decided, so budgets move to the layers whose output the eviction
+// would change the most.
 enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCosine, kMassCoverage, kEvictionError };
 // When a squeeze schedule is decided: from the prompt's first chunk (the default: each layer's
 // metric over the rows of the first step; no layer evicts before the schedule exists), or once the

@@ -4,7 +4,17 @@
 #include <cmath>
 #include <functional>
 
+#include "kv/select.h"
+
 namespace squeezekv {
+
+int EvictionCut::scaled_budget(int64_t seen, int64_t input_end) const {
+  if (input_end <= seen || seen <= 0) return budget;
+  const int64_t scaled = (static_cast<int64_t>(budget) * seen + input_end / 2) / input_end;
+  return static_cast<int>(std::max<int64_t>(scaled, sinks + 1));
+}
+
+int EvictionCut::recent_for(int scaled) const { return recent_window(scaled, sinks, recent); }
 
 void ConcentrationMeter::add_keys(const float* k, int T, int G, int D) {
   if (unit_sum_.empty()) {
@@ -89,7 +99,9 @@ double ConcentrationMeter::value() const {
     case SqueezeMetric::kAttentionEntropy:
       return rows_ > 0 ? 1.0 - sum_ / static_cast<double>(rows_) : 0.0;
     case SqueezeMetric::kEvictionError:
-      return energy_ > 0.0 ? 1.0 - sum_ / energy_ : 0.0;
+      // |o|^2 / (|o|^2 + |o - o'|^2): 1 - err/energy while the error is small, and no clamp at 0
+      // when a first chunk's harsh cut changes more than the output's own energy
+      return energy_ > 0.0 ? energy_ / (energy_ + sum_) : 0.0;
     case SqueezeMetric::kResidualCosine:
     case SqueezeMetric::kMassCoverage:
       return rows_ > 0 ? sum_ / static_cast<double>(rows_) : 0.0;

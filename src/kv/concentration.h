@@ -17,9 +17,16 @@ namespace squeezekv {
 
 // eviction_error's cut: the layer's h2o rule at the average budget (sinks, recent window, the
 // heaviest accumulated mass among the rest; per head, or over the heads with head-adaptive budgets).
+// recent < 0: half the budget (h2o's default split).
 struct EvictionCut {
-  int budget = 0, sinks = 0, recent = 0;
+  int budget = 0, sinks = 0, recent = -1;
   bool head_adaptive = false;
+  // The budget scaled to the part of the input seen: when the first chunk of a long prompt is
+  // measured, its cut keeps the share of its rows that the budget will be of the whole input
+  // (budget x seen / input_end, at least sinks + 1), so the layers are told apart at the
+  // compression they will run at, not at a cut of a few rows.
+  int scaled_budget(int64_t seen, int64_t input_end) const;
+  int recent_for(int scaled) const;
 };
 
 class ConcentrationMeter {
@@ -45,7 +52,8 @@ class ConcentrationMeter {
 
   // eviction_error: o, o_cut [n], a step's last rows' attention output over every held row and over
   // the rows the cut would keep (LayerCache::cut_view); sums |o - o_cut|^2 and |o|^2 over every
-  // step until the report, so value() = 1 - the share of the output's energy the cut changes.
+  // step until the report; value() = |o|^2 / (|o|^2 + |o - o_cut|^2), about 1 - the share of the
+  // output's energy the cut changes when that share is small, and still ordered when it exceeds 1.
   void add_output_error(const float* o, const float* o_cut, int64_t n);
 
   // Higher always means "needs fewer tokens"; 0 before any input.

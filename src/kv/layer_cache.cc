@@ -95,11 +95,12 @@ void SequenceCache::reset() {
   if (coordinator) coordinator->reset();
 }
 
-std::optional<KvView> LayerCache::cut_view() {
+std::optional<KvView> LayerCache::cut_view(int64_t input_end) {
   const ConcentrationMeter* m = policy_->meter();
   if (m == nullptr || m->metric() != SqueezeMetric::kEvictionError) return std::nullopt;
   const EvictionCut& c = m->cut();
-  if (!select_by_score(storage_, c.head_adaptive, c.budget, c.sinks, c.recent, storage_.mass(0),
+  const int budget = c.scaled_budget(tokens_seen_, input_end);
+  if (!select_by_score(storage_, c.head_adaptive, budget, c.sinks, c.recent_for(budget), storage_.mass(0),
                        static_cast<size_t>(storage_.capacity()), cut_evict_))
     return std::nullopt;
   return storage_.view_without(cut_evict_);

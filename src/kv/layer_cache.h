@@ -35,9 +35,10 @@ class LayerCache {
   // Where the forward pass hands this step's squeeze metric inputs (null: none wanted).
   ConcentrationMeter* meter() { return policy_->meter(); }
   // eviction_error (the meter's cut): the view attention would see if the layer kept only what the
-  // h2o rule keeps at the cut's budget now (after this step's attention added its mass); nullopt
-  // when the rule would evict nothing or no cut is wanted.
-  std::optional<KvView> cut_view();
+  // h2o rule keeps now (after this step's attention added its mass) at the cut's budget scaled to
+  // the rows seen so far (EvictionCut::scaled_budget; input_end: where the caller's input ends);
+  // nullopt when the rule would evict nothing or no cut is wanted.
+  std::optional<KvView> cut_view(int64_t input_end);
   // The end of a step, for every layer of the sequence before any compacts (SequenceCache::end_step).
   void before_compaction(int64_t input_end);
   // Evicts what the policy names; then sizes the storage for the next step (changes only when the

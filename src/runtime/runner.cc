@@ -243,7 +243,7 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
         const int w = std::min(segments[i].T, meters_[i]->window()), first = r + segments[i].T - w;
         const size_t n = static_cast<size_t>(w) * QD;
         const float* o = host_copy(metric_a_, att + first * QD, n);
-        if (const std::optional<KvView> cut = segments[i].seq->caches.layers[l].cut_view()) {
+        if (const std::optional<KvView> cut = segments[i].seq->caches.layers[l].cut_view(segments[i].input_end)) {
           if (!cut_out_ || cut_out_->bytes() < n * sizeof(float)) cut_out_ = b.alloc(n * sizeof(float));
           b.attention(cut_out_->as<float>(), q + first * QD, rpos + first, w, H, *cut, nullptr);
           meters_[i]->add_output_error(o, host_copy(metric_b_, cut_out_->as<float>(), n), static_cast<int64_t>(n));

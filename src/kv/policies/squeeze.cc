@@ -23,7 +23,7 @@ class SqueezePolicy final : public EvictionPolicy {
   SqueezePolicy(const CacheConfig& c, int layer, SqueezeCoordinator* coord)
       : cfg_(c), layer_(layer), coord_(coord),
         meter_(c.squeeze_metric, c.window,
-               {c.budget, c.sinks, recent_window(c.budget, c.sinks, c.recent), c.head_alloc == HeadAlloc::kAdaptive}) {}
+               {c.budget, c.sinks, c.recent, c.head_alloc == HeadAlloc::kAdaptive}) {}
   bool needs_mass() const override { return true; }
   int budget() const override {
     if (coord_ != nullptr)
