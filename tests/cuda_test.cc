@@ -158,7 +158,7 @@ struct Attended {
 };
 Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap, const std::vector<float>& k,
                 const std::vector<float>& v, const std::vector<int32_t>& pos, const std::vector<float>& q,
-                const std::vector<int32_t>& qpos, MassReduce reduce, bool dev_count) {
+                const std::vector<int32_t>& qpos, MassReduce reduce, bool dev_count, int64_t mass_row_begin = 0) {
   auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
   KvStorage st(G, D, cap, type, be.get());
   auto put = [&](const void* src, size_t bytes) {
@@ -176,6 +176,7 @@ Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap
   probe.mass = st.mass_accumulator();
   probe.mass_stride = cap;
   probe.reduce = reduce;
+  probe.mass_row_begin = mass_row_begin;
   be->attention(ob->as<float>(), qb->as<float>(), qpb->as<int32_t>(), T, H, st.view(), &probe);
   Attended r;
   r.out.resize(q.size());
@@ -214,9 +215,10 @@ TEST_F(Cuda, AttentionMassSumAndMaxMatchTheCpu) {
 // Prompt chunks with f16 KV run on the tensor cores (k_attn_mma: f16 queries and probabilities,
 // f32 sums): against the CPU for head dims 64 and 128, 1-8 query heads per kv head (3 and 7 leave
 // a block's last rows empty), a context
-// before the chunk, dead slots, N from the host or the device; the policies' mass from its max and
-// sum. The same call with SQUEEZEKV_CUDA_MMA=0 (the CUDA-core kernel) must differ from it (so the
-// tensor-core path ran) and both must be within the bound.
+// before the chunk, dead slots, N from the host or the device; the policies' mass (k_attn_mma_mass,
+// from every row or only the last 32). The same call with SQUEEZEKV_CUDA_MMA=0 (the CUDA-core
+// kernels) and with SQUEEZEKV_CUDA_MMA_MASS=0 (the mass on the CUDA cores) must differ from it (so
+// the tensor-core paths ran) and all must be within the bound.
 TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd;
@@ -233,17 +235,26 @@ TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
       for (int j = 11; j < ctx; j += 53) pos[j] = KvStorage::kDeadPos;
       for (int t = 0; t < T; ++t) qpos[t] = ctx + t;
       const bool dev_count = grp % 2 == 0;
-      const Attended c = attend(0, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, false);
-      const Attended t = attend(1, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count);
+      // every row adds mass (h2o), or only the last 32 (snapkv's window: the tiles before it skipped)
+      const int64_t row_begin = grp == 3 || grp == 8 ? T - 32 : 0;
+      const Attended c = attend(0, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, false, row_begin);
+      const Attended t = attend(1, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count, row_begin);
       setenv("SQUEEZEKV_CUDA_MMA", "0", 1);
-      const Attended f = attend(1, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count);
+      const Attended f = attend(1, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count, row_begin);
       unsetenv("SQUEEZEKV_CUDA_MMA");
+      setenv("SQUEEZEKV_CUDA_MMA_MASS", "0", 1);  // the tensor cores' output, the mass on the CUDA cores
+      const Attended u = attend(1, KvType::kF16, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count, row_begin);
+      unsetenv("SQUEEZEKV_CUDA_MMA_MASS");
       double mass_scale = 0;
       for (float e : c.mass) mass_scale = std::max(mass_scale, double(e));
       const double eo = max_diff(t.out, c.out), em = max_diff(t.mass, c.mass) / mass_scale;
       worst_out = std::max(worst_out, eo), worst_mass = std::max(worst_mass, em);
       EXPECT_NE(t.out, f.out) << "D " << D << " grp " << grp << ": the tensor-core kernel did not run";
+      EXPECT_NE(t.mass, u.mass) << "D " << D << " grp " << grp << ": the tensor-core mass did not run";
+      EXPECT_EQ(t.out, u.out) << "D " << D << " grp " << grp;
       EXPECT_LE(max_diff(f.out, c.out), 1e-4) << "D " << D << " grp " << grp;
+      EXPECT_LE(max_diff(f.mass, c.mass) / mass_scale, 1e-3) << "D " << D << " grp " << grp;
+      EXPECT_LE(max_diff(u.mass, c.mass) / mass_scale, 1e-2) << "D " << D << " grp " << grp;
       EXPECT_LE(eo, 1e-2) << "D " << D << " grp " << grp;
       EXPECT_LE(em, 1e-2) << "D " << D << " grp " << grp;
     }

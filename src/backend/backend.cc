@@ -35,7 +35,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // for measurements: SQUEEZEKV_CUDA_PDL=0 launches every kernel after the previous one has finished,
   // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_FUSE_KV=0
   // writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
-  // step's mass right after its attention
+  // step's mass right after its attention, SQUEEZEKV_CUDA_MMA_MASS=0 sums a prompt chunk's mass on
+  // the CUDA cores
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -44,6 +45,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.mma_attention = !off("SQUEEZEKV_CUDA_MMA");
   co.fuse_kv_write = !off("SQUEEZEKV_CUDA_FUSE_KV");
   co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
+  co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");
   return make_cuda_backend(co);
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "

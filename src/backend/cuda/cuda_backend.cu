@@ -790,15 +790,15 @@ __global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float*
 }
 
 // The policies' outputs from the final max and sum: mass[g][j] += p / grp over rows with
-// t >= mass_row_begin (summed within the warp first; mass_max: mass = max(mass, p), through the
+// t >= mass_row_begin (the grid starts at query tile tile0; summed within the warp first; mass_max: mass = max(mass, p), through the
 // bits of non-negative floats, which order as integers), and per row the entropy sum -p log p and
 // the visible key count (atomically over splits) into ent[row][2].
 template <typename KT>
 __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_begin, bool mass_max, float* ent, const float* ml,
-                             const float* q, const int32_t* q_pos, KvView kv, AttnShape a) {
+                             const float* q, const int32_t* q_pos, KvView kv, AttnShape a, int tile0) {
   pdl_enter();
   extern __shared__ float smem[];
-  const int D = a.D, g = blockIdx.x, t0 = blockIdx.y * a.qt, split = blockIdx.z;
+  const int D = a.D, g = blockIdx.x, t0 = (blockIdx.y + tile0) * a.qt, split = blockIdx.z;
   const KeyRange kr = key_range(kv, a);
   if (split >= kr.splits) return;
   const AttnSmem sm = carve(smem, D);
@@ -1043,6 +1043,130 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
     for (int nd = 0; nd < D / 8; ++nd)
       *reinterpret_cast<float2*>(out + row * D + nd * 8 + (lane % 4) * 2) = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
     if (lane % 4 == 0) ml[2 * row] = m[i] == -INFINITY ? -INFINITY : m[i] / kLog2e, ml[2 * row + 1] = l[i];
+  }
+}
+
+// The policies' mass of a prompt chunk on the tensor cores, after k_attn_mma wrote the rows' max
+// and sum (ml): S = Q K^T again as k_attn_mma computes it (the same f16 operands and tiles), then
+// p = exp(s - m) / l per visible key, summed over the block's rows with t >= mass_row_begin
+// (within a warp by shuffles, over the warps in shared memory) and added as mass[g][j] += sum /
+// grp. Grid (G, query tiles from tile0 on): the rows before mass_row_begin (snapkv's window) cost
+// nothing. What the CUDA-core pass (k_attn_probe) computed one dot product per lane and key.
+template <int D>
+__host__ __device__ constexpr size_t mma_mass_smem_bytes() {
+  return sizeof(__half) * (kMmaRows + 2 * kMmaKeys) * (D + 8) + sizeof(int32_t) * 2 * kMmaKeys +
+         sizeof(float) * kMmaWarps * kMmaKeys;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, int64_t mass_stride, int64_t mass_row_begin,
+                                                                  const float* ml, const float* q, const int32_t* q_pos,
+                                                                  KvView kv, AttnShape a, int tile0) {
+  pdl_enter();
+  constexpr int LD = D + 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(16) unsigned char msm[];
+  __half* sq = reinterpret_cast<__half*>(msm);                       // [kMmaRows][LD]
+  __half* sk = sq + kMmaRows * LD;                                    // [2][kMmaKeys][LD]
+  int32_t* sp = reinterpret_cast<int32_t*>(sk + 2 * kMmaKeys * LD);  // [2][kMmaKeys]
+  float* red = reinterpret_cast<float*>(sp + 2 * kMmaKeys);          // [kMmaWarps][kMmaKeys]
+  const int g = blockIdx.x, t0 = (blockIdx.y + tile0) * a.qt, grp = a.grp;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
+  const int N = kv.count_dev != nullptr ? *kv.count_dev : a.N;
+  const __half* Kg = static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
+  const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
+  const int n_tiles = (N + kMmaKeys - 1) / kMmaKeys;
+  auto issue = [&](int tile) {
+    if (tile < n_tiles) {
+      const int j0 = tile * kMmaKeys, st = tile % 2;
+      constexpr int CH = D / 8;
+      for (int c = tid; c < kMmaKeys * CH; c += kMmaWarps * 32) {
+        const int r = c / CH, piece = c % CH, j = j0 + r;
+        const int src_row = j < N ? j : 0;
+        __pipeline_memcpy_async(sk + (st * kMmaKeys + r) * LD + piece * 8, Kg + static_cast<size_t>(src_row) * D + piece * 8, 16,
+                                j < N ? 0 : 16);
+      }
+      for (int r = tid; r < kMmaKeys; r += kMmaWarps * 32) {
+        if (j0 + r < N) __pipeline_memcpy_async(sp + st * kMmaKeys + r, Pg + j0 + r, 4);
+        else sp[st * kMmaKeys + r] = INT_MAX;
+      }
+    }
+    __pipeline_commit();
+  };
+  issue(0);
+  for (int i = tid; i < kMmaRows * D / 2; i += kMmaWarps * 32) {
+    const int r = i / (D / 2), d = (i % (D / 2)) * 2, t = t0 + r / grp, h = g * grp + r % grp;
+    float2 v = make_float2(0.0f, 0.0f);
+    if (r < a.qt * grp && t < a.T) v = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(t) * a.H + h) * D + d);
+    const float s = a.scale * kLog2e;
+    *reinterpret_cast<__half2*>(sq + r * LD + d) = __floats2half2_rn(v.x * s, v.y * s);
+  }
+  __syncthreads();
+  const int rb = warp * 16;
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const int mi = lane / 8, rr = lane % 8;
+    ldsm_x4(qa[ks], sq + (rb + rr + (mi & 1) * 8) * LD + ks * 16 + (mi >> 1) * 8);
+  }
+  // this thread's two rows: rb + lane / 4 and rb + 8 + lane / 4, in base-2 units
+  int qp[2];
+  float m2[2], inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = rb + lane / 4 + 8 * i, t = t0 + r / grp;
+    const bool live = r < a.qt * grp && t < a.T && t >= mass_row_begin;
+    const size_t row = static_cast<size_t>(live ? t : 0) * a.H + g * grp + r % grp;
+    const float l = live ? ml[2 * row + 1] : 0.0f;
+    qp[i] = live && l > 0.0f ? q_pos[t] : INT_MIN;  // INT_MIN: adds nothing
+    m2[i] = qp[i] != INT_MIN ? ml[2 * row] * kLog2e : 0.0f;
+    inv[i] = qp[i] != INT_MIN ? 1.0f / l : 0.0f;
+  }
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    issue(tile + 1);
+    __pipeline_wait_prior(1);
+    __syncthreads();
+    const int st = tile % 2;
+    const __half* kt = sk + st * kMmaKeys * LD;
+    const int32_t* pt = sp + st * kMmaKeys;
+    float cs[kMmaKeys / 8][2];
+#pragma unroll
+    for (int nt = 0; nt < kMmaKeys / 8; ++nt) {
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ks += 2) {
+        uint32_t b[4];
+        ldsm_x4(b, kt + (nt * 8 + lane % 8) * LD + ks * 16 + (lane / 8) * 8);
+        mma16816(s, qa[ks], b);
+        mma16816(s, qa[ks + 1], b + 2);
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = nt * 8 + (lane % 4) * 2 + e;
+        float c = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (pt[j] <= qp[i]) c += exp2f(s[2 * i + e] - m2[i]) * inv[i];
+        // the 8 lanes holding this column (same lane % 4) for the warp's 16 rows
+        c += __shfl_xor_sync(0xffffffffu, c, 4);
+        c += __shfl_xor_sync(0xffffffffu, c, 8);
+        c += __shfl_xor_sync(0xffffffffu, c, 16);
+        cs[nt][e] = c;
+      }
+    }
+    if (lane < 4) {
+#pragma unroll
+      for (int nt = 0; nt < kMmaKeys / 8; ++nt) red[warp * kMmaKeys + nt * 8 + lane * 2] = cs[nt][0], red[warp * kMmaKeys + nt * 8 + lane * 2 + 1] = cs[nt][1];
+    }
+    __syncthreads();
+    if (tid < kMmaKeys) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kMmaWarps; ++w) sum += red[w * kMmaKeys + tid];
+      const int j = tile * kMmaKeys + tid;
+      if (j < N && sum > 0.0f) atomicAdd(mass + static_cast<size_t>(g) * mass_stride + j, sum / static_cast<float>(grp));
+    }
+    __syncthreads();  // the stage and red are reused
   }
 }
 
@@ -1732,7 +1856,8 @@ class CudaBackend final : public Backend {
     float* part_ml = a.direct ? ml_->as<float>() : part_ml_->as<float>();
     float* part_acc = a.direct ? nullptr : part_acc_->as<float>();
     Launcher& L = *launcher_;
-    if (!attention_mma(out, q, q_pos, kv, a)) {
+    const bool mma = attention_mma(out, q, q_pos, kv, a);
+    if (!mma) {
       if (f16) L.launch(k_attn<__half>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
       else L.launch(k_attn<float>, grid, kAttnWarps * 32, smem, out, part_acc, part_ml, q, q_pos, kv, a);
       if (!a.direct) L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml_->as<float>(), part_acc, part_ml, static_cast<int>(rows), kv, a);
@@ -1749,8 +1874,15 @@ class CudaBackend final : public Backend {
       e = ent_->as<float>();
     }
     const bool mass_max = probe->reduce == MassReduce::kMax;
-    if (f16) L.launch(k_attn_probe<__half>, grid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a);
-    else L.launch(k_attn_probe<float>, grid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a);
+    if (mma && !ent && !mass_max && opt_.mma_mass) {
+      mass_mma(mass, stride, probe->mass_row_begin, q, q_pos, kv, a);
+      return;
+    }
+    // without the entropy, the query tiles before the first row that adds mass are left out
+    const int tile0 = ent ? 0 : static_cast<int>(std::min<int64_t>(std::max<int64_t>(probe->mass_row_begin, 0) / a.qt, qtiles - 1));
+    const dim3 pgrid(a.G, qtiles - tile0, grid_splits);
+    if (f16) L.launch(k_attn_probe<__half>, pgrid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a, tile0);
+    else L.launch(k_attn_probe<float>, pgrid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a, tile0);
     if (ent) {  // the one step that reports a squeeze metric
       std::vector<float> h(rows * 2);
       download(h.data(), e, h.size() * sizeof(float));
@@ -1774,6 +1906,28 @@ class CudaBackend final : public Backend {
     if (D == 64) launch_mma<64>(grid, out, q, q_pos, kv, a);
     else launch_mma<128>(grid, out, q, q_pos, kv, a);
     return true;
+  }
+  // The mass (sums) of the chunk k_attn_mma just ran, on the tensor cores: its shape and ml_.
+  void mass_mma(float* mass, int64_t stride, int64_t row_begin, const float* q, const int32_t* q_pos, const KvView& kv,
+                const AttnShape& general) {
+    AttnShape a = general;
+    a.qt = kMmaRows / a.grp, a.splits = 1, a.direct = 1;
+    const int qtiles = (a.T + a.qt - 1) / a.qt;
+    const int tile0 = static_cast<int>(std::min<int64_t>(std::max<int64_t>(row_begin, 0) / a.qt, qtiles - 1));
+    const dim3 grid(a.G, qtiles - tile0);
+    if (a.D == 64) launch_mma_mass<64>(grid, mass, stride, row_begin, q, q_pos, kv, a, tile0);
+    else launch_mma_mass<128>(grid, mass, stride, row_begin, q, q_pos, kv, a, tile0);
+  }
+  template <int D>
+  void launch_mma_mass(dim3 grid, float* mass, int64_t stride, int64_t row_begin, const float* q, const int32_t* q_pos,
+                       const KvView& kv, const AttnShape& a, int tile0) {
+    constexpr size_t smem = mma_mass_smem_bytes<D>();
+    static bool attribute_set = false;
+    if (!attribute_set) {
+      check(cudaFuncSetAttribute(k_attn_mma_mass<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "mma mass smem");
+      attribute_set = true;
+    }
+    launcher_->launch(k_attn_mma_mass<D>, grid, kMmaWarps * 32, smem, mass, stride, row_begin, ml_->as<float>(), q, q_pos, kv, a, tile0);
   }
   template <int D>
   void launch_mma(dim3 grid, float* out, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
