@@ -3,7 +3,8 @@
 // RoPE and gate/up with SwiGLU each one launch), and element-wise, RoPE, RMSNorm and attention
 // kernels of our own. Attention of prompt chunks: on the tensor cores (k_attn_mma, f16 KV) or one
 // block per (kv head, tile of query rows) with an online softmax over tiles of keys (k_attn), the
-// policies' mass and entropy from a second pass when asked for; decode (one query row):
+// policies' mass and entropy from a second pass when asked for (the mass sums after k_attn_mma on
+// the tensor cores too: k_attn_mma_mass); decode (one query row):
 // k_attn_decode, flash-decoding with K/V streamed through shared memory, the mass from its kept
 // scores. Every launch goes through the Launcher, which replays a repeated launch list (a decode
 // step) as one CUDA graph, each kernel's start overlapping the previous one's end (docs/DESIGN.md
@@ -790,9 +791,10 @@ __global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float*
 }
 
 // The policies' outputs from the final max and sum: mass[g][j] += p / grp over rows with
-// t >= mass_row_begin (the grid starts at query tile tile0; summed within the warp first; mass_max: mass = max(mass, p), through the
-// bits of non-negative floats, which order as integers), and per row the entropy sum -p log p and
-// the visible key count (atomically over splits) into ent[row][2].
+// t >= mass_row_begin (the grid starts at query tile tile0; summed within the warp first;
+// mass_max: mass = max(mass, p), through the bits of non-negative floats, which order as
+// integers), and per row the entropy sum -p log p and the visible key count (atomically over
+// splits) into ent[row][2].
 template <typename KT>
 __global__ void k_attn_probe(float* mass, int64_t mass_stride, int64_t mass_row_begin, bool mass_max, float* ent, const float* ml,
                              const float* q, const int32_t* q_pos, KvView kv, AttnShape a, int tile0) {
