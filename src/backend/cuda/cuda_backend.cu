@@ -1052,8 +1052,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
 // and sum (ml): S = Q K^T again as k_attn_mma computes it (the same f16 operands and tiles), then
 // p = exp(s - m) / l per visible key, summed over the block's rows with t >= mass_row_begin
 // (within a warp by shuffles, over the warps in shared memory) and added as mass[g][j] += sum /
-// grp. Grid (G, query tiles from tile0 on): the rows before mass_row_begin (snapkv's window) cost
-// nothing. What the CUDA-core pass (k_attn_probe) computed one dot product per lane and key.
+// grp. Grid (G, query tiles from tile0 on, key splits): the rows before mass_row_begin (snapkv's
+// window) cost nothing, and the key tiles split over blocks (no merge: each key's sum is atomic). What the CUDA-core pass (k_attn_probe) computed one dot product per lane and key.
 template <int D>
 __host__ __device__ constexpr size_t mma_mass_smem_bytes() {
   return sizeof(__half) * (kMmaRows + 2 * kMmaKeys) * (D + 8) + sizeof(int32_t) * 2 * kMmaKeys +
@@ -1077,7 +1077,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
   const int N = kv.count_dev != nullptr ? *kv.count_dev : a.N;
   const __half* Kg = static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
-  const int n_tiles = (N + kMmaKeys - 1) / kMmaKeys;
+  // this block's key tiles: split z of gridDim.z (a key's mass needs no merge across splits)
+  const int all_tiles = (N + kMmaKeys - 1) / kMmaKeys, per_split = (all_tiles + gridDim.z - 1) / gridDim.z;
+  const int first_tile = blockIdx.z * per_split, n_tiles = min(all_tiles, first_tile + per_split);
+  if (first_tile >= n_tiles) return;
   auto issue = [&](int tile) {
     if (tile < n_tiles) {
       const int j0 = tile * kMmaKeys, st = tile % 2;
@@ -1095,7 +1098,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
     }
     __pipeline_commit();
   };
-  issue(0);
+  issue(first_tile);
   for (int i = tid; i < kMmaRows * D / 2; i += kMmaWarps * 32) {
     const int r = i / (D / 2), d = (i % (D / 2)) * 2, t = t0 + r / grp, h = g * grp + r % grp;
     float2 v = make_float2(0.0f, 0.0f);
@@ -1124,7 +1127,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
     m2[i] = qp[i] != INT_MIN ? ml[2 * row] * kLog2e : 0.0f;
     inv[i] = qp[i] != INT_MIN ? 1.0f / l : 0.0f;
   }
-  for (int tile = 0; tile < n_tiles; ++tile) {
+  for (int tile = first_tile; tile < n_tiles; ++tile) {
     issue(tile + 1);
     __pipeline_wait_prior(1);
     __syncthreads();
@@ -1916,7 +1919,11 @@ class CudaBackend final : public Backend {
     a.qt = kMmaRows / a.grp, a.splits = 1, a.direct = 1;
     const int qtiles = (a.T + a.qt - 1) / a.qt;
     const int tile0 = static_cast<int>(std::min<int64_t>(std::max<int64_t>(row_begin, 0) / a.qt, qtiles - 1));
-    const dim3 grid(a.G, qtiles - tile0);
+    // the keys split over blocks until the grid fills the device 4 times over (at most the
+    // capacity's tiles: with N on the device a split may find none and return)
+    const int blocks = a.G * (qtiles - tile0), max_tiles = (kv.capacity + kMmaKeys - 1) / kMmaKeys;
+    const int splits = std::max(1, std::min((4 * sms_ + blocks - 1) / blocks, max_tiles));
+    const dim3 grid(a.G, qtiles - tile0, splits);
     if (a.D == 64) launch_mma_mass<64>(grid, mass, stride, row_begin, q, q_pos, kv, a, tile0);
     else launch_mma_mass<128>(grid, mass, stride, row_begin, q, q_pos, kv, a, tile0);
   }
