@@ -1053,7 +1053,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
 // p = exp(s - m) / l per visible key, summed over the block's rows with t >= mass_row_begin
 // (within a warp by shuffles, over the warps in shared memory) and added as mass[g][j] += sum /
 // grp. Grid (G, query tiles from tile0 on, key splits): the rows before mass_row_begin (snapkv's
-// window) cost nothing, and the key tiles split over blocks (no merge: each key's sum is atomic). What the CUDA-core pass (k_attn_probe) computed one dot product per lane and key.
+// window) cost nothing, and the key tiles split over blocks (no merge: each key's sum is atomic).
+// It replaces, after k_attn_mma, the CUDA-core pass (k_attn_probe: one dot product per lane and key).
 template <int D>
 __host__ __device__ constexpr size_t mma_mass_smem_bytes() {
   return sizeof(__half) * (kMmaRows + 2 * kMmaKeys) * (D + 8) + sizeof(int32_t) * 2 * kMmaKeys +
@@ -1161,7 +1162,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
     }
     if (lane < 4) {
 #pragma unroll
-      for (int nt = 0; nt < kMmaKeys / 8; ++nt) red[warp * kMmaKeys + nt * 8 + lane * 2] = cs[nt][0], red[warp * kMmaKeys + nt * 8 + lane * 2 + 1] = cs[nt][1];
+      for (int nt = 0; nt < kMmaKeys / 8; ++nt) {
+        red[warp * kMmaKeys + nt * 8 + lane * 2] = cs[nt][0];
+        red[warp * kMmaKeys + nt * 8 + lane * 2 + 1] = cs[nt][1];
+      }
     }
     __syncthreads();
     if (tid < kMmaKeys) {
