@@ -901,6 +901,62 @@ __device__ inline uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// What k_attn_mma and k_attn_mma_mass share, so both compute S = Q K^T with the same bits.
+// One tile's copies into stage st: K (and V when sv is given) rows j0.. (past N: zeros, a finite
+// V row times P = 0) and their positions (past N: INT_MAX, masked), then one commit.
+template <int D, bool kWithV>
+__device__ inline void mma_issue_tile(__half* sk, __half* sv, int32_t* sp, const __half* Kg, const __half* Vg,
+                                      const int32_t* Pg, int j0, int st, int N, int tid) {
+  constexpr int LD = D + 8, CH = D / 8;  // CH: 16-byte pieces of a row
+  for (int c = tid; c < kMmaKeys * CH; c += kMmaWarps * 32) {
+    const int r = c / CH, piece = c % CH, j = j0 + r;
+    const int src_row = j < N ? j : 0;
+    const int zfill = j < N ? 0 : 16;
+    __pipeline_memcpy_async(sk + (st * kMmaKeys + r) * LD + piece * 8, Kg + static_cast<size_t>(src_row) * D + piece * 8, 16, zfill);
+    if constexpr (kWithV)
+      __pipeline_memcpy_async(sv + (st * kMmaKeys + r) * LD + piece * 8, Vg + static_cast<size_t>(src_row) * D + piece * 8, 16, zfill);
+  }
+  for (int r = tid; r < kMmaKeys; r += kMmaWarps * 32) {
+    if (j0 + r < N) __pipeline_memcpy_async(sp + st * kMmaKeys + r, Pg + j0 + r, 4);
+    else sp[st * kMmaKeys + r] = INT_MAX;
+  }
+}
+// The block's query rows (row r: token t0 + r / grp, head g * grp + r % grp), scaled by
+// scale * log2 e, as f16 into sq [kMmaRows][D + 8]; rows past qt * grp or T are zeros. Then, after
+// a barrier, warp rows rb.. rb + 15 as mma A operands qa [D / 16][4].
+template <int D>
+__device__ inline void mma_load_q(uint32_t (&qa)[D / 16][4], __half* sq, const float* q, const AttnShape& a, int g, int t0,
+                                  int rb, int lane, int tid) {
+  constexpr int LD = D + 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  for (int i = tid; i < kMmaRows * D / 2; i += kMmaWarps * 32) {
+    const int r = i / (D / 2), d = (i % (D / 2)) * 2, t = t0 + r / a.grp, h = g * a.grp + r % a.grp;
+    float2 v = make_float2(0.0f, 0.0f);
+    if (r < a.qt * a.grp && t < a.T) v = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(t) * a.H + h) * D + d);
+    const float s = a.scale * kLog2e;
+    *reinterpret_cast<__half2*>(sq + r * LD + d) = __floats2half2_rn(v.x * s, v.y * s);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const int mi = lane / 8, rr = lane % 8;
+    ldsm_x4(qa[ks], sq + (rb + rr + (mi & 1) * 8) * LD + ks * 16 + (mi >> 1) * 8);
+  }
+}
+// s[4] = the warp's 16 rows against keys nt * 8.. nt * 8 + 7 of the tile kt [kMmaKeys][D + 8].
+template <int D>
+__device__ inline void mma_scores(float* s, const uint32_t (&qa)[D / 16][4], const __half* kt, int nt, int lane) {
+  constexpr int LD = D + 8;
+  s[0] = s[1] = s[2] = s[3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ks += 2) {
+    uint32_t b[4];  // b[0..1]: k-step ks, b[2..3]: ks + 1
+    ldsm_x4(b, kt + (nt * 8 + lane % 8) * LD + ks * 16 + (lane / 8) * 8);
+    mma16816(s, qa[ks], b);
+    mma16816(s, qa[ks + 1], b + 2);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* ml, const float* q, const int32_t* q_pos, KvView kv,
                                                              AttnShape a) {
@@ -920,40 +976,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
   const int n_tiles = (N + kMmaKeys - 1) / kMmaKeys;
   auto issue = [&](int tile) {
-    if (tile < n_tiles) {
-      const int j0 = tile * kMmaKeys, st = tile % 2;
-      constexpr int CH = D / 8;  // 16-byte pieces of a row
-      for (int c = tid; c < kMmaKeys * CH; c += kMmaWarps * 32) {
-        const int r = c / CH, piece = c % CH, j = j0 + r;
-        const int src_row = j < N ? j : 0;  // past N: zeros (a finite V row times P = 0)
-        const int zfill = j < N ? 0 : 16;
-        __pipeline_memcpy_async(sk + (st * kMmaKeys + r) * LD + piece * 8, Kg + static_cast<size_t>(src_row) * D + piece * 8, 16, zfill);
-        __pipeline_memcpy_async(sv + (st * kMmaKeys + r) * LD + piece * 8, Vg + static_cast<size_t>(src_row) * D + piece * 8, 16, zfill);
-      }
-      for (int r = tid; r < kMmaKeys; r += kMmaWarps * 32) {
-        if (j0 + r < N) __pipeline_memcpy_async(sp + st * kMmaKeys + r, Pg + j0 + r, 4);
-        else sp[st * kMmaKeys + r] = INT_MAX;
-      }
-    }
+    if (tile < n_tiles) mma_issue_tile<D, true>(sk, sv, sp, Kg, Vg, Pg, tile * kMmaKeys, tile % 2, N, tid);
     __pipeline_commit();
   };
   issue(0);
-  // the block's query rows, scaled, as f16
-  for (int i = tid; i < kMmaRows * D / 2; i += kMmaWarps * 32) {
-    const int r = i / (D / 2), d = (i % (D / 2)) * 2, t = t0 + r / grp, h = g * grp + r % grp;
-    float2 v = make_float2(0.0f, 0.0f);
-    if (r < a.qt * grp && t < a.T) v = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(t) * a.H + h) * D + d);
-    const float s = a.scale * kLog2e;
-    *reinterpret_cast<__half2*>(sq + r * LD + d) = __floats2half2_rn(v.x * s, v.y * s);
-  }
-  __syncthreads();
   const int rb = warp * 16;
   uint32_t qa[D / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    const int mi = lane / 8, rr = lane % 8;
-    ldsm_x4(qa[ks], sq + (rb + rr + (mi & 1) * 8) * LD + ks * 16 + (mi >> 1) * 8);
-  }
+  mma_load_q<D>(qa, sq, q, a, g, t0, rb, lane, tid);
   // this thread's two rows: rb + lane / 4 and rb + 8 + lane / 4
   int qp[2];
 #pragma unroll
@@ -973,16 +1002,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
     const int32_t* pt = sp + st * kMmaKeys;
     float s[kMmaKeys / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < kMmaKeys / 8; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ks += 2) {
-        uint32_t b[4];  // b[0..1]: k-step ks, b[2..3]: ks + 1
-        ldsm_x4(b, kt + (nt * 8 + lane % 8) * LD + ks * 16 + (lane / 8) * 8);
-        mma16816(s[nt], qa[ks], b);
-        mma16816(s[nt], qa[ks + 1], b + 2);
-      }
-    }
+    for (int nt = 0; nt < kMmaKeys / 8; ++nt) mma_scores<D>(s[nt], qa, kt, nt, lane);
     // mask, then the online softmax of the two rows
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -1083,38 +1103,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
   const int first_tile = blockIdx.z * per_split, n_tiles = min(all_tiles, first_tile + per_split);
   if (first_tile >= n_tiles) return;
   auto issue = [&](int tile) {
-    if (tile < n_tiles) {
-      const int j0 = tile * kMmaKeys, st = tile % 2;
-      constexpr int CH = D / 8;
-      for (int c = tid; c < kMmaKeys * CH; c += kMmaWarps * 32) {
-        const int r = c / CH, piece = c % CH, j = j0 + r;
-        const int src_row = j < N ? j : 0;
-        __pipeline_memcpy_async(sk + (st * kMmaKeys + r) * LD + piece * 8, Kg + static_cast<size_t>(src_row) * D + piece * 8, 16,
-                                j < N ? 0 : 16);
-      }
-      for (int r = tid; r < kMmaKeys; r += kMmaWarps * 32) {
-        if (j0 + r < N) __pipeline_memcpy_async(sp + st * kMmaKeys + r, Pg + j0 + r, 4);
-        else sp[st * kMmaKeys + r] = INT_MAX;
-      }
-    }
+    if (tile < n_tiles) mma_issue_tile<D, false>(sk, nullptr, sp, Kg, nullptr, Pg, tile * kMmaKeys, tile % 2, N, tid);
     __pipeline_commit();
   };
   issue(first_tile);
-  for (int i = tid; i < kMmaRows * D / 2; i += kMmaWarps * 32) {
-    const int r = i / (D / 2), d = (i % (D / 2)) * 2, t = t0 + r / grp, h = g * grp + r % grp;
-    float2 v = make_float2(0.0f, 0.0f);
-    if (r < a.qt * grp && t < a.T) v = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(t) * a.H + h) * D + d);
-    const float s = a.scale * kLog2e;
-    *reinterpret_cast<__half2*>(sq + r * LD + d) = __floats2half2_rn(v.x * s, v.y * s);
-  }
-  __syncthreads();
   const int rb = warp * 16;
   uint32_t qa[D / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    const int mi = lane / 8, rr = lane % 8;
-    ldsm_x4(qa[ks], sq + (rb + rr + (mi & 1) * 8) * LD + ks * 16 + (mi >> 1) * 8);
-  }
+  mma_load_q<D>(qa, sq, q, a, g, t0, rb, lane, tid);
   // this thread's two rows: rb + lane / 4 and rb + 8 + lane / 4, in base-2 units
   int qp[2];
   float m2[2], inv[2];
@@ -1138,14 +1133,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
     float cs[kMmaKeys / 8][2];
 #pragma unroll
     for (int nt = 0; nt < kMmaKeys / 8; ++nt) {
-      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ks += 2) {
-        uint32_t b[4];
-        ldsm_x4(b, kt + (nt * 8 + lane % 8) * LD + ks * 16 + (lane / 8) * 8);
-        mma16816(s, qa[ks], b);
-        mma16816(s, qa[ks + 1], b + 2);
-      }
+      float s[4];
+      mma_scores<D>(s, qa, kt, nt, lane);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int j = nt * 8 + (lane % 4) * 2 + e;
