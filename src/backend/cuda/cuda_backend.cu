@@ -1877,7 +1877,7 @@ class CudaBackend final : public Backend {
       return;
     }
     // without the entropy, the query tiles before the first row that adds mass are left out
-    const int tile0 = ent ? 0 : static_cast<int>(std::min<int64_t>(std::max<int64_t>(probe->mass_row_begin, 0) / a.qt, qtiles - 1));
+    const int tile0 = ent ? 0 : first_mass_tile(probe->mass_row_begin, a.qt, qtiles);
     const dim3 pgrid(a.G, qtiles - tile0, grid_splits);
     if (f16) L.launch(k_attn_probe<__half>, pgrid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a, tile0);
     else L.launch(k_attn_probe<float>, pgrid, kAttnWarps * 32, smem, mass, stride, probe->mass_row_begin, mass_max, e, ml_->as<float>(), q, q_pos, kv, a, tile0);
@@ -1905,13 +1905,18 @@ class CudaBackend final : public Backend {
     else launch_mma<128>(grid, out, q, q_pos, kv, a);
     return true;
   }
+  // The first of qtiles query tiles (qt tokens each) holding a row t >= row_begin, the first
+  // row that adds mass: the mass passes' grids start there.
+  static int first_mass_tile(int64_t row_begin, int qt, int qtiles) {
+    return static_cast<int>(std::min<int64_t>(std::max<int64_t>(row_begin, 0) / qt, qtiles - 1));
+  }
   // The mass (sums) of the chunk k_attn_mma just ran, on the tensor cores: its shape and ml_.
   void mass_mma(float* mass, int64_t stride, int64_t row_begin, const float* q, const int32_t* q_pos, const KvView& kv,
                 const AttnShape& general) {
     AttnShape a = general;
     a.qt = kMmaRows / a.grp, a.splits = 1, a.direct = 1;
     const int qtiles = (a.T + a.qt - 1) / a.qt;
-    const int tile0 = static_cast<int>(std::min<int64_t>(std::max<int64_t>(row_begin, 0) / a.qt, qtiles - 1));
+    const int tile0 = first_mass_tile(row_begin, a.qt, qtiles);
     // the keys split over blocks until the grid fills the device 4 times over (at most the
     // capacity's tiles: with N on the device a split may find none and return)
     const int blocks = a.G * (qtiles - tile0), max_tiles = (kv.capacity + kMmaKeys - 1) / kMmaKeys;
