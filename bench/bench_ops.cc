@@ -1,0 +1,347 @@
+// Each backend op alone at a model's shapes (llama.cpp's `test-backend-ops perf`, llm.c's
+// dev/cuda benchmarks): the decode GEMV of every matrix, the prompt products, norms, RoPE,
+// attention of one query token and of a prompt chunk at several depths (with and without the
+// policies' mass), KV row writes and a decode step's evictions. Prints one row an op: time per
+// call (median of rounds), the bytes it must move and the bandwidth that makes, and for the
+// products the FLOP rate; the device's measured copy bandwidth heads the table, so each row's
+// share of it is the headroom left.
+//
+//   squeezekv_bench_ops [--device cpu|cuda] [--config bench/configs/llama-3.1-8b.json]
+//                       [--depths 512,4096,32768] [--chunk 512] [--rounds 5] [--filter TEXT] [-t THREADS]
+//
+// Times are wall-clock over `reps` back-to-back calls of one op, closed by a copy back (which
+// waits for the device); on CUDA the identical launches are replayed as one CUDA graph from their
+// second round on, so launch overhead is mostly gone and what is left is each kernel's own time
+// plus its start. Inputs are random; weights bf16 (the CUDA backend's matrices).
+// Letters: T rows, E hidden, H query heads, G kv heads, D head dim, F feed-forward, V vocabulary.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/half.h"
+#include "model/loaders.h"
+#include "squeezekv/error.h"
+
+namespace {
+
+using namespace squeezekv;
+
+struct Args {
+  Device device = Device::kCpu;
+  std::string config = "bench/configs/llama-3.1-8b.json";
+  std::vector<int> depths{512, 4096, 32768};
+  int chunk = 512;
+  int rounds = 5;
+  int threads = 0;
+  std::string filter;
+};
+
+std::vector<int> int_list(const std::string& flag, const std::string& s) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, comma - at);
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 1) throw Error(flag + ": expected positive integers separated by commas, got '" + s + "'");
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error(f + ": expected a value after it");
+      return argv[++i];
+    };
+    if (f == "--device") {
+      const std::string d = value();
+      if (d == "cpu") a.device = Device::kCpu;
+      else if (d == "cuda") a.device = Device::kCuda;
+      else throw Error("--device: expected cpu or cuda, got '" + d + "'");
+    } else if (f == "--config") {
+      a.config = value();
+    } else if (f == "--depths") {
+      a.depths = int_list(f, value());
+    } else if (f == "--chunk") {
+      a.chunk = int_list(f, value()).at(0);
+    } else if (f == "--rounds") {
+      a.rounds = int_list(f, value()).at(0);
+    } else if (f == "-t") {
+      a.threads = int_list(f, value()).at(0);
+    } else if (f == "--filter") {
+      a.filter = value();
+    } else if (f == "-h" || f == "--help") {
+      std::printf(
+          "usage: squeezekv_bench_ops [--device cpu|cuda] [--config CONFIG.json] [--depths N,N,..] [--chunk T] [--rounds R]\n"
+          "                           [--filter TEXT] [-t THREADS]\n"
+          "Times every backend op alone at the config's shapes (Hugging Face config.json).\n");
+      std::exit(0);
+    } else {
+      throw Error("unknown argument '" + f + "' (--help lists them)");
+    }
+  }
+  return a;
+}
+
+uint64_t next(uint64_t& s) {  // splitmix64
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+float uniform(uint64_t& s) { return static_cast<float>(next(s) >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f; }
+
+class Bench {
+ public:
+  Bench(Backend& b, const Args& a) : b_(b), args_(a) {}
+
+  std::unique_ptr<Buffer> floats(size_t n, float scale = 1.0f) {
+    std::vector<float> h(n);
+    for (float& v : h) v = uniform(seed_) * scale;
+    auto buf = b_.alloc(n * sizeof(float));
+    b_.upload(buf->data(), h.data(), n * sizeof(float));
+    return buf;
+  }
+  std::unique_ptr<Buffer> ints(const std::vector<int32_t>& h) {
+    auto buf = b_.alloc(h.size() * sizeof(int32_t));
+    b_.upload(buf->data(), h.data(), h.size() * sizeof(int32_t));
+    return buf;
+  }
+  // A bf16 matrix [R][C] as the backend uses it (its own copy in keep_).
+  WeightMatrix matrix(int64_t R, int64_t C, float scale) {
+    std::vector<uint16_t> h(static_cast<size_t>(R * C));
+    for (uint16_t& v : h) v = f32_to_bf16(uniform(seed_) * scale);
+    WeightMatrix w;
+    w.type = DType::BF16, w.data = reinterpret_cast<const uint8_t*>(h.data()), w.rows = R, w.cols = C, w.row_bytes = C * 2;
+    keep_.emplace_back();
+    return b_.prepare_weight(w, Backend::WeightUse::kMatrix, keep_.back());
+  }
+  void hold(std::unique_ptr<Buffer> b) { keep_.push_back(std::move(b)); }
+
+  // Times op (one call) as reps back-to-back calls, rounds times; prints a row.
+  void time(const std::string& name, const std::string& shape, double bytes, double flops, const std::function<void()>& op) {
+    if (!args_.filter.empty() && name.find(args_.filter) == std::string::npos) return;
+    float sink = 0;
+    auto sync = [&] { b_.download(&sink, sync_->data(), sizeof(float)); };
+    // reps: enough calls for ~2 ms a round, from a call's cost after a first one (which may load
+    // the kernel's module), and at least 32 (a launch list the CUDA backend replays as a graph)
+    op();
+    sync();
+    auto t0 = std::chrono::steady_clock::now();
+    op();
+    sync();
+    const double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int reps = static_cast<int>(std::clamp(2e-3 / std::max(once, 1e-7), 32.0, 400.0));
+    std::vector<double> us;
+    for (int r = 0; r < args_.rounds + 2; ++r) {  // two warm-up rounds (on CUDA: a direct run, then the graph's capture)
+      sync();
+      t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < reps; ++i) op();
+      sync();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r >= 2) us.push_back(s * 1e6 / reps);
+    }
+    std::sort(us.begin(), us.end());
+    const double med = us[us.size() / 2];
+    const double gbs = bytes / (med * 1e-6) / 1e9;
+    char flop[32] = "";
+    if (flops > 0) std::snprintf(flop, sizeof flop, "%.0f", flops / (med * 1e-6) / 1e9);
+    char share[32] = "";
+    if (bw_ > 0) std::snprintf(share, sizeof share, "%.0f%%", 100.0 * gbs * 1e9 / bw_);
+    std::printf("| %-24s | %-26s | %9.2f | %9.2f-%-9.2f | %8.1f | %6s | %7s |\n", name.c_str(), shape.c_str(), med, us.front(), us.back(),
+                gbs, share, flop);
+    std::fflush(stdout);
+  }
+  void start(double bandwidth) {
+    bw_ = bandwidth;
+    sync_ = b_.alloc(16);
+  }
+
+ private:
+  Backend& b_;
+  const Args& args_;
+  uint64_t seed_ = 1;
+  double bw_ = 0;
+  std::unique_ptr<Buffer> sync_;
+  std::vector<std::unique_ptr<Buffer>> keep_;
+};
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t v : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(v);
+  }
+  return s;
+}
+
+int run(const Args& args) {
+  bool tied = false;
+  const ModelConfig c = read_hf_config(args.config, &tied);
+  BackendOptions bo;
+  bo.device = args.device;
+  bo.threads = args.threads;
+  std::unique_ptr<Backend> be = make_backend(bo);
+  Backend& b = *be;
+  Bench bench(b, args);
+  const double bw = b.copy_bandwidth();
+  const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim, V = c.vocab_size, Tc = args.chunk;
+  std::printf("# %s; %s: E %d, H %d, G %d, D %d, F %d, V %d; bf16 weights, f16 KV\n", b.describe().c_str(), args.config.c_str(), E, H, G,
+              D, F, V);
+  if (bw > 0) std::printf("# copy bandwidth %.0f GB/s (read + written); %% = the row's bytes over it\n", bw / 1e9);
+  std::printf("| %-24s | %-26s | %9s | %-19s | %8s | %6s | %7s |\n", "op", "shape", "us", "min-max us", "GB/s", "% bw", "GFLOP/s");
+  std::printf("|---|---|---:|---|---:|---:|---:|\n");
+  bench.start(bw);
+
+  // activations: the largest row set any op takes
+  const int64_t widest = std::max<int64_t>({E, F, H * D, V});
+  auto x = bench.floats(static_cast<size_t>(Tc) * widest);
+  auto y = bench.floats(static_cast<size_t>(Tc) * widest);
+  auto out = b.alloc(static_cast<size_t>(Tc) * widest * sizeof(float));
+  auto out2 = b.alloc(static_cast<size_t>(Tc) * widest * sizeof(float));
+  auto out3 = b.alloc(static_cast<size_t>(Tc) * widest * sizeof(float));
+  auto norm_w = bench.floats(static_cast<size_t>(E));
+  std::vector<float> inv_freq_h(static_cast<size_t>(D / 2));
+  for (int i = 0; i < D / 2; ++i) inv_freq_h[i] = std::pow(c.rope_theta, -2.0f * i / D);
+  auto inv_freq = b.alloc(inv_freq_h.size() * sizeof(float));
+  b.upload(inv_freq->data(), inv_freq_h.data(), inv_freq_h.size() * sizeof(float));
+  std::vector<int32_t> pos_h(static_cast<size_t>(Tc));
+  for (int t = 0; t < Tc; ++t) pos_h[t] = t;
+  auto pos = bench.ints(pos_h);
+  float *xp = x->as<float>(), *yp = y->as<float>(), *op = out->as<float>(), *op2 = out2->as<float>(), *op3 = out3->as<float>();
+
+  // ---- products
+  const float ws = 1.0f / std::sqrt(static_cast<float>(E));
+  struct Mat {
+    const char* name;
+    WeightMatrix w;
+  };
+  std::vector<Mat> mats{{"q", bench.matrix(int64_t{H} * D, E, ws)}, {"k", bench.matrix(int64_t{G} * D, E, ws)},
+                        {"v", bench.matrix(int64_t{G} * D, E, ws)}, {"o", bench.matrix(E, int64_t{H} * D, ws)},
+                        {"gate", bench.matrix(F, E, ws)},           {"up", bench.matrix(F, E, ws)},
+                        {"down", bench.matrix(E, F, ws)},           {"head", bench.matrix(V, E, ws)}};
+  for (const Mat& m : mats)
+    for (int T : {1, 4}) {
+      const double wbytes = 2.0 * m.w.rows * m.w.cols;
+      bench.time(std::string("gemv ") + m.name + (T > 1 ? " x" + std::to_string(T) : ""), dims({T, m.w.cols}) + " @ " + dims({m.w.rows, m.w.cols}) + "^T",
+                 wbytes, 2.0 * T * m.w.rows * m.w.cols,
+                 [&, T] { b.matmul_rows(op, xp, m.w, T, nullptr, Activations::kF32); });
+    }
+  {
+    const RopeSpec rope{pos->as<int32_t>(), inv_freq->as<float>(), D, c.rope_adjacent_pairs ? RopePairing::kAdjacent : RopePairing::kHalves};
+    const MatmulPart parts[3] = {{op, &mats[0].w, nullptr, &rope}, {op2, &mats[1].w, nullptr, &rope}, {op3, &mats[2].w, nullptr, nullptr}};
+    const double wbytes = 2.0 * (mats[0].w.rows + mats[1].w.rows + mats[2].w.rows) * E;
+    bench.time("gemv qkv+rope", dims({1, E}) + " @ q,k,v", wbytes, wbytes, [&] { b.matmuls(parts, 3, xp, 1, Activations::kF32, RowMode::kChunk); });
+    bench.time("gemv gate,up+swiglu", dims({1, E}) + " @ 2x" + dims({F, E}), 4.0 * F * E, 4.0 * F * E,
+               [&] { b.matmul_swiglu(op, op2, xp, mats[4].w, mats[5].w, 1, Activations::kF32, RowMode::kChunk); });
+  }
+  for (const Mat& m : mats) {
+    if (std::strcmp(m.name, "k") == 0 || std::strcmp(m.name, "v") == 0 || std::strcmp(m.name, "up") == 0) continue;
+    const double fl = 2.0 * Tc * m.w.rows * m.w.cols;
+    bench.time(std::string("gemm ") + m.name, dims({Tc, m.w.cols}) + " @ " + dims({m.w.rows, m.w.cols}) + "^T",
+               2.0 * m.w.rows * m.w.cols + 4.0 * Tc * (m.w.rows + m.w.cols), fl,
+               [&] { b.matmul(op, xp, m.w, Tc, nullptr, Activations::kF32); });
+  }
+
+  // ---- element-wise
+  for (int T : {1, Tc}) {
+    const std::string t = std::to_string(T);
+    bench.time("rmsnorm T=" + t, dims({T, E}), 8.0 * T * E, 0, [&, T] { b.rmsnorm(op, xp, norm_w->as<float>(), T, E, c.norm_eps); });
+    bench.time("add+rmsnorm T=" + t, dims({T, E}), 16.0 * T * E, 0, [&, T] { b.add_rmsnorm(op, op2, yp, norm_w->as<float>(), T, E, c.norm_eps); });
+    bench.time("rope q T=" + t, dims({T, H, D}), 8.0 * T * H * D, 0,
+               [&, T] { b.rope(op, pos->as<int32_t>(), T, H, D, inv_freq->as<float>(), RopePairing::kHalves); });
+    bench.time("silu_mul T=" + t, dims({T, F}), 12.0 * T * F, 0, [&, T] { b.silu_mul(op, op2, int64_t{T} * F); });
+  }
+
+  // ---- attention and KV rows at each depth: one layer's cache of depth + chunk rows
+  for (int N : args.depths) {
+    const int cap = N + Tc;
+    const size_t row = static_cast<size_t>(D) * 2;
+    const size_t kv_bytes = static_cast<size_t>(G) * cap * row;
+    std::vector<uint16_t> kh(kv_bytes / 2);
+    uint64_t s = 7;
+    for (uint16_t& v : kh) v = f32_to_f16(uniform(s));
+    auto K = b.alloc(kv_bytes), Vb = b.alloc(kv_bytes);
+    b.upload(K->data(), kh.data(), kv_bytes);
+    b.upload(Vb->data(), kh.data(), kv_bytes);
+    std::vector<int32_t> ph(static_cast<size_t>(G) * cap);
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < cap; ++j) ph[static_cast<size_t>(g) * cap + j] = j;
+    auto P = bench.ints(ph);
+    auto M = b.alloc(static_cast<size_t>(G) * cap * sizeof(float));
+    KvView kv;
+    kv.k = K->data(), kv.v = Vb->data(), kv.pos = P->as<int32_t>(), kv.count = N, kv.capacity = cap, kv.n_kv_heads = G, kv.head_dim = D;
+    std::vector<int32_t> qp1{N - 1};
+    auto qpos1 = bench.ints(qp1);
+    const std::string depth = std::to_string(N);
+    const double read1 = 2.0 * G * N * row + 4.0 * G * N;
+    bench.time("attn decode N=" + depth, dims({1, H, D}) + " over " + dims({G, N, D}), read1, 4.0 * H * N * D,
+               [&] { b.attention(op, xp, qpos1->as<int32_t>(), 1, H, kv, nullptr); });
+    AttentionProbe probe;
+    probe.mass = M->as<float>(), probe.mass_stride = cap;
+    bench.time("attn decode+mass N=" + depth, dims({1, H, D}) + " over " + dims({G, N, D}), read1 + 8.0 * G * N, 4.0 * H * N * D,
+               [&] { b.attention(op, xp, qpos1->as<int32_t>(), 1, H, kv, &probe); });
+    // a prompt chunk of Tc rows after N - Tc earlier ones (N keys visible at its end)
+    if (N >= Tc) {
+      std::vector<int32_t> qph(static_cast<size_t>(Tc));
+      for (int t = 0; t < Tc; ++t) qph[t] = N - Tc + t;
+      auto qpos = bench.ints(qph);
+      const double fl = 4.0 * H * D * (static_cast<double>(Tc) * (N - Tc) + 0.5 * Tc * Tc);
+      const double rd = 2.0 * G * N * row + 8.0 * Tc * H * D;
+      bench.time("attn prompt N=" + depth, dims({Tc, H, D}) + " over " + dims({G, N, D}), rd, fl,
+                 [&] { b.attention(op, xp, qpos->as<int32_t>(), Tc, H, kv, nullptr); });
+      AttentionProbe pm;
+      pm.mass = M->as<float>(), pm.mass_stride = cap, pm.mass_row_begin = 0;
+      bench.time("attn prompt+mass N=" + depth, dims({Tc, H, D}) + " over " + dims({G, N, D}), rd, 2 * fl,
+                 [&] { b.attention(op, xp, qpos->as<int32_t>(), Tc, H, kv, &pm); });
+    }
+    // KV rows: one new row; a decode step's eviction in every layer of the model (each its own
+    // arrays; the backend batches consecutive layers' evictions into one launch)
+    KvArrays a;
+    a.k = K->data(), a.v = Vb->data(), a.pos = P->as<int32_t>(), a.mass = M->as<float>(), a.G = G, a.D = D, a.capacity = cap;
+    bench.time("kv_write T=1 N=" + depth, dims({1, G, D}), 2.0 * G * row + 8.0 * G * D, 0,
+               [&] { b.kv_write(a, N, op, op2, pos->as<int32_t>(), 1); });
+    const int layers = std::min(c.n_layers, 32);
+    std::vector<std::unique_ptr<Buffer>> lk, lv, lp, lm;
+    std::vector<KvArrays> la(static_cast<size_t>(layers), a);
+    for (int l = 0; l < layers; ++l) {
+      lk.push_back(b.alloc(kv_bytes)), lv.push_back(b.alloc(kv_bytes)), lp.push_back(bench.ints(ph)), lm.push_back(b.alloc(static_cast<size_t>(G) * cap * 4));
+      la[l].k = lk.back()->data(), la[l].v = lv.back()->data(), la[l].pos = lp.back()->as<int32_t>(), la[l].mass = lm.back()->as<float>();
+    }
+    // count N + 1: the step's row is in; sinks 4 and a recent window of N / 2 stay
+    bench.time("kv_evict x" + std::to_string(layers) + " layers N=" + depth, dims({layers, G, N + 1}),
+               static_cast<double>(layers) * G * (N + 1) * 8.0, 0, [&] {
+                 for (int l = 0; l < layers; ++l) b.kv_evict_one(la[l], N + 1, 4, N + 1 - N / 2);
+               });
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,357 @@
+// Decode attention (attn_decode.h) and the merge of split partials (attn_common.cuh).
+// Flash-decoding for T = 1: grid (G, splits), WARPS warps (dec_max_warps). The block streams its split's K/V
+// rows through shared memory in tiles of 8 KB of K and 8 KB of V, kDecStages tiles in flight
+// (cp.async: the copies run while the warps compute on an earlier tile, so enough bytes are on
+// their way to keep HBM busy). The grp query heads of kv head g ride together, so each row is read
+// once: LPK lanes hold a row, 16 bytes each (8 f16 or 4 f32 values), a warp covers 32 / LPK rows
+// per step; each warp keeps an online softmax per query head over its rows, updated once a tile
+// (its scores first, then one max and one rescale, then P V: the kernel was bound by its own
+// instructions when it rescaled for every key); at the end the warps
+// merge in shared memory and the block writes its split's partial max, sum and output, which
+// k_attn_merge combines. With `scores` the scaled logits are kept ([G][GMAX][capacity], -inf where
+// masked), and the policies' mass comes from them (k_attn_mass) without reading K again.
+#include "backend/cuda/attn_decode.h"
+
+#include <cuda_fp16.h>
+#include <cuda_pipeline.h>
+
+#include "backend/cuda/common.cuh"
+
+namespace squeezekv::cuda {
+namespace {
+
+constexpr int kDecStages = 3;
+constexpr int kDecTileBytes = 8192;  // of K (and as much of V) per tile
+// The most warps a block may have: 8 for up to 4 query heads a kv head where the warps' partial
+// outputs fit the stages' memory for the merge (with 8 heads the registers would leave one block
+// an SM), else 4. Short splits take the 8 (their blocks are latency-bound: more warps hide the
+// score reductions' shuffles), long ones 4 (fewer per-tile steps); see launch_decode_one.
+template <typename KT, int LPK, int GMAX>
+__host__ __device__ constexpr int dec_max_warps() {
+  constexpr int D = LPK * 16 / static_cast<int>(sizeof(KT));
+  return GMAX <= 4 && sizeof(float) * 8 * GMAX * (2 + D) <= 2 * kDecStages * kDecTileBytes ? 8 : 4;
+}
+// Splits of at most this many keys take the most warps.
+constexpr int kDecShortSplit = 64;
+
+template <typename KT>
+__device__ inline void load16(const KT* p, float* f);
+template <>
+__device__ inline void load16<__half>(const __half* p, float* f) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 x = __half22float2(h[k]);
+    f[2 * k] = x.x, f[2 * k + 1] = x.y;
+  }
+}
+template <>
+__device__ inline void load16<float>(const float* p, float* f) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  f[0] = x.x, f[1] = x.y, f[2] = x.z, f[3] = x.w;
+}
+
+// Shared memory of k_attn_decode for rows of `row_bytes`: the stages' K, V and positions.
+__host__ __device__ constexpr int dec_tile_keys(int row_bytes) { return kDecTileBytes / row_bytes; }
+__host__ __device__ constexpr size_t dec_smem_bytes(int row_bytes) {
+  return static_cast<size_t>(kDecStages) * (2 * kDecTileBytes + dec_tile_keys(row_bytes) * sizeof(int32_t));
+}
+
+// GMAX: the most query heads per kv head this instantiation serves (a.grp <= GMAX).
+template <typename KT, int LPK, int GMAX, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+                                                                 const float* q, const int32_t* q_pos, KvView kv, AttnShape a,
+                                                                 KvRowWrite w) {
+  pdl_enter();
+  constexpr int kDecWarps = WARPS;
+  constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
+  constexpr int D = LPK * EPV;
+  constexpr int KPW = 32 / LPK;         // rows a warp covers per step
+  constexpr int ROW = D * sizeof(KT);   // bytes of a row
+  constexpr int TILE = dec_tile_keys(ROW);
+  static_assert(TILE % (kDecWarps * KPW) == 0, "a tile splits evenly over the warps");
+  constexpr int STEPS = TILE / (kDecWarps * KPW);  // key groups a warp takes per tile
+  extern __shared__ __align__(16) unsigned char dsm[];
+  unsigned char* sk = dsm;                                  // [stage][TILE][ROW]
+  unsigned char* sv = dsm + kDecStages * kDecTileBytes;     // [stage][TILE][ROW]
+  int32_t* sp = reinterpret_cast<int32_t*>(dsm + 2 * kDecStages * kDecTileBytes);  // [stage][TILE]
+
+  const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
+  const KeyRange kr = key_range(kv, a);
+  if (split >= kr.splits) return;
+  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / LPK, part = lane % LPK;
+  const int qp = q_pos[0];
+  const unsigned char* Kg = static_cast<const unsigned char*>(kv.k) + static_cast<size_t>(g) * kv.capacity * ROW;
+  const unsigned char* Vg = static_cast<const unsigned char*>(kv.v) + static_cast<size_t>(g) * kv.capacity * ROW;
+  const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
+  const int n_tiles = (end - begin + TILE - 1) / TILE;
+  if (w.k != nullptr && end == kr.N) {  // this split holds the new row: it goes in first
+    const size_t slot = static_cast<size_t>(g) * kv.capacity + kr.N - 1;
+    KT* K = static_cast<KT*>(w.K);
+    KT* V = static_cast<KT*>(w.V);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      if constexpr (sizeof(KT) == 2) {
+        K[slot * D + d] = __float2half_rn(w.k[g * D + d]);
+        V[slot * D + d] = __float2half_rn(w.v[g * D + d]);
+      } else {
+        K[slot * D + d] = w.k[g * D + d];
+        V[slot * D + d] = w.v[g * D + d];
+      }
+    }
+    if (threadIdx.x == 0) w.P[slot] = w.pos[0], w.M[slot] = 0.0f;
+    __threadfence_block();
+    __syncthreads();  // the block's copies below read the row
+  }
+  // issues the copies of tile t (rows past `end` are not copied; their slots are never read)
+  auto issue = [&](int t) {
+    if (t < n_tiles) {
+      const int j0 = begin + t * TILE, rows = min(TILE, end - j0), st = t % kDecStages;
+      for (int c = threadIdx.x; c < rows * (ROW / 16); c += blockDim.x) {
+        __pipeline_memcpy_async(sk + st * kDecTileBytes + c * 16, Kg + static_cast<size_t>(j0) * ROW + c * 16, 16);
+        __pipeline_memcpy_async(sv + st * kDecTileBytes + c * 16, Vg + static_cast<size_t>(j0) * ROW + c * 16, 16);
+      }
+      for (int c = threadIdx.x; c < rows; c += blockDim.x) __pipeline_memcpy_async(sp + st * TILE + c, Pg + j0 + c, 4);
+    }
+    __pipeline_commit();  // an empty group past the last tile keeps the counting uniform
+  };
+
+  float qv[GMAX][EPV], m[GMAX], l[GMAX], acc[GMAX][EPV];
+#pragma unroll
+  for (int r = 0; r < GMAX; ++r) {
+    m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPV; ++e) {
+      qv[r][e] = r < grp ? q[static_cast<size_t>(g * grp + r) * D + part * EPV + e] * a.scale : 0.0f;
+      acc[r][e] = 0.0f;
+    }
+  }
+  for (int t = 0; t < kDecStages - 1; ++t) issue(t);
+  for (int t = 0; t < n_tiles; ++t) {
+    issue(t + kDecStages - 1);
+    __pipeline_wait_prior(kDecStages - 1);  // this thread's copies of tile t have landed
+    __syncthreads();                          // and everyone's
+    const int st = t % kDecStages, j0 = begin + t * TILE;
+    const unsigned char* kt = sk + st * kDecTileBytes;
+    const unsigned char* vt = sv + st * kDecTileBytes;
+    const int32_t* pt = sp + st * TILE;
+    // warp w takes rows [w * TILE / kDecWarps, (w + 1) * TILE / kDecWarps) of the tile, KPW a step:
+    // first all their scores, then one max and one rescale per head for the tile, then P V
+    float sc[STEPS][GMAX];
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+      const int i = warp * (TILE / kDecWarps) + step * KPW + sub, j = j0 + i;
+      const bool in = j < end, vis = in && pt[i] <= qp;
+      float kf[EPV];
+      load16<KT>(reinterpret_cast<const KT*>(kt + i * ROW + part * 16), kf);
+#pragma unroll
+      for (int r = 0; r < GMAX; ++r) {
+        if (r >= grp) break;  // uniform
+        float x = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) x += qv[r][e] * kf[e];
+#pragma unroll
+        for (int o = LPK / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+        x = vis ? x : -INFINITY;
+        if (scores != nullptr && part == 0 && in) scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j] = x;
+        sc[step][r] = x;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < GMAX; ++r) {
+      if (r >= grp) break;
+      float mx = sc[0][r];
+#pragma unroll
+      for (int step = 1; step < STEPS; ++step) mx = fmaxf(mx, sc[step][r]);
+#pragma unroll
+      for (int o = LPK; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float mn = fmaxf(m[r], mx);
+      if (mn == -INFINITY) continue;  // uniform: nothing visible yet
+      const float alpha = m[r] > -INFINITY ? __expf(m[r] - mn) : 0.0f;
+      l[r] *= alpha;
+#pragma unroll
+      for (int e = 0; e < EPV; ++e) acc[r][e] *= alpha;
+      m[r] = mn;
+    }
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+      const int i = warp * (TILE / kDecWarps) + step * KPW + sub;
+      float vf[EPV];
+      load16<KT>(reinterpret_cast<const KT*>(vt + i * ROW + part * 16), vf);
+      if (j0 + i >= end)  // a row past the split's end was never copied: whatever is there, p = 0 must not meet NaN
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) vf[e] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < GMAX; ++r) {
+        if (r >= grp) break;
+        const float p = sc[step][r] == -INFINITY ? 0.0f : __expf(sc[step][r] - m[r]);
+        l[r] += p;
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) acc[r][e] += p * vf[e];
+      }
+    }
+    __syncthreads();  // the stage is refilled by a later issue()
+  }
+  // the warp's row groups share one max per head: sum their sums and outputs
+#pragma unroll
+  for (int r = 0; r < GMAX; ++r) {
+#pragma unroll
+    for (int o = LPK; o < 32; o <<= 1) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
+#pragma unroll
+      for (int e = 0; e < EPV; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
+    }
+  }
+  // the block's warps (the stages' memory, free now): each puts its max, sum and output there;
+  // then per head the merge
+  float* s_ml = reinterpret_cast<float*>(dsm);               // [warp][GMAX][2]
+  float* s_acc = s_ml + kDecWarps * GMAX * 2;                // [warp][GMAX][D]
+  static_assert(sizeof(float) * kDecWarps * GMAX * (2 + D) <= 2 * kDecStages * kDecTileBytes, "merge fits the stages");
+#pragma unroll
+  for (int r = 0; r < GMAX; ++r) {
+    if (lane == 0) s_ml[(warp * GMAX + r) * 2] = m[r], s_ml[(warp * GMAX + r) * 2 + 1] = l[r];
+    if (sub == 0)
+#pragma unroll
+      for (int e = 0; e < EPV; ++e) s_acc[(warp * GMAX + r) * D + part * EPV + e] = acc[r][e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < grp * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, s_ml[(w * GMAX + r) * 2]);
+    float L = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) {
+      const float mw = s_ml[(w * GMAX + r) * 2];
+      if (mw == -INFINITY) continue;
+      const float c = __expf(mw - M);
+      L += s_ml[(w * GMAX + r) * 2 + 1] * c;
+      o += s_acc[(w * GMAX + r) * D + d] * c;
+    }
+    const size_t h = static_cast<size_t>(g) * grp + r;  // rows: T * H with T = 1
+    if (gridDim.y == 1) {  // one split: the final output, no merge
+      out[h * D + d] = L > 0.0f ? o / L : 0.0f;
+      if (d == 0) ml[2 * h] = M, ml[2 * h + 1] = L;
+    } else {
+      const size_t prow = static_cast<size_t>(split) * a.H + h;
+      part_acc[prow * D + d] = o;
+      if (d == 0) part_ml[2 * prow] = M, part_ml[2 * prow + 1] = L;
+    }
+  }
+}
+
+// The policies' mass from the kept scores and the final max and sum (ml [H][2]): per key j of the
+// split, mass[g][j] += sum over the grp heads of exp(s - M) / L, / grp (or the max over them). One
+// thread per key: no atomics, the same sums every run.
+template <int GMAX>
+__global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, KvView kv,
+                            AttnShape a) {
+  pdl_enter();
+  const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
+  const KeyRange kr = key_range(kv, a);
+  if (split >= kr.splits) return;
+  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
+  const GroupSoftmax<GMAX> sm(ml, g, grp);
+  const float* sc = scores + static_cast<size_t>(g) * GMAX * kv.capacity;
+  for (int j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    float* dst = mass + static_cast<size_t>(g) * stride + j;
+    *dst = sm.add_mass(*dst, sc, kv.capacity, j, mass_max);
+  }
+}
+
+
+template <typename KT, int LPK, int GMAX, int WARPS>
+void launch_decode_warps(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+                         const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
+  constexpr size_t smem = dec_smem_bytes(LPK * 16);
+  static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
+  if (!attribute_set) {
+    check(cudaFuncSetAttribute(k_attn_decode<KT, LPK, GMAX, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "decode attention smem");
+    attribute_set = true;
+  }
+  L.launch(k_attn_decode<KT, LPK, GMAX, WARPS>, grid, WARPS * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+}
+
+// chunk: the keys of a split (this step's, from the host's N)
+template <typename KT, int LPK, int GMAX>
+void launch_decode_one(Launcher& L, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+                       const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
+  if constexpr (dec_max_warps<KT, LPK, GMAX>() == 8)
+    if (chunk <= kDecShortSplit) return launch_decode_warps<KT, LPK, GMAX, 8>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  launch_decode_warps<KT, LPK, GMAX, 4>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+}
+
+template <typename KT, int GMAX>
+void launch_decode_type(Launcher& L, int lpk, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+                   const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
+  switch (lpk) {
+    case 4: launch_decode_one<KT, 4, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 8: launch_decode_one<KT, 8, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 16: launch_decode_one<KT, 16, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    default: launch_decode_one<KT, 32, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+  }
+}
+
+// grid T*H, block kMergeThreads: merges the splits of one row; ml_out [T*H][2]. The splits'
+// weights exp(m_s - M) are formed once in shared memory, then each thread sums its output values
+// over the splits with several loads in flight (the partials sit in L2).
+constexpr int kMergeThreads = 128;
+__global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
+                                                              int rows, KvView kv, AttnShape a) {
+  pdl_enter();
+  __shared__ float w[kMaxSplits];
+  __shared__ float red[32];
+  const int row = blockIdx.x, splits = key_range(kv, a).splits, D = a.D;
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, part_ml[2 * (static_cast<size_t>(s) * rows + row)]);
+  mx = warp_max(mx);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+  __syncthreads();
+  float M = -INFINITY;
+  for (int i = 0; i < static_cast<int>(blockDim.x) / 32; ++i) M = fmaxf(M, red[i]);
+  __syncthreads();
+  float l = 0.0f;
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+    const float ms = part_ml[2 * (static_cast<size_t>(s) * rows + row)];
+    const float c = ms > -INFINITY ? __expf(ms - M) : 0.0f;
+    w[s] = c;
+    l += c * part_ml[2 * (static_cast<size_t>(s) * rows + row) + 1];
+  }
+  const float L = block_sum(l, red);  // its barriers also publish w
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) o += part_acc[(static_cast<size_t>(s) * rows + row) * D + d] * w[s];
+    out[static_cast<size_t>(row) * D + d] = o * inv;
+  }
+  if (threadIdx.x == 0) ml_out[2 * row] = M, ml_out[2 * row + 1] = L;
+}
+
+}  // namespace
+
+void launch_attn_merge(Launcher& L, float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, const KvView& kv,
+                       const AttnShape& a) {
+  L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml_out, part_acc, part_ml, rows, kv, a);
+}
+
+void launch_attn_decode(Launcher& L, int lpk, int gmax, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
+                        float* scores, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
+  const bool f16 = kv.type == KvType::kF16;
+  if (f16 && gmax == 4) launch_decode_type<__half, 4>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  else if (f16) launch_decode_type<__half, 8>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  else if (gmax == 4) launch_decode_type<float, 4>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  else launch_decode_type<float, 8>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  if (!a.direct) launch_attn_merge(L, out, ml, part_acc, part_ml, a.H, kv, a);
+}
+
+void launch_attn_mass(Launcher& L, int gmax, dim3 grid, float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml,
+                      const KvView& kv, const AttnShape& a) {
+  if (gmax == 4) L.launch(k_attn_mass<4>, grid, 256, 0, mass, stride, mass_max, scores, ml, kv, a);
+  else L.launch(k_attn_mass<8>, grid, 256, 0, mass, stride, mass_max, scores, ml, kv, a);
+}
+
+}  // namespace squeezekv::cuda

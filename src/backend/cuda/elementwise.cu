@@ -1,0 +1,62 @@
+// Element-wise kernels (elementwise.h), one thread an element (RoPE: one a rotation pair).
+#include "backend/cuda/elementwise.h"
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+
+namespace squeezekv::cuda {
+namespace {
+// grid (T, n_heads), block D/2 threads (one rotation pair each)
+__global__ void k_rope(float* x, const int32_t* pos, int n_heads, int D, const float* inv_freq, int adjacent) {
+  pdl_enter();
+  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, half = D / 2;
+  if (i >= half) return;
+  float* v = x + (static_cast<size_t>(t) * n_heads + h) * D;
+  const float a = static_cast<float>(pos[t]) * inv_freq[i];
+  float s, c;
+  sincosf(a, &s, &c);
+  const int i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + half;
+  const float p = v[i0], q = v[i1];
+  v[i0] = p * c - q * s;
+  v[i1] = q * c + p * s;
+}
+
+__global__ void k_silu_mul(float* g, const float* u, int64_t n) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+__global__ void k_add(float* x, const float* y, int64_t n) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+// out[T][R] += bias[R]
+__global__ void k_add_bias(float* out, const float* bias, int64_t n, int R) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] += bias[i % R];
+}
+
+__global__ void k_to_bf16(__nv_bfloat16* out, const float* x, int64_t n) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16(x[i]);
+}
+
+}  // namespace
+
+void launch_rope(Launcher& L, float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq, bool adjacent) {
+  L.launch(k_rope, dim3(static_cast<unsigned>(T), n_heads), std::max(32, D / 2), 0, x, pos, n_heads, D, inv_freq, adjacent ? 1 : 0);
+}
+void launch_silu_mul(Launcher& L, float* g, const float* u, int64_t n) { L.launch(k_silu_mul, blocks_for(n), kThreads, 0, g, u, n); }
+void launch_add(Launcher& L, float* x, const float* y, int64_t n) { L.launch(k_add, blocks_for(n), kThreads, 0, x, y, n); }
+void launch_add_bias(Launcher& L, float* out, const float* bias, int64_t n, int R) {
+  L.launch(k_add_bias, blocks_for(n), kThreads, 0, out, bias, n, R);
+}
+void launch_to_bf16(Launcher& L, __nv_bfloat16* out, const float* x, int64_t n) { L.launch(k_to_bf16, blocks_for(n), kThreads, 0, out, x, n); }
+
+}  // namespace squeezekv::cuda

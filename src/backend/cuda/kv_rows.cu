@@ -1,0 +1,141 @@
+// KV row kernels (kv_rows.h).
+#include "backend/cuda/kv_rows.h"
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/attn_common.cuh"
+#include "backend/cuda/common.cuh"
+
+namespace squeezekv::cuda {
+namespace {
+
+// grid (T, G), block D (<= 1024); the first slot is at, or *count_dev - T when count_dev is set
+template <typename KT>
+__global__ void k_kv_write(KT* K, KT* V, int32_t* P, float* M, int G, int D, int cap, int at, const int32_t* count_dev,
+                           const float* k, const float* v, const int32_t* rows_pos) {
+  pdl_enter();
+  const int r = blockIdx.x, g = blockIdx.y, d = threadIdx.x;
+  if (count_dev != nullptr) at = *count_dev - static_cast<int>(gridDim.x);
+  const size_t slot = static_cast<size_t>(g) * cap + at + r;
+  const size_t src = (static_cast<size_t>(r) * G + g) * D + d;
+  if (d < D) {
+    if constexpr (sizeof(KT) == 2) {
+      K[slot * D + d] = __float2half_rn(k[src]);
+      V[slot * D + d] = __float2half_rn(v[src]);
+    } else {
+      K[slot * D + d] = k[src];
+      V[slot * D + d] = v[src];
+    }
+  }
+  if (d == 0) P[slot] = rows_pos[r], M[slot] = 0.0f;
+}
+
+// grid n, block 128: row from[i] -> to[i] in K, V (row_words 32-bit words each), pos, mass
+__global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, const int* from,
+                          const int* to) {
+  pdl_enter();
+  const size_t f = from[blockIdx.x], t = to[blockIdx.x];
+  for (size_t w = threadIdx.x; w < row_words; w += blockDim.x) {
+    K[t * row_words + w] = K[f * row_words + w];
+    V[t * row_words + w] = V[f * row_words + w];
+  }
+  if (threadIdx.x == 0) P[t] = P[f], M[t] = M[f];
+}
+
+// Which of two rows goes first as one integer: less mass first, between equal masses the newer
+// position; ~0 for none. (Float bits ordered as integers: negative values flipped whole, the rest
+// with the sign bit set; positions ordered as signed, then reversed.)
+__device__ inline unsigned long long evict_key(float m, int32_t p) {
+  uint32_t b = __float_as_uint(m);
+  b = (b & 0x80000000u) != 0 ? ~b : b | 0x80000000u;
+  return (static_cast<unsigned long long>(b) << 32) | ~(static_cast<uint32_t>(p) ^ 0x80000000u);
+}
+
+// grid (G, layers), block kEvictThreads: per layer and head the least-mass slot among positions
+// [keep_below, keep_from) (ties: the newer position goes), then row count - 1 into its hole
+// (cpu_backend.cc's loop, in parallel).
+constexpr int kEvictThreads = 256;
+__global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const __grid_constant__ EvictBatch b) {
+  pdl_enter();
+  const EvictOne& e = b.e[blockIdx.y];
+  uint32_t *K = e.K, *V = e.V;
+  int32_t* P = e.P;
+  float* M = e.M;
+  const size_t row_words = e.row_words;
+  const int count = e.count;
+  const int32_t keep_below = e.keep_below, keep_from = e.newest != nullptr ? *e.newest - e.n_recent + 1 : e.keep_from;
+  const size_t base = static_cast<size_t>(blockIdx.x) * e.cap;
+  const int32_t* pos = P + base;
+  const float* m = M + base;
+  // each thread's least key over its rows (loads independent of each other), then the warp's
+  // through shuffles, then the block's through shared memory
+  unsigned long long best = ~0ull;
+  int at = -1;
+  if (e.scores == nullptr) {
+#pragma unroll 4
+    for (int j = threadIdx.x; j < count; j += kEvictThreads) {
+      const int32_t p = pos[j];
+      const unsigned long long k = p < keep_below || p >= keep_from ? ~0ull : evict_key(m[j], p);
+      if (k < best) best = k, at = j;
+    }
+  } else {  // the step's mass first, with k_attn_mass's operations (the same values), then the key
+    const GroupSoftmax<8> sm(e.ml, blockIdx.x, e.grp);
+    const float* sc = e.scores + static_cast<size_t>(blockIdx.x) * e.gmax * e.cap;
+    for (int j = threadIdx.x; j < count; j += kEvictThreads) {
+      float* dst = M + base + j;
+      const float mj = sm.add_mass(*dst, sc, e.cap, j, e.mass_max);
+      *dst = mj;
+      const int32_t p = pos[j];
+      const unsigned long long k = p < keep_below || p >= keep_from ? ~0ull : evict_key(mj, p);
+      if (k < best) best = k, at = j;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+    const int j = __shfl_xor_sync(0xffffffffu, at, o);
+    if (k < best) best = k, at = j;
+  }
+  __shared__ unsigned long long s_key[kEvictThreads / 32];
+  __shared__ int s_at[kEvictThreads / 32];
+  __shared__ int s_victim;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s_key[warp] = best, s_at[warp] = at;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kEvictThreads / 32; ++w)
+      if (s_key[w] < best) best = s_key[w], at = s_at[w];
+    s_victim = best == ~0ull ? -1 : at;
+  }
+  __syncthreads();
+  const int victim = s_victim, last = count - 1;
+  if (victim < 0 || victim == last) return;
+  for (size_t w = threadIdx.x; w < row_words; w += kEvictThreads) {
+    K[(base + victim) * row_words + w] = K[(base + last) * row_words + w];
+    V[(base + victim) * row_words + w] = V[(base + last) * row_words + w];
+  }
+  if (threadIdx.x == 0) P[base + victim] = P[base + last], M[base + victim] = M[base + last];
+}
+
+}  // namespace
+
+void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos,
+                     int T) {
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
+  if (a.type == KvType::kF16)
+    L.launch_tagged(tag, k_kv_write<__half>, grid, a.D, 0, static_cast<__half*>(a.k), static_cast<__half*>(a.v), a.pos, a.mass, a.G, a.D,
+                    a.capacity, at, a.count_dev, k, v, rows_pos);
+  else
+    L.launch_tagged(tag, k_kv_write<float>, grid, a.D, 0, static_cast<float*>(a.k), static_cast<float*>(a.v), a.pos, a.mass, a.G, a.D,
+                    a.capacity, at, a.count_dev, k, v, rows_pos);
+}
+
+void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* to, int n) {
+  L.launch(k_kv_move, static_cast<unsigned>(n), 128, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass,
+           a.row_bytes() / 4, from, to);
+}
+
+void launch_kv_evict(Launcher& L, const EvictBatch& b, int G) {
+  L.launch_tagged(&b, k_kv_evict_one, dim3(static_cast<unsigned>(G), static_cast<unsigned>(b.n)), kEvictThreads, 0, b);
+}
+
+}  // namespace squeezekv::cuda

@@ -1,0 +1,46 @@
+// A layer's KV rows on the device: new rows written, rows moved (compaction), and a decode step's
+// evictions of every layer in one launch.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/launcher.h"
+
+namespace squeezekv::cuda {
+
+// One layer's eviction (CudaBackend::kv_evict_one): its arrays, sizes and the protected positions.
+struct EvictOne {
+  uint32_t* K;
+  uint32_t* V;
+  int32_t* P;
+  float* M;
+  const int32_t* newest;  // the newest position on the device (keep_from = *newest - n_recent + 1), or null
+  // this step's mass, not yet added (CudaBackend's deferred mass): the decode attention's kept
+  // scores [G][gmax][cap] and final max and sum [H][2]; null scores: the mass is up to date
+  const float* scores;
+  const float* ml;
+  size_t row_words;
+  int cap, count, keep_below, keep_from, n_recent, grp, gmax, mass_max;
+};
+// The evictions of consecutive layers at the end of a decode step, one launch for all of them.
+constexpr int kEvictBatch = 32;
+struct EvictBatch {
+  EvictOne e[kEvictBatch];
+  int n;
+  int pad_;
+};
+static_assert(sizeof(EvictOne) == 8 * 8 + 8 * 4 && sizeof(EvictBatch) == kEvictBatch * sizeof(EvictOne) + 8,
+              "EvictBatch: no padding (a recorded kernel argument)");
+
+// T rows k, v [T][G][D] f32 (as f16 or f32, a.type) at slots at.. (or, with a.count_dev, the last
+// T of *count_dev), positions rows_pos [T], mass 0; recorded with launch_tagged(tag) (null: none).
+void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos,
+                     int T);
+// Row from[i] -> to[i] (device arrays [n]) of K, V, positions and mass.
+void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* to, int n);
+// Every layer of b, one block a (kv head, layer): the least-mass row outside the protected
+// positions goes (count - 1 moves into its hole). Tagged with &b: the caller may take the launch
+// back and relaunch it with one layer more.
+void launch_kv_evict(Launcher& L, const EvictBatch& b, int G);
+
+}  // namespace squeezekv::cuda

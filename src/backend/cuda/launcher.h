@@ -1,0 +1,130 @@
+// The CUDA backend's stream: every kernel launch is recorded here and issued in order, a repeated
+// launch list (a decode step) as one CUDA graph; and the device memory that belongs to it.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace squeezekv::cuda {
+
+template <class T>
+struct Same {
+  using type = T;
+};
+
+// The kernel launches of one stream. Launches are recorded until the host next needs the device
+// (a copy, a library call, a free), then issued: directly, or, when the same launches with the
+// same arguments, byte for byte, came before, as one launch of the CUDA graph captured from them.
+// A decode step repeats its launches exactly once the counts that grow with every token are read
+// from device memory (KvView::count_dev), so from its third step on a whole step is one graph
+// launch instead of ~14 launches a layer (docs/DESIGN.md "Decode as a CUDA graph"). A graph
+// replays only the bytes it was captured from, so a replay does exactly what the launches it
+// stands for would do. Thread safety: one host thread at a time (the backend's).
+class Launcher {
+ public:
+  // pdl: each launch may begin while the previous kernel finishes (the kernels' pdl_enter()).
+  Launcher(bool graphs, bool pdl);
+  ~Launcher();
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+  cudaStream_t stream() const { return stream_; }
+
+  // Records fn<<<grid, block, smem>>>(args...); the arguments are copied now.
+  template <class... P>
+  void launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, typename Same<P>::type... args) {
+    static_assert(sizeof...(P) <= kMaxArgs, "Launcher: too many kernel arguments");
+    Rec r{reinterpret_cast<const void*>(fn), grid, block, static_cast<unsigned>(smem), static_cast<uint32_t>(arg_off_.size()),
+          static_cast<uint32_t>(sizeof...(P))};
+    put(&r.fn, sizeof(r.fn), 8);
+    put(&r.grid, sizeof(dim3), 4);
+    put(&r.block, sizeof(dim3), 4);
+    put(&r.smem, sizeof(unsigned), 4);
+    (arg_off_.push_back(put(&args, sizeof(P), alignof(P))), ...);
+    recs_.push_back(r);
+  }
+
+  // The launch recorded last, taken back if it was recorded by launch_tagged(tag, ...) and nothing
+  // came after it: its work is then the caller's to do (a later kernel does it on the way).
+  template <class... P>
+  void launch_tagged(const void* tag, void (*fn)(P...), dim3 grid, dim3 block, size_t smem, typename Same<P>::type... args) {
+    const Undo u{recs_.size(), arg_off_.size(), sig_.size()};
+    launch(fn, grid, block, smem, args...);
+    tag_ = tag, undo_ = u;
+  }
+  bool take_back(const void* tag) {
+    if (tag_ != tag || recs_.size() != undo_.recs + 1) return false;
+    recs_.resize(undo_.recs), arg_off_.resize(undo_.args), sig_.resize(undo_.sig);
+    tag_ = nullptr;
+    return true;
+  }
+
+  // Issues what was recorded (in order, on the stream; does not wait for the device).
+  void flush();
+  // Graph launches so far (tests check that a decode loop replays).
+  int64_t replays() const { return replays_; }
+  // Called by a buffer about to be freed (its bytes): the backend drops work it still owes there.
+  std::function<void(const void*, size_t)> on_free;
+
+ private:
+  static constexpr size_t kMinGraphLaunches = 16;
+  static constexpr size_t kMaxGraphs = 8;
+  static constexpr size_t kMaxArgs = 24;
+  struct Rec {
+    const void* fn;
+    dim3 grid, block;
+    unsigned smem;
+    uint32_t first_arg, n_args;
+  };
+  struct Graph {
+    uint64_t hash;
+    std::vector<unsigned char> sig;
+    cudaGraphExec_t exec;
+    uint64_t used;
+  };
+
+  // Appends n bytes at the next multiple of align (the gap stays zero); returns their offset.
+  uint32_t put(const void* p, size_t n, size_t align) {
+    const size_t off = (sig_.size() + align - 1) / align * align;
+    sig_.resize(off + n, 0);
+    std::memcpy(sig_.data() + off, p, n);
+    return static_cast<uint32_t>(off);
+  }
+  void issue();
+  void capture(uint64_t h);
+
+  struct Undo {
+    size_t recs, args, sig;
+  };
+  const void* tag_ = nullptr;  // launch_tagged's, while its launch is the last recorded
+  Undo undo_{};
+  bool graphs_on_, pdl_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Rec> recs_;
+  std::vector<uint32_t> arg_off_;   // offsets of every recorded argument in sig_
+  std::vector<unsigned char> sig_;  // the launches: function, sizes, argument bytes
+  std::vector<Graph> graphs_;
+  std::array<uint64_t, 16> seen_{};  // hashes of recent launch lists
+  size_t seen_next_ = 0;
+  uint64_t clock_ = 0;
+  int64_t replays_ = 0;
+};
+
+// Device memory on the launcher's stream. Zeroed; the launcher's pending work is issued before
+// the memory is freed.
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(size_t bytes, std::shared_ptr<Launcher> launcher);
+  ~DeviceBuffer() override;
+
+ private:
+  std::shared_ptr<Launcher> launcher_;
+};
+
+}  // namespace squeezekv::cuda
