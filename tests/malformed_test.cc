@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/json_fields.h"
 #include "model/gguf.h"
 #include "squeezekv/error.h"
 #include "squeezekv/model.h"
@@ -301,6 +302,47 @@ TEST(FuzzRegressions, EveryFoundInputIsHandled) {
     ++n;
   }
   EXPECT_GE(n, 5);
+}
+
+// The one checked JSON reader behind config.json, requests and sweep configs: each wrong value is
+// the caller's exception with the field and what was expected; values that fit are read exactly.
+TEST(JsonFields, ReadsWhatFitsAndNamesWhatDoesNot) {
+  const auto j = nlohmann::json::parse(
+      R"({"i": 7, "f": 4096.0, "big": 18446744073709551615, "frac": 1.5, "huge": 1e40, "null": null, "s": "x",)"
+      R"( "b": true, "list": [1, 2.0, 3], "o": {"k": 2}})");
+  struct Bad : std::runtime_error {
+    std::string key;
+    Bad(const std::string& k, const std::string& m) : std::runtime_error(m), key(k) {}
+  };
+  const JsonFields f(j, "where: ", [](const std::string& k, const std::string& m) { throw Bad(k, m); });
+  EXPECT_EQ(f.integer("i", 0), 7);
+  EXPECT_EQ(f.integer("f", 0), 4096);             // Python's 4096.0
+  EXPECT_EQ(f.integer("null", 5), 5);             // null is absent
+  EXPECT_EQ(f.integer("missing", 6), 6);
+  EXPECT_EQ(f.integers("list", 0, 9), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(f.at("o", "o.").integer("k", 0), 2);
+  EXPECT_EQ(f.text("s", ""), "x");
+  EXPECT_TRUE(f.boolean("b", false));
+  EXPECT_FLOAT_EQ(f.real("frac", 0.0f), 1.5f);
+  auto message = [](auto&& read) -> std::string {
+    try {
+      read();
+    } catch (const Bad& e) {
+      return e.key + " | " + e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(message([&] { f.integer("big", 0); }), "big | where: big: expected an integer in [-2147483648, 2147483647], got 18446744073709551615");
+  EXPECT_EQ(message([&] { f.integer("frac", 0); }), "frac | where: frac: expected an integer in [-2147483648, 2147483647], got 1.5");
+  EXPECT_EQ(message([&] { f.int64("i", 0, 8); }), "i | where: i: expected an integer >= 8, got 7");
+  EXPECT_EQ(message([&] { f.real("huge", 0.0f); }), "huge | where: huge: expected a number in [-3.40282e+38, 3.40282e+38], got 1e+40");
+  EXPECT_EQ(message([&] { f.required_text("missing"); }), "missing | where: missing: expected a string, got nothing");
+  EXPECT_EQ(message([&] { f.boolean("s", false); }), "s | where: s: expected true or false, got \"x\"");
+  EXPECT_EQ(message([&] { f.at("s", "s."); }), "s | where: s: expected an object, got \"x\"");
+  // bytes that are not UTF-8 are quoted as U+FFFD (the message itself stays valid UTF-8)
+  nlohmann::json bad = nlohmann::json::object();
+  bad["v"] = std::string("a\xff");
+  EXPECT_EQ(JsonFields::quote(bad["v"]), "\"a\xef\xbf\xbd\"");
 }
 
 }  // namespace

@@ -276,6 +276,9 @@ def main():
              "not valid JSON"),  # found by fuzz_request (was a 500)
             ("temperature beyond a float", "POST", "/v1/completions", {"prompt": "x", "temperature": 1e300}, KEY, 400,
              "temperature"),
+            ("body not UTF-8", "POST", "/v1/completions", b'\xff\xfe{"prompt": "x"}', KEY, 400, "not valid UTF-8: byte 0xff at offset 0"),
+            ("content not UTF-8", "POST", "/v1/chat/completions",
+             b'{"messages": [{"role": "user", "content": "caf\xc3 \xfe"}], "max_tokens": 2}', KEY, 400, "byte 0xc3 at offset 46"),
             ("no messages", "POST", "/v1/chat/completions", {"model": "m"}, KEY, 400, "messages"),
             ("messages wrong type", "POST", "/v1/chat/completions", {"messages": "hi"}, KEY, 400, "messages"),
             ("bad role", "POST", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, KEY, 400, "role"),

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_fields.h"
 #include "core/mapped_file.h"
 #include "model/loaders.h"
 #include "model/weights.h"
@@ -21,36 +22,12 @@ namespace {
 
 using nlohmann::json;
 
-// Numbers from files strangers wrote: a value that does not fit the type it is read as is an
-// error naming the file, never a conversion out of range (undefined behaviour, found by fuzz_hf).
-int64_t as_int64(const json& v, const std::string& src) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      throw FormatError(src + "integer out of range: " + v.dump());
-    return v.get<int64_t>();
-  }
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9.0e15) return static_cast<int64_t>(d);
-  }
-  throw FormatError(src + "expected an integer, got " + v.dump());
+// Checked reads of v (core/json_fields.h): failures are FormatErrors that start with src.
+JsonFields fields(const json& v, const std::string& src) {
+  return JsonFields(v, src, [](const std::string&, const std::string& message) { throw FormatError(message); });
 }
-int as_int(const json& v, const std::string& src) {
-  const int64_t i = as_int64(v, src);
-  if (i < INT_MIN || i > INT_MAX) throw FormatError(src + "integer out of range: " + v.dump());
-  return static_cast<int>(i);
-}
-float as_float(const json& v, const std::string& src) {
-  if (!v.is_number()) throw FormatError(src + "expected a number, got " + v.dump());
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || std::fabs(d) > FLT_MAX) throw FormatError(src + "number out of range: " + v.dump());
-  return static_cast<float>(d);
-}
-int int_or(const json& obj, const char* key, int fallback, const std::string& src) {
-  return obj.contains(key) && !obj[key].is_null() ? as_int(obj[key], src + key + ": ") : fallback;
-}
-float float_or(const json& obj, const char* key, float fallback, const std::string& src) {
-  return obj.contains(key) && !obj[key].is_null() ? as_float(obj[key], src + key + ": ") : fallback;
+int as_int(const json& v, const std::string& src, const std::string& what) {
+  return static_cast<int>(fields(v, src).int64_of(v, what, INT_MIN, INT_MAX));
 }
 
 namespace fs = std::filesystem;
@@ -96,15 +73,15 @@ class Safetensors {
         else throw FormatError(src + "tensor '" + name + "' has unsupported dtype " + dt + " (expected F32, F16 or BF16)");
         int64_t count = 1;
         for (const auto& s : info.at("shape")) {
-          const int64_t v = as_int64(s, src + "tensor '" + name + "' shape: ");
+          const int64_t v = fields(s, src).int64_of(s, "tensor '" + name + "' shape");
           if (v <= 0 || v > (int64_t{1} << 40) || count > (int64_t{1} << 42) / v)
             throw FormatError(src + "tensor '" + name + "' has absurd dimension " + std::to_string(v));
           count *= v;
           t.shape.push_back(v);
         }
         const auto off = info.at("data_offsets");
-        const int64_t bi = as_int64(off.at(0), src + "tensor '" + name + "' offsets: "),
-                      ei = as_int64(off.at(1), src + "tensor '" + name + "' offsets: ");
+        const int64_t bi = fields(off.at(0), src).int64_of(off.at(0), "tensor '" + name + "' offsets"),
+                      ei = fields(off.at(1), src).int64_of(off.at(1), "tensor '" + name + "' offsets");
         if (bi < 0 || ei < 0) throw FormatError(src + "tensor '" + name + "' has negative data offsets");
         const uint64_t b = static_cast<uint64_t>(bi), e = static_cast<uint64_t>(ei);
         t.bytes = dtype_bytes(t.type, count);
@@ -198,9 +175,7 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
     // before the vector; found by fuzz_hf)
     constexpr int kMaxVocab = 1 << 22;
     auto token_id = [&](const json& v, const std::string& what) {
-      const int i = as_int(v, src + what + ": ");
-      if (i < 0 || i >= kMaxVocab) throw FormatError(src + what + " " + std::to_string(i) + " out of range [0, 4194304)");
-      return i;
+      return static_cast<int>(fields(v, src).int64_of(v, what, 0, kMaxVocab - 1));
     };
     int n = 0;
     for (auto& [tok, id] : vocab.items()) n = std::max(n, token_id(id, "vocab id of '" + tok + "'") + 1);
@@ -247,7 +222,7 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
     }
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
       auto it = vocab.find(m["unk_token"].get<std::string>());
-      if (it != vocab.end()) s.unk = as_int(*it, src + "unk id: ");
+      if (it != vocab.end()) s.unk = as_int(*it, src, "unk id");
     }
   } catch (const json::exception& e) {
     throw FormatError(src + "malformed tokenizer: " + e.what());
@@ -261,9 +236,9 @@ TokenizerSpec hf_tokenizer(const fs::path& dir, std::string* chat_template) {
   json tc = fs::exists(tcp) ? read_json(tcp) : json::object();
   const json config = read_json(dir / "config.json");
   if (tc.contains("bos_token")) s.bos = id_of(token_content(tc["bos_token"]));
-  if (s.bos < 0 && config.contains("bos_token_id") && config["bos_token_id"].is_number()) s.bos = as_int(config["bos_token_id"], "config.json: bos_token_id: ");
+  if (s.bos < 0 && config.contains("bos_token_id") && config["bos_token_id"].is_number()) s.bos = as_int(config["bos_token_id"], "config.json: ", "bos_token_id");
   if (tc.contains("eos_token")) s.eos = id_of(token_content(tc["eos_token"]));
-  if (s.eos < 0 && config.contains("eos_token_id") && config["eos_token_id"].is_number()) s.eos = as_int(config["eos_token_id"], "config.json: eos_token_id: ");
+  if (s.eos < 0 && config.contains("eos_token_id") && config["eos_token_id"].is_number()) s.eos = as_int(config["eos_token_id"], "config.json: ", "eos_token_id");
   s.add_bos = tc.value("add_bos_token", false);
   if (!tc.contains("add_bos_token") && tj.contains("post_processor") && tj["post_processor"].is_object()) {
     const json& pp = tj["post_processor"];
@@ -294,30 +269,30 @@ ModelConfig parse_hf_config(const json& cj, const std::string& name, const std::
     } else {
       throw FormatError(src + "unsupported model_type '" + mt + "' (expected llama, mistral or qwen2)");
     }
-    c.n_layers = as_int(cj.at("num_hidden_layers"), src + "num_hidden_layers: ");
-    c.dim = as_int(cj.at("hidden_size"), src + "hidden_size: ");
-    c.ffn_dim = as_int(cj.at("intermediate_size"), src + "intermediate_size: ");
-    c.n_heads = as_int(cj.at("num_attention_heads"), src + "num_attention_heads: ");
-    c.n_kv_heads = int_or(cj, "num_key_value_heads", c.n_heads, src);
-    c.head_dim = cj.contains("head_dim") && cj["head_dim"].is_number() ? as_int(cj["head_dim"], src + "head_dim: ")
-                                                                       : (c.n_heads > 0 ? c.dim / c.n_heads : 0);
-    c.vocab_size = as_int(cj.at("vocab_size"), src + "vocab_size: ");
-    c.context_length = int_or(cj, "max_position_embeddings", 2048, src);
-    c.norm_eps = float_or(cj, "rms_norm_eps", 1e-6f, src);
-    c.rope_theta = float_or(cj, "rope_theta", 10000.0f, src);
+    const JsonFields f = fields(cj, src);
+    c.n_layers = f.required_integer("num_hidden_layers");
+    c.dim = f.required_integer("hidden_size");
+    c.ffn_dim = f.required_integer("intermediate_size");
+    c.n_heads = f.required_integer("num_attention_heads");
+    c.n_kv_heads = f.integer("num_key_value_heads", c.n_heads);
+    c.head_dim = f.integer("head_dim", c.n_heads > 0 ? c.dim / c.n_heads : 0);
+    c.vocab_size = f.required_integer("vocab_size");
+    c.context_length = f.integer("max_position_embeddings", 2048);
+    c.norm_eps = f.real("rms_norm_eps", 1e-6f);
+    c.rope_theta = f.real("rope_theta", 10000.0f);
     if (c.arch == Arch::kLlama) c.qkv_bias = cj.value("attention_bias", false);
     tied = cj.value("tie_word_embeddings", false);
     // Mistral v0.1 attends over a sliding window; within the window that is full attention, so
     // the context is limited to it rather than computed differently (qwen2 marks its window unused)
     if (mt == "mistral" && cj.contains("sliding_window") && cj["sliding_window"].is_number() &&
         cj.value("use_sliding_window", true))
-      c.context_length = std::min(c.context_length, as_int(cj["sliding_window"], src + "sliding_window: "));
+      c.context_length = std::min(c.context_length, f.integer("sliding_window", c.context_length));
     // transformers 5 writes {"rope_parameters": {"rope_theta", "rope_type", ...}}; older files
     // a top-level rope_theta and an optional rope_scaling object
     const json* rs = nullptr;
     if (cj.contains("rope_parameters") && cj["rope_parameters"].is_object()) {
       rs = &cj["rope_parameters"];
-      c.rope_theta = float_or(*rs, "rope_theta", c.rope_theta, src);
+      c.rope_theta = fields(*rs, src + "rope_parameters: ").real("rope_theta", c.rope_theta);
     } else if (cj.contains("rope_scaling") && cj["rope_scaling"].is_object()) {
       rs = &cj["rope_scaling"];
     }
@@ -325,11 +300,11 @@ ModelConfig parse_hf_config(const json& cj, const std::string& name, const std::
     if (rope_type != "default" && rope_type != "llama3")
       throw FormatError(src + "unsupported rope type '" + rope_type + "' (expected default or llama3)");
     if (rope_type == "llama3") {
-      const json& r = *rs;
-      c.rope_scaling.factor = as_float(r.at("factor"), src + "rope factor: ");
-      c.rope_scaling.low_freq_factor = float_or(r, "low_freq_factor", 1.0f, src);
-      c.rope_scaling.high_freq_factor = float_or(r, "high_freq_factor", 4.0f, src);
-      c.rope_scaling.original_context = int_or(r, "original_max_position_embeddings", 8192, src);
+      const JsonFields r = fields(*rs, src + "rope scaling: ");
+      c.rope_scaling.factor = r.required_real("factor");
+      c.rope_scaling.low_freq_factor = r.real("low_freq_factor", 1.0f);
+      c.rope_scaling.high_freq_factor = r.real("high_freq_factor", 4.0f);
+      c.rope_scaling.original_context = r.integer("original_max_position_embeddings", 8192);
     }
   } catch (const json::exception& e) {
     throw FormatError(src + "malformed config: " + e.what());

@@ -6,10 +6,13 @@
 
 #include <string>
 
+#include "core/json_fields.h"
 #include "squeezekv/error.h"
 #include "squeezekv/kv_cache.h"
 
 namespace squeezekv::tools {
+
+using nlohmann::json;
 
 // A message from the KV code with every CLI flag of the table replaced by where.key.
 inline std::string kv_message_in(const std::string& where, std::string msg) {
@@ -41,18 +44,16 @@ inline void kv_from_json(const nlohmann::json& obj, CacheConfig& c, const std::s
       throw Error(where + ": unknown setting '" + key + "' (expected one of: " + known + ")");
     }
     const std::string field = where + "." + o->key;
+    const JsonFields check(value, "", [](const std::string&, const std::string& m) { throw Error(m); });
     std::string text;
     switch (o->kind) {
-      case KvOption::Kind::kInt:
-        if (!value.is_number_integer()) throw Error(field + ": expected an integer, got " + value.dump());
-        text = std::to_string(value.get<int64_t>());
-        break;
+      case KvOption::Kind::kInt: text = std::to_string(check.int64_of(value, field)); break;
       case KvOption::Kind::kReal:
-        if (!value.is_number()) throw Error(field + ": expected a number, got " + value.dump());
+        check.number_of(value, field);
         text = value.dump();
         break;
       case KvOption::Kind::kName:
-        if (!value.is_string()) throw Error(field + ": expected a string, got " + value.dump());
+        if (!value.is_string()) check.fail_with(field, field + ": expected a string, got " + JsonFields::quote(value));
         text = value.get<std::string>();
         break;
     }

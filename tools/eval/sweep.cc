@@ -17,6 +17,7 @@
 #include "eval/eval.h"
 #include "eval/progress.h"
 #include "common/kv_json.h"
+#include "core/json_fields.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv::eval {
@@ -24,79 +25,10 @@ namespace {
 
 using nlohmann::json;
 
-// Checked reads of a config's fields: the right JSON type and a value in range, or an Error that
-// names the field (nlohmann's own conversions are undefined for a float beyond an int).
-// An integer JSON value within [lo, hi] (unsigned values beyond int64 included).
-bool int_in(const json& v, int lo, int hi) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    return u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo;  // hi >= 0
-  }
-  const int64_t x = v.get<int64_t>();
-  return x >= lo && x <= hi;
+// Checked reads of a config's fields (core/json_fields.h): an Error that names the field.
+JsonFields fields(const json& j, const std::string& where) {
+  return JsonFields(j, where, [](const std::string&, const std::string& message) { throw Error(message); });
 }
-
-struct Fields {
-  const json& j;
-  std::string where;  // "--config: 'F': task 'x': "
-  [[noreturn]] void fail(const char* key, const std::string& want) const {
-    throw Error(where + key + " must be " + want + ", got " + (j.contains(key) ? j.at(key).dump() : std::string("nothing")));
-  }
-  bool has(const char* key) const { return j.contains(key); }
-  int integer(const char* key, int def, int lo, int hi) const {
-    if (!has(key)) return def;
-    const json& v = j.at(key);
-    if (!v.is_number_integer()) fail(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    if (!int_in(v, lo, hi)) fail(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return static_cast<int>(v.get<int64_t>());
-  }
-  double number(const char* key, double def, double lo, double hi) const {
-    if (!has(key)) return def;
-    const json& v = j.at(key);
-    if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi))
-      fail(key, "a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return v.get<double>();
-  }
-  bool boolean(const char* key, bool def) const {
-    if (!has(key)) return def;
-    if (!j.at(key).is_boolean()) fail(key, "true or false");
-    return j.at(key).get<bool>();
-  }
-  std::string text(const char* key, const std::string& def, bool required = false) const {
-    if (!has(key)) {
-      if (required) fail(key, "a string");
-      return def;
-    }
-    if (!j.at(key).is_string()) fail(key, "a string");
-    return j.at(key).get<std::string>();
-  }
-  std::vector<double> numbers(const char* key, double lo, double hi, bool required) const {
-    if (!has(key)) {
-      if (required) fail(key, "a list of numbers");
-      return {};
-    }
-    const json& v = j.at(key);
-    if (!v.is_array() || v.empty()) fail(key, "a non-empty list of numbers");
-    std::vector<double> out;
-    for (const json& e : v) {
-      if (!e.is_number() || !(e.get<double>() >= lo && e.get<double>() <= hi))
-        fail(key, "a list of numbers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      out.push_back(e.get<double>());
-    }
-    return out;
-  }
-  std::vector<int> integers(const char* key, int lo, int hi) const {
-    const json& v = has(key) ? j.at(key) : json();
-    if (!v.is_array() || v.empty()) fail(key, "a non-empty list of integers");
-    std::vector<int> out;
-    for (const json& e : v) {
-      if (!e.is_number_integer() || !int_in(e, lo, hi))
-        fail(key, "a list of integers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      out.push_back(static_cast<int>(e.get<int64_t>()));
-    }
-    return out;
-  }
-};
 
 struct PolicySpec {
   std::string label;
@@ -110,7 +42,7 @@ PolicySpec parse_policy(const json& j) {
   // the budget comes from budget_fractions
   if (j.contains("kv_budget") || j.contains("budget")) throw Error("sweep config: a policy's budget comes from budget_fractions");
   tools::kv_from_json(j, p.cache, "sweep config policy", {"label"}, false);  // validated per run
-  p.label = Fields{j, "sweep config policy: "}.text("label", kv_policy_name(p.cache.policy));
+  p.label = fields(j, "sweep config policy: ").text("label", kv_policy_name(p.cache.policy));
   return p;
 }
 
@@ -133,10 +65,10 @@ SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bo
     throw Error("--config: '" + source + "' is not valid JSON: " + e.what());
   }
   if (!cfg.is_object()) throw Error(where + "expected a JSON object");
-  const Fields top{cfg, where};
+  const JsonFields top = fields(cfg, where);
   SweepPlan plan;
-  plan.model = top.text("model", "", true);
-  plan.output = top.text("output", "", true);
+  plan.model = top.required_text("model");
+  plan.output = top.required_text("output");
   if (plan.output.empty()) throw Error(where + "output must name a file");
   if (!cfg.contains("policies") || !cfg.at("policies").is_array()) top.fail("policies", "a list of policies");
   if (!cfg.contains("tasks") || !cfg.at("tasks").is_array()) top.fail("tasks", "a list of tasks");
@@ -160,9 +92,9 @@ SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bo
   const SessionOptions defaults;
   for (const json& t : cfg.at("tasks")) {
     if (!t.is_object()) throw Error(where + "every task must be an object, got " + t.dump());
-    const std::string task = Fields{t, where + "task: "}.text("task", "", true);
-    const std::string label = Fields{t, where + "task: "}.text("label", task);
-    const Fields f{t, where + "task '" + label + "': "};
+    const std::string task = fields(t, where + "task: ").required_text("task");
+    const std::string label = fields(t, where + "task: ").text("label", task);
+    const JsonFields f = fields(t, where + "task '" + label + "': ");
     if (!labels.insert(label).second)
       throw Error(where + "two tasks are labelled '" + label + "'; give each a distinct \"label\"");
     const bool ppl = task == "ppl";
@@ -187,7 +119,7 @@ SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bo
     PplOptions po;
     RetrievalOptions ro;
     if (ppl) {
-      po.text_file = f.text("text", "", true);
+      po.text_file = f.required_text("text");
       po.windows = f.integer("windows", 1, 1, 1 << 20);
       po.progress = false;
     } else {

@@ -2,34 +2,28 @@
 #include "server/request.h"
 
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/kv_json.h"
+#include "core/json_fields.h"
+#include "squeezekv/tokenizer.h"
 
 namespace squeezekv::server {
 
 using json = nlohmann::json;
 
-namespace {
-
-// Typed field access that names the field in its error.
-template <class Check>
-const json* field(const json& body, const char* name, Check ok, const char* expected) {
-  const auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  if (!ok(*it)) throw HttpError(400, std::string(name) + ": expected " + expected + ", got " + it->dump(), "invalid_request_error", name);
-  return &*it;
-}
-bool is_int(const json& v) { return v.is_number_integer(); }
-bool is_num(const json& v) { return v.is_number(); }
-bool is_bool(const json& v) { return v.is_boolean(); }
-bool is_str(const json& v) { return v.is_string(); }
-
-}  // namespace
-
 ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const RequestLimits& lim) {
+  // JSON text is UTF-8 (RFC 8259); naming the first bad byte here beats the parser's message,
+  // which would echo the byte itself
+  if (const size_t bad = first_invalid_utf8(text_in); bad < text_in.size()) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(text_in[bad]));
+    throw HttpError(400, "request body is not valid UTF-8: byte " + std::string(hex) + " at offset " + std::to_string(bad) +
+                             " does not start a UTF-8 character");
+  }
   json body;
   try {
     body = json::parse(text_in);
@@ -37,12 +31,16 @@ ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const Re
     throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
   }
   if (!body.is_object()) throw HttpError(400, "request body: expected a JSON object");
+  // every field read through one checked reader (core/json_fields.h): a 400 naming the field
+  const JsonFields f(body, "", [](const std::string& key, const std::string& message) {
+    throw HttpError(400, message, "invalid_request_error", key);
+  });
   ParsedRequest out;
   out.kind = kind;
-  field(body, "model", is_str, "a string");
+  f.text("model", "");
   std::string text;
   if (kind == RequestKind::kChat) {
-    const json* msgs = field(body, "messages", [](const json& v) { return v.is_array(); }, "an array of messages");
+    const json* msgs = f.get("messages", [](const json& v) { return v.is_array(); }, "an array of messages");
     if (msgs == nullptr || msgs->empty()) throw HttpError(400, "messages: expected a non-empty array of messages", "invalid_request_error", "messages");
     std::vector<ChatMessage> chat;
     for (size_t i = 0; i < msgs->size(); ++i) {
@@ -70,7 +68,7 @@ ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const Re
     }
     text = render_chat(lim.chat_format, lim.model->chat_template(), chat);
   } else {
-    const json* p = field(body, "prompt", [](const json& v) { return v.is_string() || (v.is_array() && v.size() == 1 && v[0].is_string()); },
+    const json* p = f.get("prompt", [](const json& v) { return v.is_string() || (v.is_array() && v.size() == 1 && v[0].is_string()); },
                           "a string (or an array of one string)");
     if (p == nullptr) throw HttpError(400, "prompt: required", "invalid_request_error", "prompt");
     text = p->is_string() ? p->get<std::string>() : (*p)[0].get<std::string>();
@@ -91,51 +89,33 @@ ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const Re
   s.top_k = 0;
   s.min_p = 0.0f;
   s.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  if (const json* v = field(body, "temperature", is_num, "a number in [0, 2]")) {
-    const double d = v->get<double>();  // compared before the cast: 1e300 does not fit a float
-    if (!(d >= 0.0 && d <= 2.0)) throw HttpError(400, "temperature: expected a number in [0, 2], got " + v->dump(), "invalid_request_error", "temperature");
-    s.temperature = static_cast<float>(d);
-  }
-  if (const json* v = field(body, "top_p", is_num, "a number in (0, 1]")) {
-    const double d = v->get<double>();  // compared before the cast: 1e300 does not fit a float
-    if (!(d > 0.0 && d <= 1.0)) throw HttpError(400, "top_p: expected a number in (0, 1], got " + v->dump(), "invalid_request_error", "top_p");
-    s.top_p = static_cast<float>(d);
-  }
-  if (const json* v = field(body, "top_k", is_int, "an integer >= 0")) {
-    if (v->get<int64_t>() < 0) throw HttpError(400, "top_k: expected an integer >= 0", "invalid_request_error", "top_k");
-    s.top_k = static_cast<int>(std::min<int64_t>(v->get<int64_t>(), 1 << 30));
-  }
-  if (const json* v = field(body, "min_p", is_num, "a number in [0, 1)")) {
-    const double d = v->get<double>();  // compared before the cast: 1e300 does not fit a float
-    if (!(d >= 0.0 && d < 1.0)) throw HttpError(400, "min_p: expected a number in [0, 1), got " + v->dump(), "invalid_request_error", "min_p");
-    s.min_p = static_cast<float>(d);
-  }
-  if (const json* v = field(body, "seed", is_int, "an integer")) s.seed = static_cast<uint64_t>(v->get<int64_t>());
-  if (const json* v = field(body, "n", is_int, "an integer"))
-    if (v->get<int64_t>() != 1) throw HttpError(400, "n: only 1 choice per request is supported, got " + v->dump(), "invalid_request_error", "n");
+  // numbers are compared before any cast (1e300 does not fit a float)
+  s.temperature = static_cast<float>(f.number("temperature", s.temperature, 0.0, 2.0));
+  if (const json* v = f.get("top_p", [](const json& x) { return x.is_number() && x.get<double>() > 0.0 && x.get<double>() <= 1.0; },
+                            "a number in (0, 1]"))
+    s.top_p = static_cast<float>(v->get<double>());
+  s.top_k = static_cast<int>(std::min<int64_t>(f.int64("top_k", 0, 0), 1 << 30));
+  if (const json* v = f.get("min_p", [](const json& x) { return x.is_number() && x.get<double>() >= 0.0 && x.get<double>() < 1.0; },
+                            "a number in [0, 1)"))
+    s.min_p = static_cast<float>(v->get<double>());
+  if (f.has("seed")) s.seed = static_cast<uint64_t>(f.int64("seed", 0));
+  if (const int64_t n = f.int64("n", 1); n != 1) f.fail_with("n", "n: only 1 choice per request is supported, got " + std::to_string(n));
   r.options.max_tokens = lim.ctx - static_cast<int>(r.prompt.size());  // up to the context when not given
   for (const char* name : {"max_tokens", "max_completion_tokens"})
-    if (const json* v = field(body, name, is_int, "an integer >= 0")) {
-      if (v->get<int64_t>() < 0) throw HttpError(400, std::string(name) + ": expected an integer >= 0, got " + v->dump(), "invalid_request_error", name);
-      r.options.max_tokens = static_cast<int>(std::min<int64_t>(v->get<int64_t>(), 1 << 30));
-    }
-  if (const json* v = field(body, "stop", [](const json& x) { return x.is_string() || x.is_array(); }, "a string or an array of strings")) {
+    r.options.max_tokens = static_cast<int>(std::min<int64_t>(f.int64(name, r.options.max_tokens, 0), 1 << 30));
+  if (const json* v = f.get("stop", [](const json& x) { return x.is_string() || x.is_array(); }, "a string or an array of strings")) {
     const json list = v->is_string() ? json::array({*v}) : *v;
     if (list.size() > 4) throw HttpError(400, "stop: at most 4 stop strings, got " + std::to_string(list.size()), "invalid_request_error", "stop");
     for (const json& x : list) {
-      if (!x.is_string() || x.get<std::string>().empty()) throw HttpError(400, "stop: expected non-empty strings, got " + x.dump(), "invalid_request_error", "stop");
+      if (!x.is_string() || x.get<std::string>().empty()) f.fail("stop", "non-empty strings");
       r.options.stop.push_back(x.get<std::string>());
     }
   }
-  if (const json* v = field(body, "stream", is_bool, "true or false")) out.stream = v->get<bool>();
-  if (const json* v = field(body, "stream_options", [](const json& x) { return x.is_object(); }, "an object")) {
-    if (v->contains("include_usage") && !(*v)["include_usage"].is_boolean())
-      throw HttpError(400, "stream_options.include_usage: expected true or false", "invalid_request_error", "stream_options");
-    out.include_usage = v->value("include_usage", false);
-  }
+  out.stream = f.boolean("stream", false);
+  if (f.has("stream_options")) out.include_usage = f.at("stream_options", "stream_options.").boolean("include_usage", false);
   // the KV extension: {"kv": {"policy": "squeeze", "budget": 256, ...}} over the server's defaults
   r.cache = lim.kv_defaults;
-  if (const json* v = field(body, "kv", [](const json& x) { return x.is_object(); }, "an object of KV settings")) {
+  if (const json* v = f.get("kv", [](const json& x) { return x.is_object(); }, "an object of KV settings")) {
     try {
       tools::kv_from_json(*v, r.cache, "kv");
     } catch (const Error& e) {
@@ -146,7 +126,6 @@ ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const Re
       throw HttpError(400, "kv.budget: " + std::to_string(r.cache.budget) + " exceeds the context of " + std::to_string(lim.ctx) + " tokens (--ctx)",
                       "invalid_request_error", "kv");
   }
-  validate(r.options.sampler);
   validate(r.options.sampler);
   return out;
 }

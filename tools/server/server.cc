@@ -35,6 +35,10 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+// A response body as text. Any byte that is not UTF-8 (a message that echoes a client's bytes)
+// becomes U+FFFD instead of failing the reply.
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json error_body(const std::string& message, const std::string& type, const std::string& param) {
   return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", nullptr}}}};
 }
@@ -253,7 +257,7 @@ class Server {
   void reply(httplib::Response& res, int status, const json& body) {
     count_status(status);
     res.status = status;
-    res.set_content(body.dump(), "application/json");
+    res.set_content(json_text(body), "application/json");
   }
   void reply_error(httplib::Response& res, const HttpError& e) {
     if (e.status == 503) res.set_header("Retry-After", "1");
@@ -296,7 +300,7 @@ class Server {
             }
             r = job->result;
           }
-          const std::string body = r.stop_reason == "error" ? error_body(r.error, "server_error", "").dump() : completion(*job, r).dump();
+          const std::string body = r.stop_reason == "error" ? json_text(error_body(r.error, "server_error", "")) : json_text(completion(*job, r));
           sink.write(body.data(), body.size());
           sink.done();
           return true;
@@ -365,7 +369,7 @@ class Server {
         "text/event-stream",
         [this, job, started](size_t, httplib::DataSink& sink) {
           auto send = [&](const json& j) {
-            const std::string ev = "data: " + j.dump() + "\n\n";
+            const std::string ev = "data: " + json_text(j) + "\n\n";
             return sink.write(ev.data(), ev.size());
           };
           const bool chat = job->kind == RequestKind::kChat;
