@@ -257,8 +257,8 @@ TEST(MaxMemory, RefusesWhatDoesNotFitAndQueuesWhatWill) {
   SessionOptions so = options(DecodeActivations::kF32);
   so.prefill_chunk = 64;
   const int64_t base = m.weight_summary().total_bytes + Runner::scratch_bytes(m.config(), 64);
-  const int64_t full_kv = CacheBuilder::planned_bytes(m.config(), cache_of(KvPolicy::kFull, 0), 64, false);
-  const int64_t small_kv = CacheBuilder::planned_bytes(m.config(), cache_of(KvPolicy::kH2O, 32), 64, false);
+  const int64_t full_kv = CacheBuilder::plan(m.config(), cache_of(KvPolicy::kFull, 0), 64, false).bytes();
+  const int64_t small_kv = CacheBuilder::plan(m.config(), cache_of(KvPolicy::kH2O, 32), 64, false).bytes();
   ASSERT_LT(small_kv * 4, full_kv);
   // the weights alone are over the limit
   so.max_memory = base / 2;

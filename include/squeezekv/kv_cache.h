@@ -79,9 +79,15 @@ SqueezeAlloc parse_squeeze_alloc(const std::string& name);
 SqueezeResolve parse_squeeze_resolve(const std::string& name);
 HeadAlloc parse_head_alloc(const std::string& name);
 bool parse_on_off(const std::string& flag, const std::string& name);  // "on" | "off"
+// The names the parses take (the first of a value's names), from the same tables.
 const char* kv_policy_name(KvPolicy p);
 const char* kv_policy_names();  // "full | window | ..." in registry order
+const char* kv_dtype_name(KvDType t);
 const char* squeeze_metric_name(SqueezeMetric m);
+const char* squeeze_alloc_name(SqueezeAlloc a);
+const char* squeeze_resolve_name(SqueezeResolve r);
+const char* head_alloc_name(HeadAlloc h);
+const char* on_off_name(bool on);
 
 // The KV settings a user can give, one row each: the CLI's flags, the server's per-request "kv"
 // object and the eval sweep config all read this table (no edge has its own copy).

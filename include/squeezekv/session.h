@@ -25,6 +25,7 @@ enum class DecodeActivations : uint8_t {
 };
 // "f32" | "int8"; throws Error naming the flag and the accepted values otherwise.
 DecodeActivations parse_decode_activations(const std::string& s);
+const char* decode_activations_name(DecodeActivations a);  // "f32" | "int8"
 
 struct SessionOptions {
   Device device = Device::kCpu;

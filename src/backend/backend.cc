@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "core/enum_table.h"
 #include "squeezekv/error.h"
 #if SQUEEZEKV_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -10,13 +11,12 @@
 
 namespace squeezekv {
 
-Device parse_device(const std::string& name) {
-  if (name == "cpu") return Device::kCpu;
-  if (name == "cuda") return Device::kCuda;
-  throw Error("--device: unknown device '" + name + "' (expected cpu or cuda)");
-}
+namespace {
+const EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
+}  // namespace
 
-const char* device_name(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+Device parse_device(const std::string& name) { return parse_enum("--device", name, kDevices); }
+const char* device_name(Device d) { return enum_name(d, kDevices); }
 
 bool device_available(Device d) {
 #if SQUEEZEKV_CUDA

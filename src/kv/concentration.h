@@ -1,9 +1,9 @@
 // The squeeze metrics (DESIGN.md "What a squeeze layer reports"): how concentrated one layer's
 // attention is over the rows the layer has seen, as running sums that merge across prompt chunks,
 // so a schedule can be decided from the first chunk or from the whole prompt with the same code.
-// The forward pass only hands the layer its inputs (keys, attention entropy sums, residual
-// stream before and after attention, the last rows' attention output with and without a cut);
-// every formula lives here.
+// The forward pass only shows the layer its rows (the meter is the layer's observer: the keys,
+// attention entropy sums, residual stream before and after attention, the last rows' attention
+// output with and without a cut); every formula lives here and in metric_observer.cc.
 // Letters: T rows, G kv heads, D head dim, E hidden.
 // Thread safety: none; one per layer cache of one sequence.
 #pragma once
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kv/kv_storage.h"
+#include "kv/observer.h"
 #include "squeezekv/kv_cache.h"
 
 namespace squeezekv {
@@ -29,7 +30,9 @@ struct EvictionCut {
   int recent_for(int scaled) const;
 };
 
-class ConcentrationMeter {
+// The meter is the layer's observer while its metric is pending (LayerCache::observer()): the
+// hooks (metric_observer.cc) copy what its metric reads from the forward pass and add it here.
+class ConcentrationMeter final : public LayerObserver {
  public:
   // window: the last query rows of a step that eviction_error measures.
   explicit ConcentrationMeter(SqueezeMetric metric, int window = 32, EvictionCut cut = {})
@@ -55,6 +58,13 @@ class ConcentrationMeter {
   // step until the report; value() = |o|^2 / (|o|^2 + |o - o_cut|^2), about 1 - the share of the
   // output's energy the cut changes when that share is small, and still ordered when it exceeds 1.
   void add_output_error(const float* o, const float* o_cut, int64_t n);
+
+  // The forward pass's hooks (observer.h): each metric's inputs, from the backend's memory.
+  bool wants_layer_input() const override { return metric_ == SqueezeMetric::kResidualCosine; }
+  void before_attention(const LayerRows& rows) override;
+  void ask(AttentionProbe& probe) override { probe.entropy = metric_ == SqueezeMetric::kAttentionEntropy; }
+  void after_attention(const LayerRows& rows, const AttentionProbe& probe, LayerCache& cache) override;
+  void after_block(const LayerRows& rows, const float* x_in, const float* x) override;
 
   // Higher always means "needs fewer tokens"; 0 before any input.
   double value() const;

@@ -36,10 +36,6 @@ std::string real_text(double v) {
   return b;
 }
 
-const char* dtype_name(KvDType t) { return t == KvDType::kF16 ? "f16" : "f32"; }
-const char* alloc_name(SqueezeAlloc a) { return a == SqueezeAlloc::kInverse ? "inverse" : "kmeans3"; }
-const char* resolve_name(SqueezeResolve r) { return r == SqueezeResolve::kFirstChunk ? "first-chunk" : "prompt"; }
-
 
 using K = KvOption::Kind;
 const KvOption kOptions[] = {
@@ -51,7 +47,7 @@ const KvOption kOptions[] = {
      [](const CacheConfig& c) { return std::to_string(c.budget); }},
     {"type", "--kv-type", K::kName, "KV cache element type: f16 | f32",
      [](CacheConfig& c, const std::string& t) { c.dtype = parse_kv_dtype(t); },
-     [](const CacheConfig& c) { return std::string(dtype_name(c.dtype)); }},
+     [](const CacheConfig& c) { return std::string(kv_dtype_name(c.dtype)); }},
     {"sinks", "--kv-sinks", K::kInt, "first tokens never evicted (default 4)",
      [](CacheConfig& c, const std::string& t) { c.sinks = parse_int("--kv-sinks", t); },
      [](const CacheConfig& c) { return std::to_string(c.sinks); }},
@@ -75,22 +71,22 @@ const KvOption kOptions[] = {
      [](const CacheConfig& c) { return std::string(squeeze_metric_name(c.squeeze_metric)); }},
     {"squeeze_alloc", "--squeeze-alloc", K::kName, "inverse (the seed's) | kmeans3 (the paper's)",
      [](CacheConfig& c, const std::string& t) { c.squeeze_alloc = parse_squeeze_alloc(t); },
-     [](const CacheConfig& c) { return std::string(alloc_name(c.squeeze_alloc)); }},
+     [](const CacheConfig& c) { return std::string(squeeze_alloc_name(c.squeeze_alloc)); }},
     {"squeeze_p", "--squeeze-p", K::kReal, "kmeans3: share of the average budget for the least important cluster",
      [](CacheConfig& c, const std::string& t) { c.squeeze_p = parse_real("--squeeze-p", t); },
      [](const CacheConfig& c) { return real_text(c.squeeze_p); }},
     {"head_alloc", "--kv-head-alloc", K::kName,
      "uniform | adaptive: a layer's budget split equally over its kv heads, or by their scores (Ada-KV; h2o, snapkv, pyramidkv, squeeze, kvzip)",
      [](CacheConfig& c, const std::string& t) { c.head_alloc = parse_head_alloc(t); },
-     [](const CacheConfig& c) { return std::string(c.head_alloc == HeadAlloc::kAdaptive ? "adaptive" : "uniform"); }},
+     [](const CacheConfig& c) { return std::string(head_alloc_name(c.head_alloc)); }},
     {"squeeze_cap", "--squeeze-cap", K::kName,
      "on | off: cap each layer's budget at the prompt's length, the excess to the other layers (default on)",
      [](CacheConfig& c, const std::string& t) { c.squeeze_cap = parse_on_off("--squeeze-cap", t); },
-     [](const CacheConfig& c) { return std::string(c.squeeze_cap ? "on" : "off"); }},
+     [](const CacheConfig& c) { return std::string(on_off_name(c.squeeze_cap)); }},
     {"squeeze_resolve", "--squeeze-resolve", K::kName,
      "first-chunk (default) | prompt: decide the squeeze schedule from the first prompt chunk or at the prompt's end (from every prompt chunk)",
      [](CacheConfig& c, const std::string& t) { c.squeeze_resolve = parse_squeeze_resolve(t); },
-     [](const CacheConfig& c) { return std::string(resolve_name(c.squeeze_resolve)); }},
+     [](const CacheConfig& c) { return std::string(squeeze_resolve_name(c.squeeze_resolve)); }},
 };
 
 std::string normalized(std::string_view s) {

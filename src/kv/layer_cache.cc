@@ -1,12 +1,10 @@
+// One layer's cache (layer_cache.h): rows appended, viewed, cut and compacted by its policy.
 #include "kv/layer_cache.h"
 
 #include <algorithm>
 #include <cassert>
-#include <cstdio>
-#include <sstream>
 
 #include "squeezekv/error.h"
-#include "squeezekv/model_config.h"
 
 namespace squeezekv {
 
@@ -22,7 +20,7 @@ LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvType type,
 
 int LayerCache::capacity_for(const EvictionPolicy& policy, int max_step_rows, int max_tokens) {
   const int64_t want = static_cast<int64_t>(policy.max_head_rows()) + max_step_rows;
-  return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens) + policy.scratch_rows(max_step_rows)));
+  return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens) + (policy.scoring() != nullptr ? policy.scoring()->scratch_rows(max_step_rows) : 0)));
 }
 
 void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
@@ -64,7 +62,7 @@ void LayerCache::compact() {
 }
 
 void LayerCache::end_scoring() {
-  policy_->end_scoring();
+  if (ScoringPass* p = policy_->scoring()) p->end_scoring();
   compact();
   check_held();
 }
@@ -90,11 +88,6 @@ LayerStats LayerCache::stats() const {
   return s;
 }
 
-void SequenceCache::reset() {
-  for (LayerCache& l : layers) l.reset();
-  if (coordinator) coordinator->reset();
-}
-
 std::optional<KvView> LayerCache::cut_view(int64_t input_end) {
   const ConcentrationMeter* m = policy_->meter();
   if (m == nullptr || m->metric() != SqueezeMetric::kEvictionError) return std::nullopt;
@@ -111,170 +104,6 @@ void LayerCache::before_compaction(int64_t input_end) {
   if (const ConcentrationMeter* m = policy_->meter(); m != nullptr && m->metric() == SqueezeMetric::kMassCoverage)
     storage_.sync_to_host();
   policy_->before_compaction(storage_, {last_step_rows_, tokens_seen_, input_end});
-}
-
-void SequenceCache::stage_step(int T) {
-  if (!counts_dev) return;  // host-visible backends read the count from the view
-  for (size_t l = 0; l < layers.size(); ++l) counts_host[l] = layers[l].storage().count() + T;
-  backend->upload(counts_dev->data(), counts_host.data(), counts_host.size() * sizeof(int32_t));
-}
-
-void SequenceCache::end_step(int64_t input_end) {
-  for (LayerCache& l : layers) l.before_compaction(input_end);
-  for (LayerCache& l : layers) l.end_step();
-}
-
-bool SequenceCache::wants_scoring() const {
-  for (const LayerCache& l : layers)
-    if (l.wants_scoring()) return true;
-  return false;
-}
-
-bool SequenceCache::records_context() const {
-  for (const LayerCache& l : layers)
-    if (l.records_context()) return true;
-  return false;
-}
-
-void validate(const CacheConfig& c) {
-  auto fail = [](const std::string& m) { throw Error(m); };
-  if (c.max_tokens < 0) fail("--ctx: must be positive, got " + std::to_string(c.max_tokens));
-  if (c.sinks < 0) fail("--kv-sinks: must be >= 0, got " + std::to_string(c.sinks));
-  if (c.head_alloc == HeadAlloc::kAdaptive && !policy_info(c.policy).head_adaptive)
-    fail(std::string("--kv-head-alloc: adaptive is for h2o, snapkv, pyramidkv, squeeze and kvzip, not ") + kv_policy_name(c.policy));
-  if (c.policy == KvPolicy::kFull) return;
-  if (c.budget < 1)
-    fail(std::string("--kv-budget: policy ") + kv_policy_name(c.policy) + " needs a budget >= 1, got " +
-         std::to_string(c.budget));
-  if (c.sinks >= c.budget)
-    fail("--kv-sinks: " + std::to_string(c.sinks) + " sinks leave no room in --kv-budget " + std::to_string(c.budget));
-  if (c.recent >= 0 && c.sinks + c.recent >= c.budget)
-    fail("--kv-recent: sinks + recent (" + std::to_string(c.sinks + c.recent) + ") must be below --kv-budget " +
-         std::to_string(c.budget));
-  if (const auto check = policy_info(c.policy).validate) check(c);
-}
-
-SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows,
-                                      Backend* backend) {
-  validate(cfg);
-  SequenceCache sc;
-  const int max_tokens = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
-  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
-  const PolicyInfo& info = policy_info(cfg.policy);
-  if (info.coordinated)
-    sc.coordinator = std::make_unique<SqueezeCoordinator>(model.n_layers, cfg.budget, cfg.sinks, cfg.squeeze_strength,
-                                                          cfg.squeeze_alloc, cfg.squeeze_p);
-  sc.layers.reserve(static_cast<size_t>(model.n_layers));
-  for (int l = 0; l < model.n_layers; ++l) {
-    const PolicyContext ctx{cfg, l, model.n_layers, max_tokens, model.n_kv_heads, sc.coordinator.get()};
-    sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, info.make(ctx), max_step_rows, max_tokens, backend);
-  }
-  if (backend != nullptr && !backend->host_visible()) {
-    sc.backend = backend;
-    sc.counts_dev = backend->alloc(static_cast<size_t>(model.n_layers) * sizeof(int32_t));
-    sc.counts_host.assign(static_cast<size_t>(model.n_layers), 0);
-    for (int l = 0; l < model.n_layers; ++l) sc.layers[l].bind_device_count(sc.counts_dev->as<int32_t>() + l);
-  }
-  return sc;
-}
-
-int64_t CacheBuilder::planned_bytes(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, bool host_mirror) {
-  validate(cfg);
-  const int max_tokens = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
-  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
-  const PolicyInfo& info = policy_info(cfg.policy);
-  int64_t total = 0;
-  for (int l = 0; l < model.n_layers; ++l) {
-    const PolicyContext ctx{cfg, l, model.n_layers, max_tokens, model.n_kv_heads, nullptr};
-    const auto policy = info.make(ctx);
-    const int cap = LayerCache::capacity_for(*policy, max_step_rows, max_tokens);
-    total += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, host_mirror);
-  }
-  return total;
-}
-
-namespace {
-template <typename E, size_t N>
-E parse_enum(const std::string& flag, const std::string& name, const std::pair<const char*, E> (&table)[N]) {
-  std::string valid;
-  for (const auto& [n, e] : table) {
-    if (name == n) return e;
-    valid += (valid.empty() ? "" : ", ") + std::string(n);
-  }
-  throw Error(flag + ": unknown value '" + name + "' (expected one of: " + valid + ")");
-}
-const std::pair<const char*, SqueezeMetric> kMetrics[] = {{"key_cosine", SqueezeMetric::kKeyCosine},
-                                                          {"attention_entropy", SqueezeMetric::kAttentionEntropy},
-                                                          {"residual_cosine", SqueezeMetric::kResidualCosine},
-                                                          {"mass_coverage", SqueezeMetric::kMassCoverage},
-                                                          {"eviction_error", SqueezeMetric::kEvictionError}};
-}  // namespace
-
-KvDType parse_kv_dtype(const std::string& name) {
-  const std::pair<const char*, KvDType> t[] = {{"f16", KvDType::kF16}, {"f32", KvDType::kF32}};
-  return parse_enum("--kv-type", name, t);
-}
-SqueezeMetric parse_squeeze_metric(const std::string& name) { return parse_enum("--squeeze-metric", name, kMetrics); }
-SqueezeAlloc parse_squeeze_alloc(const std::string& name) {
-  const std::pair<const char*, SqueezeAlloc> t[] = {{"inverse", SqueezeAlloc::kInverse}, {"kmeans3", SqueezeAlloc::kKmeans3}};
-  return parse_enum("--squeeze-alloc", name, t);
-}
-SqueezeResolve parse_squeeze_resolve(const std::string& name) {
-  const std::pair<const char*, SqueezeResolve> t[] = {
-      {"first-chunk", SqueezeResolve::kFirstChunk}, {"first_chunk", SqueezeResolve::kFirstChunk}, {"prompt", SqueezeResolve::kPrompt}};
-  return parse_enum("--squeeze-resolve", name, t);
-}
-HeadAlloc parse_head_alloc(const std::string& name) {
-  const std::pair<const char*, HeadAlloc> t[] = {{"uniform", HeadAlloc::kUniform}, {"adaptive", HeadAlloc::kAdaptive}};
-  return parse_enum("--kv-head-alloc", name, t);
-}
-bool parse_on_off(const std::string& flag, const std::string& name) {
-  const std::pair<const char*, bool> t[] = {{"on", true}, {"off", false}};
-  return parse_enum(flag, name, t);
-}
-const char* squeeze_metric_name(SqueezeMetric m) {
-  for (const auto& [n, e] : kMetrics)
-    if (e == m) return n;
-  return "?";
-}
-
-std::string kv_stats_table(const std::vector<LayerStats>& layers) {
-  std::ostringstream o;
-  char line[256];
-  std::snprintf(line, sizeof line, "%5s %11s %11s %7s %13s %12s %12s %8s\n", "layer", "tokens_seen", "tokens_kept",
-                "budget", "concentration", "kept_bytes", "full_bytes", "ratio");
-  o << line;
-  int64_t kept = 0, full = 0;
-  for (const LayerStats& s : layers) {
-    std::snprintf(line, sizeof line, "%5d %11lld %11d %7d %13.4f %12lld %12lld %8.2f\n", s.layer,
-                  static_cast<long long>(s.tokens_seen), s.tokens_kept, s.budget, s.concentration,
-                  static_cast<long long>(s.kept_bytes), static_cast<long long>(s.full_bytes), s.compression_ratio());
-    o << line;
-    kept += s.kept_bytes;
-    full += s.full_bytes;
-  }
-  std::snprintf(line, sizeof line, "total kept_bytes=%lld full_bytes=%lld compression_ratio=%.2f\n",
-                static_cast<long long>(kept), static_cast<long long>(full), kept > 0 ? double(full) / kept : 0.0);
-  o << line;
-  return o.str();
-}
-
-std::string kv_stats_json(const std::vector<LayerStats>& layers) {
-  std::ostringstream o;
-  o.precision(17);
-  int64_t kept = 0, full = 0;
-  o << "{\"layers\":[";
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerStats& s = layers[i];
-    o << (i ? "," : "") << "{\"layer\":" << s.layer << ",\"tokens_seen\":" << s.tokens_seen
-      << ",\"tokens_kept\":" << s.tokens_kept << ",\"budget\":" << s.budget << ",\"concentration\":" << s.concentration
-      << ",\"kept_bytes\":" << s.kept_bytes << ",\"full_bytes\":" << s.full_bytes
-      << ",\"compression_ratio\":" << s.compression_ratio() << "}";
-    kept += s.kept_bytes;
-    full += s.full_bytes;
-  }
-  o << "],\"total_kept_bytes\":" << kept << ",\"total_full_bytes\":" << full << "}";
-  return o.str();
 }
 
 }  // namespace squeezekv

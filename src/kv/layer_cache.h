@@ -32,8 +32,10 @@ class LayerCache {
   int mass_rows() const { return policy_->mass_rows(); }
   // Where attention adds the mass each retained key receives: [G][capacity].
   float* mass_accumulator() { return storage_.mass_accumulator(); }
-  // Where the forward pass hands this step's squeeze metric inputs (null: none wanted).
+  // The squeeze metric's meter while it wants inputs (null otherwise).
   ConcentrationMeter* meter() { return policy_->meter(); }
+  // What the forward pass shows this layer's rows to (kv/observer.h; null: no one watches).
+  LayerObserver* observer() { return policy_->meter(); }
   // eviction_error (the meter's cut): the view attention would see if the layer kept only what the
   // h2o rule keeps now (after this step's attention added its mass) at the cut's budget scaled to
   // the rows seen so far (EvictionCut::scaled_budget; input_end: where the caller's input ends);
@@ -46,8 +48,8 @@ class LayerCache {
   void end_step();
 
   // A scoring pass (kvzip): its rows attend like any others but are dropped after the layer ran.
-  bool wants_scoring() const { return policy_->wants_scoring(); }
-  bool records_context() const { return policy_->records_context(); }
+  bool wants_scoring() const { return policy_->scoring() != nullptr && policy_->scoring()->wants_scoring(); }
+  bool records_context() const { return policy_->scoring() != nullptr && policy_->scoring()->records_context(); }
   void begin_scoring() { storage_.clear_mass(); }
   struct Mark {
     KvStorage::Mark rows;
@@ -104,15 +106,35 @@ struct SequenceCache {
 };
 
 struct ModelConfig;
+
+// A sequence's cache config checked once (CacheBuilder::plan is the only way to make one), with
+// what it resolves to: the most rows the sequence may see, the most a step appends, and the bytes
+// its caches allocate (before a schedule re-splits them: a squeeze schedule keeps the total).
+class CachePlan {
+ public:
+  const CacheConfig& config() const { return cfg_; }
+  int max_tokens() const { return max_tokens_; }
+  int max_step_rows() const { return max_step_rows_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  friend class CacheBuilder;
+  CachePlan() = default;
+  CacheConfig cfg_;
+  int max_tokens_ = 0, max_step_rows_ = 0;
+  int64_t bytes_ = 0;
+};
+
 class CacheBuilder {
  public:
-  // Validates cfg (Error naming the flag) and builds the caches of one sequence, K and V in the
-  // backend's memory (null: the CPU).
-  static SequenceCache for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows,
-                                 Backend* backend = nullptr);
-  // The bytes for_model's caches allocate (before any schedule re-splits them: a squeeze
-  // schedule keeps the total), computed without allocating them. host_mirror: a device backend.
-  static int64_t planned_bytes(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, bool host_mirror);
+  // Validates cfg (Error naming the flag) and plans one sequence's caches without allocating
+  // them. max_step_rows: the most rows a step appends (the prefill chunk); host_mirror: K and V
+  // live on a device (the bytes count the host copies of the metadata).
+  static CachePlan plan(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, bool host_mirror);
+  // The caches the plan describes, K and V in the backend's memory (null: the CPU).
+  static SequenceCache build(const ModelConfig& model, const CachePlan& plan, Backend* backend = nullptr);
+  // plan, then build.
+  static SequenceCache for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, Backend* backend = nullptr);
 };
 
 }  // namespace squeezekv

@@ -25,6 +25,21 @@ struct StepInfo {
   bool ends_input() const { return tokens_seen >= input_end; }
 };
 
+// What a policy that scores its rows in a pass of its own (kvzip) tells the runtime.
+class ScoringPass {
+ public:
+  virtual ~ScoringPass() = default;
+  // True from the end of the prompt until end_scoring(): the runtime then runs the pass (the
+  // input's token ids again, after an instruction), whose attention adds each retained key's
+  // largest probability into the mass (MassReduce::kMax), and calls end_scoring().
+  virtual bool wants_scoring() const = 0;
+  // Whether the runtime must keep the input's token ids until scoring (the pass repeats them).
+  virtual bool records_context() const = 0;
+  virtual void end_scoring() = 0;
+  // Rows of room beyond max_tokens the storage needs (one scoring chunk).
+  virtual int scratch_rows(int max_step_rows) const = 0;
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -55,16 +70,10 @@ class EvictionPolicy {
   virtual void before_compaction(const KvStorage&, const StepInfo&) {}
   virtual double concentration() const { return 0.0; }
 
-  // kvzip: true from the end of the prompt until end_scoring(): the runtime then runs the
-  // context-reconstruction pass, whose attention adds each retained key's largest probability
-  // into the mass (MassReduce::kMax), and calls end_scoring().
-  virtual bool wants_scoring() const { return false; }
-  // kvzip: whether the runtime must keep the token ids of the input until scoring (the
-  // reconstruction pass repeats them).
-  virtual bool records_context() const { return false; }
-  virtual void end_scoring() {}
-  // Rows of room beyond max_tokens the storage needs (kvzip: one scoring chunk).
-  virtual int scratch_rows(int max_step_rows) const { (void)max_step_rows; return 0; }
+  // A pass over the input once it has ended, which the runtime runs for the policy (kvzip's
+  // context reconstruction; kvpress keeps such a phase inside the press): null for the others.
+  virtual ScoringPass* scoring() { return nullptr; }
+  const ScoringPass* scoring() const { return const_cast<EvictionPolicy*>(this)->scoring(); }
 
   virtual void reset() {}
 };

@@ -20,8 +20,7 @@ struct Engine::Impl {
   Impl(const Model& m, const SessionOptions& o, int batch) : runner(m, o, rows(o, batch)), max_batch(batch) {}
   static int rows(const SessionOptions& o, int batch) {
     if (batch < 1) throw Error("engine: the batch must hold at least 1 sequence, got " + std::to_string(batch));
-    if (o.prefill_chunk < 1) throw Error("engine: prefill chunk must be at least 1, got " + std::to_string(o.prefill_chunk));
-    return std::max(o.prefill_chunk, batch);
+    return std::max(o.prefill_chunk, batch);  // the runner checks the chunk
   }
   SequenceState& get(SequenceId id) {
     auto it = seqs.find(id);
@@ -47,39 +46,24 @@ void Engine::remove_sequence(SequenceId id) { impl_->seqs.erase(id); }
 
 std::span<const float> Engine::prefill(SequenceId id, std::span<const int> tokens, int prompt_end) {
   SequenceState& s = impl_->get(id);
-  const int V = impl_->runner.model().config().vocab_size;
-  const int n = static_cast<int>(tokens.size());
-  if (n < 1 || n > std::min(impl_->runner.prefill_chunk(), s.max_tokens))
+  const int n = static_cast<int>(std::min(tokens.size(), static_cast<size_t>(INT32_MAX)));
+  if (n > impl_->runner.prefill_chunk())
     throw Error("engine: prefill of " + std::to_string(n) + " tokens (expected 1 to the prefill chunk, " +
                 std::to_string(impl_->runner.prefill_chunk()) + ")");
-  if (s.pos + n > s.max_tokens)
-    throw Error("engine: context full: " + std::to_string(s.pos + n) + " tokens exceed --ctx " + std::to_string(s.max_tokens));
-  check_token_ids(tokens, V, "engine");
-  if (prompt_end > s.max_tokens)
-    throw Error("engine: prompt end " + std::to_string(prompt_end) + " beyond --ctx " + std::to_string(s.max_tokens));
   const Segment seg{&s, tokens.data(), n, prompt_end};
-  impl_->runner.step({&seg, 1});
+  impl_->runner.step({&seg, 1}, "engine");
   return impl_->runner.logits(n - 1, 1, false);
 }
 
 std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span<const int> tokens) {
   Impl& m = *impl_;
-  const int V = m.runner.model().config().vocab_size;
   const int n = static_cast<int>(ids.size());
   if (n < 1 || n > m.max_batch || tokens.size() != ids.size())
     throw Error("engine: decode of " + std::to_string(n) + " sequences with " + std::to_string(tokens.size()) +
                 " tokens (expected 1 to " + std::to_string(m.max_batch) + ", one token each)");
   m.segments.clear();
-  for (int i = 0; i < n; ++i) {
-    SequenceState& s = m.get(ids[i]);
-    for (const Segment& o : m.segments)
-      if (o.seq == &s) throw Error("engine: sequence " + std::to_string(ids[i]) + " appears twice in one decode step");
-    if (s.pos + 1 > s.max_tokens)
-      throw Error("engine: context full: sequence " + std::to_string(ids[i]) + " holds --ctx " + std::to_string(s.max_tokens) + " tokens");
-    m.segments.push_back({&s, &tokens[i], 1});
-  }
-  check_token_ids(tokens, V, "engine");
-  m.runner.step(m.segments);
+  for (int i = 0; i < n; ++i) m.segments.push_back({&m.get(ids[i]), &tokens[i], 1});
+  m.runner.step(m.segments, "engine");
   return m.runner.logits(0, n, true);
 }
 

@@ -67,7 +67,8 @@ int64_t Runner::scratch_bytes(const ModelConfig& c, int max_rows) {
 
 Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m), opt_(o), max_rows_(max_rows) {
   const ModelConfig& c = m.config();
-  if (opt_.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(opt_.prefill_chunk));
+  if (opt_.prefill_chunk < 1) throw Error("--prefill-chunk: must be at least 1, got " + std::to_string(opt_.prefill_chunk));
+  if (max_rows_ < 1) throw Error("runner: a step must hold at least 1 row, got " + std::to_string(max_rows_));
   if (opt_.max_memory < 0) throw Error("--max-memory: must be positive, got " + std::to_string(opt_.max_memory));
   const int64_t weights = m.weight_summary().total_bytes, scratch = scratch_bytes(c, max_rows_);
   base_bytes_ = weights + scratch;
@@ -113,11 +114,12 @@ void check_token_ids(std::span<const int> tokens, int V, const char* op) {
 SequenceState Runner::new_sequence(const CacheConfig& cache_in, int64_t other_kv_bytes) const {
   const ModelConfig& c = model_.config();
   CacheConfig cache = cache_in;
-  validate(cache);
   cache.max_tokens = sequence_max_tokens(c, cache);
+  // the config is checked here, once (CachePlan holds only valid ones)
+  const CachePlan plan = CacheBuilder::plan(c, cache, std::min(chunk_, cache.max_tokens), !backend_->host_visible());
   SequenceState s;
-  s.max_tokens = cache.max_tokens;
-  s.kv_bytes = CacheBuilder::planned_bytes(c, cache, std::min(chunk_, s.max_tokens), !backend_->host_visible());
+  s.max_tokens = plan.max_tokens();
+  s.kv_bytes = plan.bytes();
   if (opt_.max_memory > 0 && base_bytes_ + other_kv_bytes + s.kv_bytes > opt_.max_memory)
     throw MemoryLimitError("--max-memory: this sequence's KV cache (" + mib(s.kv_bytes) + " for " + std::to_string(s.max_tokens) +
                 " tokens) beside the weights and activations (" + mib(base_bytes_) + ")" +
@@ -125,11 +127,31 @@ SequenceState Runner::new_sequence(const CacheConfig& cache_in, int64_t other_kv
                 " needs " + mib(base_bytes_ + other_kv_bytes + s.kv_bytes) + ", above the limit of " + mib(opt_.max_memory) +
                 "; lower --ctx, use an eviction policy with --kv-budget, or raise --max-memory",
                 base_bytes_ + s.kv_bytes > opt_.max_memory);
-  s.caches = CacheBuilder::for_model(c, cache, std::min(chunk_, s.max_tokens), backend_.get());
+  s.caches = CacheBuilder::build(c, plan, backend_.get());
   return s;
 }
 
-void Runner::step(std::span<const Segment> segments) {
+void Runner::check(const Segment& s, const char* op) const {
+  if (s.T < 1) throw Error(std::string(op) + ": no tokens");
+  check_token_ids({s.tokens, static_cast<size_t>(s.T)}, model_.config().vocab_size, op);
+  const SequenceState& q = *s.seq;
+  if (static_cast<int64_t>(q.pos) + s.T > q.max_tokens)
+    throw Error(std::string(op) + ": context full: " + std::to_string(static_cast<int64_t>(q.pos) + s.T) + " tokens exceed --ctx " +
+                std::to_string(q.max_tokens));
+  if (s.input_end > q.max_tokens)
+    throw Error(std::string(op) + ": input end " + std::to_string(s.input_end) + " beyond --ctx " + std::to_string(q.max_tokens));
+}
+
+void Runner::step(std::span<const Segment> segments, const char* op) {
+  int rows = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    check(segments[i], op);
+    rows += segments[i].T;
+    for (size_t j = 0; j < i; ++j)
+      if (segments[j].seq == segments[i].seq) throw Error(std::string(op) + ": a sequence appears twice in one step");
+  }
+  if (segments.empty() || rows > max_rows_)
+    throw Error(std::string(op) + ": a step of " + std::to_string(rows) + " rows (expected 1 to " + std::to_string(max_rows_) + ")");
   forward(segments, Pass::kStep);
   for (const Segment& s : segments) {
     SequenceState& q = *s.seq;
@@ -196,7 +218,8 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
   for (const Segment& s : segments) s.seq->caches.stage_step(s.T);  // a device's per-layer counts, one copy
   b.embed(x, dw_->tok_embd, rows_tok_.data(), T);
   b.rmsnorm(xn, x, dw_->layers[0].attn_norm, T, E, c.norm_eps);
-  meters_.resize(segments.size());
+  observers_.resize(segments.size());
+  rows_.resize(segments.size());
   probes_.resize(segments.size());
   marks_.resize(segments.size());
   for (int l = 0; l < c.n_layers; ++l) {
@@ -206,20 +229,21 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
     const RopeSpec rope{rpos, dw_->inv_freq, D, pairing};
     const MatmulPart qkv[3] = {{q, &L.wq, L.bq, &rope}, {k, &L.wk, L.bk, &rope}, {v, &L.wv, L.bv, nullptr}};
     b.matmuls(qkv, 3, xn, T, act_, mode);
-    bool residual = false;
+    // a layer whose cache watches the step (squeeze's metric while its schedule is pending) is
+    // shown its rows at the points below (kv/observer.h); a scoring pass is watched by none
+    bool keep_input = false;
     for (size_t i = 0; i < segments.size(); ++i) {
-      meters_[i] = scoring ? nullptr : segments[i].seq->caches.layers[l].meter();
-      residual = residual || (meters_[i] != nullptr && meters_[i]->metric() == SqueezeMetric::kResidualCosine);
+      observers_[i] = scoring ? nullptr : segments[i].seq->caches.layers[l].observer();
+      keep_input = keep_input || (observers_[i] != nullptr && observers_[i]->wants_layer_input());
     }
-    if (residual) b.copy(x_in_->data(), x, static_cast<size_t>(TE) * sizeof(float));
+    if (keep_input) b.copy(x_in_->data(), x, static_cast<size_t>(TE) * sizeof(float));
     // each sequence's rows join its own cache and attend over it (all sequences in one call)
     calls_.clear();
     for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
       const Segment& s = segments[i];
       LayerCache& cache = s.seq->caches.layers[l];
-      ConcentrationMeter* meter = meters_[i];
-      if (meter != nullptr && meter->metric() == SqueezeMetric::kKeyCosine)
-        meter->add_keys(host_copy(metric_a_, k + r * KD, static_cast<size_t>(s.T) * KD), s.T, G, D);
+      rows_[i] = LayerRows{&b, &scratch_, s.T, E, H, G, D, q + r * QD, k + r * KD, rpos + r, att + r * QD, s.input_end};
+      if (observers_[i] != nullptr) observers_[i]->before_attention(rows_[i]);
       marks_[i] = cache.mark();
       cache.append(k + r * KD, v + r * KD, rows_pos_host_.data() + r, s.T, rpos + r);
       AttentionProbe& probe = probes_[i];
@@ -231,38 +255,22 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
         if (cache.mass_rows() > 0 && !scoring) probe.mass_row_begin = std::max(0, s.T - cache.mass_rows());
         if (scoring) probe.reduce = MassReduce::kMax;
       }
-      probe.entropy = meter != nullptr && meter->metric() == SqueezeMetric::kAttentionEntropy;
+      if (observers_[i] != nullptr) observers_[i]->ask(probe);
       calls_.push_back({att + r * QD, q + r * QD, rpos + r, s.T, H, kv, &probe});
     }
     if (calls_.size() == 1) b.attention(calls_[0].out, calls_[0].q, calls_[0].q_pos, calls_[0].T, H, calls_[0].kv, calls_[0].probe);
     else b.attention_batch(calls_.data(), static_cast<int>(calls_.size()));
-    for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
-      if (probes_[i].entropy) meters_[i]->add_entropy(probes_[i].entropy_sum, probes_[i].entropy_rows);
-      if (meters_[i] != nullptr && meters_[i]->metric() == SqueezeMetric::kEvictionError) {
-        // the step's last rows attend once more, over what the average budget's h2o cut would keep
-        const int w = std::min(segments[i].T, meters_[i]->window()), first = r + segments[i].T - w;
-        const size_t n = static_cast<size_t>(w) * QD;
-        const float* o = host_copy(metric_a_, att + first * QD, n);
-        if (const std::optional<KvView> cut = segments[i].seq->caches.layers[l].cut_view(segments[i].input_end)) {
-          if (!cut_out_ || cut_out_->bytes() < n * sizeof(float)) cut_out_ = b.alloc(n * sizeof(float));
-          b.attention(cut_out_->as<float>(), q + first * QD, rpos + first, w, H, *cut, nullptr);
-          meters_[i]->add_output_error(o, host_copy(metric_b_, cut_out_->as<float>(), n), static_cast<int64_t>(n));
-        } else {
-          meters_[i]->add_output_error(o, o, static_cast<int64_t>(n));
-        }
-      }
-      // a scoring pass's rows leave the cache once they have attended
-      if (scoring) segments[i].seq->caches.layers[l].drop_since(marks_[i]);
+    for (size_t i = 0; i < segments.size(); ++i) {
+      LayerCache& cache = segments[i].seq->caches.layers[l];
+      if (observers_[i] != nullptr) observers_[i]->after_attention(rows_[i], probes_[i], cache);
+      if (scoring) cache.drop_since(marks_[i]);  // a scoring pass's rows leave the cache once they have attended
     }
     matmul(tmp, att, L.wo, nullptr);
     // x += attention output; xn = its norm for the feed-forward block (SwiGLU)
     b.add_rmsnorm(xn, x, tmp, L.ffn_norm, T, E, c.norm_eps);
-    for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
-      if (meters_[i] == nullptr || meters_[i]->metric() != SqueezeMetric::kResidualCosine) continue;
-      const size_t n = static_cast<size_t>(segments[i].T) * E;
-      meters_[i]->add_residual(host_copy(metric_a_, x_in_->as<float>() + static_cast<size_t>(r) * E, n),
-                               host_copy(metric_b_, x + static_cast<size_t>(r) * E, n), segments[i].T, E);
-    }
+    for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i)
+      if (observers_[i] != nullptr && keep_input)
+        observers_[i]->after_block(rows_[i], x_in_->as<float>() + static_cast<size_t>(r) * E, x + static_cast<size_t>(r) * E);
     b.matmul_swiglu(gate, up, xn, L.w_gate, L.w_up, T, act_, mode);  // gate = silu(gate) * up
     matmul(tmp, gate, L.w_down, nullptr);
     // x += feed-forward output; xn = its norm for the next layer (or the output head)
@@ -289,13 +297,6 @@ int64_t Runner::matrix_bytes() const {
     for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
       b += static_cast<int64_t>(m->row_bytes) * m->rows;
   return b;
-}
-
-// n floats of backend memory, copied into host (only while a squeeze metric is pending).
-const float* Runner::host_copy(std::vector<float>& host, const float* src, size_t n) {
-  if (host.size() < n) host.resize(n);
-  backend_->download(host.data(), src, n * sizeof(float));
-  return host.data();
 }
 
 }  // namespace squeezekv

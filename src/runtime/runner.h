@@ -23,7 +23,7 @@ struct SequenceState {
   SequenceCache caches;
   int pos = 0;
   int max_tokens = 0;        // most tokens this sequence may see
-  int64_t kv_bytes = 0;      // what its caches allocate (CacheBuilder::planned_bytes), for --max-memory
+  int64_t kv_bytes = 0;      // what its caches allocate (CachePlan::bytes), for --max-memory
   std::vector<int> context;  // the input's token ids while a policy will score by repeating it (kvzip)
 };
 
@@ -56,12 +56,18 @@ class Runner {
   // the caller's other live sequences hold), checked before they are allocated.
   SequenceState new_sequence(const CacheConfig& cache, int64_t other_kv_bytes = 0) const;
 
-  // One step over the segments' rows (at most max_rows in all). When every segment is one row
+  // Refuses a segment that cannot run, before any work (Error starting with op): no rows, token
+  // ids outside the vocabulary, more tokens than the sequence may see, an input end beyond them.
+  // The one check of a step's input: step() runs it on every segment; Session runs it on a whole
+  // input before its first chunk.
+  void check(const Segment& s, const char* op) const;
+  // One step over the segments' rows (at most max_rows in all; each segment checked, a sequence
+  // at most once). When every segment is one row
   // (a decode batch), each row gets exactly a lone sequence's arithmetic (RowMode::kIndependent).
   // Then every layer cache ends the step (policies evict); a sequence whose policy now wants its
   // input scored (kvzip) runs that pass before step returns. Leaves the final hidden states
   // (after the output norm) for logits().
-  void step(std::span<const Segment> segments);
+  void step(std::span<const Segment> segments, const char* op = "step");
   // Logits [n][V] of rows [first_row, first_row + n) of the last step, in host memory;
   // independent_rows: the rows belong to different sequences (a decode batch).
   std::span<const float> logits(int first_row, int n, bool independent_rows);
@@ -76,7 +82,6 @@ class Runner {
   static int64_t scratch_bytes(const ModelConfig& c, int max_rows);
 
  private:
-  const float* host_copy(std::vector<float>& host, const float* src, size_t n);
   // kScore: the rows only score the cached keys (attention mass reduced by max) and leave the
   // caches as they were; no step ends.
   enum class Pass : uint8_t { kStep, kScore };
@@ -94,8 +99,7 @@ class Runner {
   std::unique_ptr<DeviceWeights> dw_;
   // activations in the backend's memory, sized for max_rows rows
   std::unique_ptr<Buffer> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_;  // [T][E] x2, [T][H*D], [T][G*D] x2, [T][H*D], [T][E], [T][F] x2
-  std::unique_ptr<Buffer> cut_out_;                                     // [W][H*D] eviction_error: the cut's attention output
-  std::unique_ptr<Buffer> x_in_;                                        // [T][E] layer input (residual_cosine only)
+  std::unique_ptr<Buffer> x_in_;                                        // [T][E] layer input (for an observer that asks)
   std::unique_ptr<Buffer> rows_pos_;                                    // [T] positions of the step's rows
   std::unique_ptr<Buffer> logits_dev_;                                  // [n][V]
   std::unique_ptr<Buffer> xn_keep_;                                     // [T][E] a step's output while a scoring pass runs
@@ -103,8 +107,9 @@ class Runner {
   // host side
   std::vector<int32_t> rows_pos_host_;  // [T]
   std::vector<int32_t> rows_tok_;       // [T]
-  std::vector<float> metric_a_, metric_b_;                              // squeeze metric inputs, copied down once per schedule
-  std::vector<ConcentrationMeter*> meters_;                             // [segments] metric inputs wanted this layer
+  ObserverScratch scratch_;                                             // the observers' copies (squeeze metric inputs)
+  std::vector<LayerObserver*> observers_;                               // [segments] this layer's, or null
+  std::vector<LayerRows> rows_;                                         // [segments] what the observers are shown
   std::vector<AttentionProbe> probes_;                                  // [segments]
   std::vector<LayerCache::Mark> marks_;                                  // [segments] rows held before this layer's append
   std::vector<AttentionCall> calls_;                                    // [segments]

@@ -4,16 +4,18 @@
 #include <algorithm>
 #include <string>
 
+#include "core/enum_table.h"
 #include "runtime/runner.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv {
 
-DecodeActivations parse_decode_activations(const std::string& s) {
-  if (s == "f32") return DecodeActivations::kF32;
-  if (s == "int8") return DecodeActivations::kInt8;
-  throw Error("--decode-activations: unknown value '" + s + "' (expected f32 or int8)");
-}
+namespace {
+const EnumName<DecodeActivations> kActivations[] = {{"f32", DecodeActivations::kF32}, {"int8", DecodeActivations::kInt8}};
+}  // namespace
+
+DecodeActivations parse_decode_activations(const std::string& s) { return parse_enum("--decode-activations", s, kActivations); }
+const char* decode_activations_name(DecodeActivations a) { return enum_name(a, kActivations); }
 
 struct Session::Impl {
   Runner runner;
@@ -22,9 +24,8 @@ struct Session::Impl {
   std::vector<float> logits;    // [n][V] when every row's logits are asked for
 
   static int max_rows(const Model& m, const SessionOptions& o) {
-    if (o.prefill_chunk < 1) throw Error("session: prefill chunk must be at least 1, got " + std::to_string(o.prefill_chunk));
-    validate(o.cache);
-    return std::min(o.prefill_chunk, sequence_max_tokens(m.config(), o.cache));
+    validate(o.cache);  // the API's edge: a bad config is refused before the weights go to the device
+    return std::min(o.prefill_chunk, sequence_max_tokens(m.config(), o.cache));  // the runner checks the chunk
   }
   Impl(const Model& m, const SessionOptions& o)
       : runner(m, o, max_rows(m, o)), seq(runner.new_sequence(o.cache)), chunk(runner.max_rows()) {}
@@ -38,19 +39,16 @@ std::span<const float> Session::forward(std::span<const int> tokens, bool all_lo
   Impl& m = *impl_;
   const ModelConfig& c = m.runner.model().config();
   const int V = c.vocab_size;
-  if (tokens.empty()) throw Error("forward: no tokens");
-  check_token_ids(tokens, V, "forward");
-  if (m.seq.pos + static_cast<int64_t>(tokens.size()) > m.seq.max_tokens)
-    throw Error("forward: context full: " + std::to_string(m.seq.pos + tokens.size()) + " tokens exceed --ctx " +
-                std::to_string(m.seq.max_tokens));
-  const int n = static_cast<int>(tokens.size());
+  // the whole input first: a bad one runs no chunk
+  const int n = static_cast<int>(std::min<size_t>(tokens.size(), INT32_MAX));
+  m.runner.check({&m.seq, tokens.data(), n}, "forward");
   std::span<const float> last;
   if (all_logits) m.logits.resize(static_cast<size_t>(n) * V);
   const int64_t input_end = m.seq.pos + static_cast<int64_t>(n);
   for (int s = 0; s < n; s += m.chunk) {
     const int T = std::min(m.chunk, n - s);
     const Segment seg{&m.seq, tokens.data() + s, T, input_end};
-    m.runner.step({&seg, 1});
+    m.runner.step({&seg, 1}, "forward");
     if (all_logits) {
       const std::span<const float> l = m.runner.logits(0, T, false);
       std::copy(l.begin(), l.end(), m.logits.begin() + static_cast<size_t>(s) * V);

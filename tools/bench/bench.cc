@@ -150,7 +150,7 @@ std::string report_table(const Model& model, const SessionOptions& so, const Ben
                 types.c_str());
   out += line;
   std::snprintf(line, sizeof line, "device: %s (host: %s) | decode: %s | kv: %s\n\n", r.device.c_str(), cpu_name().c_str(),
-                so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32", kv_desc(so).c_str());
+                decode_activations_name(so.decode_activations), kv_desc(so).c_str());
   out += line;
   if (r.copy_bandwidth > 0) {
     std::snprintf(line, sizeof line, "copy bandwidth %.2f TB/s (measured); matrices on the device %.2f GB\n\n",
@@ -194,10 +194,10 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
       {"device_description", r.device},
       {"cpu", cpu_name()},
       {"threads", so.threads},
-      {"decode_activations", so.decode_activations == DecodeActivations::kInt8 ? "int8" : "f32"},
+      {"decode_activations", decode_activations_name(so.decode_activations)},
       {"kv_policy", kv_policy_name(so.cache.policy)},
       {"kv_budget", so.cache.budget},
-      {"kv_type", so.cache.dtype == KvDType::kF16 ? "f16" : "f32"},
+      {"kv_type", kv_dtype_name(so.cache.dtype)},
       {"prefill_chunk", so.prefill_chunk},
       {"repetitions", o.repetitions},
       {"peak_rss_bytes", r.peak_rss_bytes},

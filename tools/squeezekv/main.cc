@@ -159,9 +159,7 @@ SessionOptions session_options(const CommonArgs& a) {
   if (a.device_weights != "bf16" && a.device_weights != "f32")
     throw Error("--device-weights: unknown value '" + a.device_weights + "' (expected bf16 or f32)");
   so.f32_device_weights = a.device_weights == "f32";
-  if (a.cuda_graphs != "on" && a.cuda_graphs != "off")
-    throw Error("--cuda-graphs: unknown value '" + a.cuda_graphs + "' (expected on or off)");
-  so.cuda_graphs = a.cuda_graphs == "on";
+  so.cuda_graphs = parse_on_off("--cuda-graphs", a.cuda_graphs);
   if (!a.max_memory.empty()) so.max_memory = parse_size("--max-memory", a.max_memory);
   if (!device_available(so.device))
     throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON on a "

@@ -14,7 +14,7 @@
 namespace squeezekv {
 namespace {
 
-class KvzipPolicy final : public EvictionPolicy {
+class KvzipPolicy final : public EvictionPolicy, public ScoringPass {
  public:
   KvzipPolicy(const CacheConfig& c, int max_tokens, int n_kv_heads)
       : cfg_(c), max_tokens_(max_tokens), G_(n_kv_heads), adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
@@ -43,6 +43,7 @@ class KvzipPolicy final : public EvictionPolicy {
     // a prompt within the budget is kept whole: nothing to score
     phase_ = step.tokens_seen > cfg_.budget ? Phase::kScoring : Phase::kDecode;
   }
+  ScoringPass* scoring() override { return this; }
   bool wants_scoring() const override { return phase_ == Phase::kScoring; }
   bool records_context() const override { return phase_ != Phase::kDecode; }
   void end_scoring() override {

@@ -2,6 +2,7 @@
 // (and its KvPolicy value); names, help texts, validation and cache building all read this table.
 #include <string>
 
+#include "core/enum_table.h"
 #include "kv/policy.h"
 #include "squeezekv/error.h"
 
@@ -33,14 +34,7 @@ const PolicyInfo& policy_info(KvPolicy p) {
   throw Error("kv policy: no registry row for policy value " + std::to_string(static_cast<int>(p)));
 }
 
-KvPolicy parse_kv_policy(const std::string& name) {
-  std::string valid;
-  for (const PolicyInfo& i : kPolicies) {
-    if (name == i.name) return i.id;
-    valid += (valid.empty() ? "" : ", ") + std::string(i.name);
-  }
-  throw Error("--kv-policy: unknown value '" + name + "' (expected one of: " + valid + ")");
-}
+KvPolicy parse_kv_policy(const std::string& name) { return find_named("--kv-policy", name, kPolicies).id; }
 
 const char* kv_policy_name(KvPolicy p) {
   for (const PolicyInfo& i : kPolicies)
@@ -49,11 +43,7 @@ const char* kv_policy_name(KvPolicy p) {
 }
 
 const char* kv_policy_names() {
-  static const std::string names = [] {
-    std::string s;
-    for (const PolicyInfo& i : kPolicies) s += (s.empty() ? "" : " | ") + std::string(i.name);
-    return s;
-  }();
+  static const std::string names = names_of(kPolicies, " | ");
   return names.c_str();
 }
 

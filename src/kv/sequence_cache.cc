@@ -1,0 +1,78 @@
+// The caches of one sequence (layer_cache.h: SequenceCache) and how they are planned and built
+// (CacheBuilder): the config validated once, into a CachePlan, which the builder trusts.
+#include <algorithm>
+
+#include "kv/layer_cache.h"
+#include "squeezekv/error.h"
+#include "squeezekv/model_config.h"
+
+namespace squeezekv {
+
+void SequenceCache::reset() {
+  for (LayerCache& l : layers) l.reset();
+  if (coordinator) coordinator->reset();
+}
+
+void SequenceCache::stage_step(int T) {
+  if (!counts_dev) return;  // host-visible backends read the count from the view
+  for (size_t l = 0; l < layers.size(); ++l) counts_host[l] = layers[l].storage().count() + T;
+  backend->upload(counts_dev->data(), counts_host.data(), counts_host.size() * sizeof(int32_t));
+}
+
+void SequenceCache::end_step(int64_t input_end) {
+  for (LayerCache& l : layers) l.before_compaction(input_end);
+  for (LayerCache& l : layers) l.end_step();
+}
+
+bool SequenceCache::wants_scoring() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerCache& l) { return l.wants_scoring(); });
+}
+
+bool SequenceCache::records_context() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerCache& l) { return l.records_context(); });
+}
+
+CachePlan CacheBuilder::plan(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, bool host_mirror) {
+  validate(cfg);  // the one check: a CachePlan holds a valid config
+  CachePlan p;
+  p.cfg_ = cfg;
+  p.max_tokens_ = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
+  p.max_step_rows_ = max_step_rows;
+  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
+  const PolicyInfo& info = policy_info(cfg.policy);
+  for (int l = 0; l < model.n_layers; ++l) {
+    const PolicyContext ctx{cfg, l, model.n_layers, p.max_tokens_, model.n_kv_heads, nullptr};
+    const auto policy = info.make(ctx);
+    const int cap = LayerCache::capacity_for(*policy, max_step_rows, p.max_tokens_);
+    p.bytes_ += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, host_mirror);
+  }
+  return p;
+}
+
+SequenceCache CacheBuilder::build(const ModelConfig& model, const CachePlan& plan, Backend* backend) {
+  const CacheConfig& cfg = plan.config();
+  SequenceCache sc;
+  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
+  const PolicyInfo& info = policy_info(cfg.policy);
+  if (info.coordinated)
+    sc.coordinator = std::make_unique<SqueezeCoordinator>(model.n_layers, cfg.budget, cfg.sinks, cfg.squeeze_strength,
+                                                          cfg.squeeze_alloc, cfg.squeeze_p);
+  sc.layers.reserve(static_cast<size_t>(model.n_layers));
+  for (int l = 0; l < model.n_layers; ++l) {
+    const PolicyContext ctx{cfg, l, model.n_layers, plan.max_tokens(), model.n_kv_heads, sc.coordinator.get()};
+    sc.layers.emplace_back(l, model.n_kv_heads, model.head_dim, t, info.make(ctx), plan.max_step_rows(), plan.max_tokens(), backend);
+  }
+  if (backend != nullptr && !backend->host_visible()) {
+    sc.backend = backend;
+    sc.counts_dev = backend->alloc(static_cast<size_t>(model.n_layers) * sizeof(int32_t));
+    sc.counts_host.assign(static_cast<size_t>(model.n_layers), 0);
+    for (int l = 0; l < model.n_layers; ++l) sc.layers[l].bind_device_count(sc.counts_dev->as<int32_t>() + l);
+  }
+  return sc;
+}
+
+SequenceCache CacheBuilder::for_model(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, Backend* backend) {
+  return build(model, plan(model, cfg, max_step_rows, backend != nullptr && !backend->host_visible()), backend);
+}
+
+}  // namespace squeezekv
