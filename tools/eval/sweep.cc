@@ -16,6 +16,7 @@
 
 #include "eval/eval.h"
 #include "eval/progress.h"
+#include "eval/record.h"
 #include "common/kv_json.h"
 #include "core/json_fields.h"
 #include "squeezekv/error.h"
@@ -234,48 +235,14 @@ void run_sweep(const SweepOptions& o, int threads) {
     so.threads = threads;
     so.cache = r.cache;
     so.prefill_chunk = r.prefill_chunk;
-    json rec;
-    rec["key"] = r.key;
-    rec["model"] = plan.model;
-    rec["task"] = r.task_label;
-    rec["policy"] = r.policy_label;
-    rec["kv_policy"] = kv_policy_name(so.cache.policy);
-    rec["budget"] = so.cache.budget;
-    rec["budget_fraction"] = r.fraction;
-    rec["ctx"] = r.ctx;
-    rec["git_commit"] = commit;
-    rec["threads"] = threads;
-    rec["prefill_chunk"] = so.prefill_chunk;
-    RunCost cost;
-    if (r.is_ppl) {
-      const PplResult pr = run_ppl(*model, so, r.ppl);
-      rec["metric"] = "ppl";
-      rec["value"] = pr.ppl;
-      rec["window_ppl"] = pr.window_ppl;
-      rec["tokens"] = pr.tokens;
-      cost = pr.cost;
-    } else {
-      rec["question_aware"] = r.retrieval.question_aware;
-      const RetrievalResult rr = run_retrieval(*model, so, r.retrieval);
-      rec["metric"] = "accuracy";
-      rec["value"] = rr.accuracy;
-      json bd = json::array();
-      for (const auto& [d, a] : rr.by_depth) bd.push_back({{"depth", d}, {"accuracy", a}});
-      rec["by_depth"] = bd;
-      int correct = 0;
-      for (const auto& smp : rr.samples) correct += smp.correct;
-      rec["n_samples"] = rr.samples.size();  // for the report's 95% interval
-      rec["n_correct"] = correct;
-      cost = rr.cost;
-    }
-    rec["kept_bytes"] = cost.kept_bytes;
-    rec["full_bytes"] = cost.full_bytes;
-    rec["tokens_per_s"] = cost.tokens_per_second;
-    rec["seconds"] = cost.seconds;
-    rec["layer_budgets"] = cost.layer_budgets;
-    std::ofstream out(output, std::ios::app);
-    out << rec.dump() << "\n";
-    if (!out) throw Error("sweep: cannot append to '" + output + "'");
+    json settings = run_settings(r.task_label, r.policy_label, so, r.ctx);
+    settings["key"] = r.key;
+    settings["model"] = plan.model;
+    settings["budget_fraction"] = r.fraction;
+    settings["git_commit"] = commit;
+    const json rec = r.is_ppl ? ppl_record(settings, r.ppl, run_ppl(*model, so, r.ppl))
+                              : retrieval_record(settings, r.retrieval, run_retrieval(*model, so, r.retrieval), false);
+    write_record(output, rec, true, "sweep");
     bar.update(++n);
   }
 }

@@ -17,6 +17,7 @@
 
 #include "bench/bench.h"
 #include "eval/eval.h"
+#include "eval/record.h"
 #include "server/server.h"
 #include "squeezekv/error.h"
 #include "squeezekv/generate.h"
@@ -286,18 +287,6 @@ struct EvalArgs {
   eval::SweepOptions sweep;
 };
 
-// A result record for --json, with the same cost fields the sweep records carry.
-void write_json_record(const std::string& path, nlohmann::json record, const eval::RunCost& c) {
-  record["kept_bytes"] = c.kept_bytes;
-  record["full_bytes"] = c.full_bytes;
-  record["seconds"] = c.seconds;
-  record["tokens_per_s"] = c.tokens_per_second;
-  record["layer_budgets"] = c.layer_budgets;
-  std::ofstream out(path);
-  out << record.dump() << "\n";
-  if (!out) throw Error("--json: cannot write '" + path + "'");
-}
-
 int run_eval_ppl(const CommonArgs& a, EvalArgs& e) {
   eval::validate(e.ppl);  // before any model work
   const SessionOptions so = session_options(a);
@@ -313,11 +302,7 @@ int run_eval_ppl(const CommonArgs& a, EvalArgs& e) {
               static_cast<long long>(r.tokens), static_cast<long long>(r.cost.kept_bytes),
               static_cast<long long>(r.cost.full_bytes));
   if (!e.json_out.empty())
-    write_json_record(e.json_out,
-                      {{"task", "ppl"}, {"policy", kv_policy_name(so.cache.policy)}, {"budget", so.cache.budget}, {"ctx", e.ppl.ctx},
-                       {"prefix", e.ppl.prefix}, {"ppl", r.ppl}, {"windows", e.ppl.windows},
-                       {"window_ppl", r.window_ppl}, {"tokens", r.tokens}},
-                      r.cost);
+    eval::write_record(e.json_out, eval::ppl_record(eval::run_settings("ppl", "", so, e.ppl.ctx), e.ppl, r), false, "--json");
   return 0;
 }
 
@@ -339,20 +324,10 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
   std::printf("task=%s ctx=%d accuracy=%.4f by_depth=%s kept_bytes=%lld full_bytes=%lld\n", eval::task_name(e.ret.task),
               e.ret.ctx, r.accuracy, depths.c_str(), static_cast<long long>(r.cost.kept_bytes),
               static_cast<long long>(r.cost.full_bytes));
-  if (!e.json_out.empty()) {
-    nlohmann::json by_depth = nlohmann::json::array();
-    for (const auto& [d, acc] : r.by_depth) by_depth.push_back({{"depth", d}, {"accuracy", acc}});
-    // every sample with its token ids, so a peer can be run on exactly these prompts
-    nlohmann::json samples = nlohmann::json::array();
-    for (const auto& smp : r.samples)
-      samples.push_back({{"depth", smp.depth}, {"expected", smp.expected}, {"answer", smp.answer}, {"correct", smp.correct},
-                         {"needle_kept", smp.needle_kept}, {"prompt_ids", smp.prompt_ids}, {"continue_ids", smp.continue_ids}});
-    write_json_record(e.json_out,
-                      {{"task", eval::task_name(e.ret.task)}, {"policy", kv_policy_name(so.cache.policy)}, {"budget", so.cache.budget},
-                       {"ctx", e.ret.ctx}, {"question_aware", e.ret.question_aware}, {"accuracy", r.accuracy},
-                       {"by_depth", by_depth}, {"samples", samples}},
-                      r.cost);
-  }
+  if (!e.json_out.empty())  // with every sample's token ids, so a peer can run exactly these prompts
+    eval::write_record(e.json_out,
+                       eval::retrieval_record(eval::run_settings(eval::task_name(e.ret.task), "", so, e.ret.ctx), e.ret, r, true), false,
+                       "--json");
   return 0;
 }
 

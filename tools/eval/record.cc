@@ -1,0 +1,74 @@
+// Evaluation run records (record.h).
+#include "eval/record.h"
+
+#include <fstream>
+
+#include "squeezekv/error.h"
+#include "squeezekv/kv_cache.h"
+
+namespace squeezekv::eval {
+
+using nlohmann::json;
+
+namespace {
+void add_cost(json& r, const RunCost& c) {
+  r["kept_bytes"] = c.kept_bytes;
+  r["full_bytes"] = c.full_bytes;
+  r["seconds"] = c.seconds;
+  r["tokens_per_s"] = c.tokens_per_second;
+  r["layer_budgets"] = c.layer_budgets;
+}
+}  // namespace
+
+json run_settings(const std::string& task, const std::string& policy, const SessionOptions& so, int ctx) {
+  return {{"task", task},
+          {"policy", policy.empty() ? kv_policy_name(so.cache.policy) : policy},
+          {"kv_policy", kv_policy_name(so.cache.policy)},
+          {"budget", so.cache.budget},
+          {"ctx", ctx},
+          {"threads", so.threads},
+          {"prefill_chunk", so.prefill_chunk}};
+}
+
+json ppl_record(json r, const PplOptions& o, const PplResult& res) {
+  r["metric"] = "ppl";
+  r["value"] = res.ppl;
+  r["ppl"] = res.ppl;
+  r["prefix"] = o.prefix;
+  r["windows"] = o.windows;
+  r["window_ppl"] = res.window_ppl;
+  r["tokens"] = res.tokens;
+  add_cost(r, res.cost);
+  return r;
+}
+
+json retrieval_record(json r, const RetrievalOptions& o, const RetrievalResult& res, bool with_samples) {
+  r["metric"] = "accuracy";
+  r["value"] = res.accuracy;
+  r["accuracy"] = res.accuracy;
+  r["question_aware"] = o.question_aware;
+  json by_depth = json::array();
+  for (const auto& [d, a] : res.by_depth) by_depth.push_back({{"depth", d}, {"accuracy", a}});
+  r["by_depth"] = by_depth;
+  int correct = 0;
+  for (const RetrievalSample& s : res.samples) correct += s.correct;
+  r["n_samples"] = res.samples.size();  // for a report's 95% interval
+  r["n_correct"] = correct;
+  if (with_samples) {
+    json samples = json::array();
+    for (const RetrievalSample& s : res.samples)
+      samples.push_back({{"depth", s.depth}, {"expected", s.expected}, {"answer", s.answer}, {"correct", s.correct},
+                         {"needle_kept", s.needle_kept}, {"prompt_ids", s.prompt_ids}, {"continue_ids", s.continue_ids}});
+    r["samples"] = samples;
+  }
+  add_cost(r, res.cost);
+  return r;
+}
+
+void write_record(const std::string& path, const json& record, bool append, const std::string& what) {
+  std::ofstream out(path, append ? std::ios::app : std::ios::trunc);
+  out << record.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  if (!out) throw Error(what + ": cannot write '" + path + "'");
+}
+
+}  // namespace squeezekv::eval
