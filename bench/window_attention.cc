@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     CacheConfig watch;  // snapkv with room for everything: no eviction, the window's mass kept
     watch.policy = KvPolicy::kSnapKV;
     watch.budget = T + 1;
-    watch.window = window;
+    watch.snapkv_window = window;
     watch.max_tokens = T + 1;
     SequenceState all = runner.new_sequence(watch);
     const Segment seg{&all, ids.data(), T};

@@ -506,7 +506,7 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
     cpu.cache.dtype = KvDType::kF32;
     cpu.cache.policy = policy;
     cpu.cache.budget = 40;
-    cpu.cache.window = 8;
+    cpu.cache.snapkv_window = 8;
     SessionOptions gpu = cpu;
     gpu.device = Device::kCuda;
     gpu.f32_device_weights = true;

@@ -32,7 +32,7 @@ CacheConfig cache_of(KvPolicy p, int budget) {
 
 CacheConfig snapkv(int budget, int window) {
   CacheConfig c = cache_of(KvPolicy::kSnapKV, budget);
-  c.window = window;
+  c.snapkv_window = window;
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include "core/half.h"
 #include "kv/kv_storage.h"
 #include "kv/select.h"
+#include "runtime/runner.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
 #include "squeezekv/session.h"
@@ -150,7 +151,7 @@ TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
     cc.policy = policies[it % 5];
     cc.sinks = std::uniform_int_distribution<int>(0, 4)(rng);
     cc.budget = cc.sinks + std::uniform_int_distribution<int>(10, 60)(rng);
-    cc.window = std::min(8, cc.budget - cc.sinks - 1);
+    cc.snapkv_window = std::min(8, cc.budget - cc.sinks - 1);
     // squeeze rounds (it % 5 == 4) cycle through every metric, and each schedule timing
     cc.squeeze_metric = static_cast<SqueezeMetric>((it / 5) % 5);
     cc.squeeze_resolve = (it / 5) % 4 < 2 ? SqueezeResolve::kPrompt : SqueezeResolve::kFirstChunk;
@@ -175,7 +176,7 @@ TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
         ASSERT_LE(st.tokens_kept, st.budget) << kv_policy_name(cc.policy) << " layer " << st.layer;
         const int recent = cc.policy == KvPolicy::kWindow   ? st.budget - cc.sinks
                            : cc.policy == KvPolicy::kSnapKV || cc.policy == KvPolicy::kPyramidKV
-                               ? std::min(cc.window, st.budget - cc.sinks)
+                               ? std::min(cc.snapkv_window, st.budget - cc.sinks)
                                : std::min(st.budget / 2, st.budget - cc.sinks);
         int total = 0;
         for (int g = 0; g < m.config().n_kv_heads; ++g) {
@@ -217,18 +218,45 @@ TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {
 // The heavy hitters are the real attention: a token that receives much attention from the real
 // queries survives h2o, where window drops it.
 TEST(KvPolicy, H2OKeepsTokensWithTheMostAttentionMass) {
+  // one 120-row prompt step into an h2o cache of 40 (4 sinks, 20 recent, 16 heavy hitters) and
+  // into one of 200 (no eviction: every key's accumulated mass stays readable); both attend over
+  // the same 120 keys, so the masses are the same bits, and each head of each layer must keep
+  // exactly its sinks, its recent window and the 16 heaviest of the rest (ties: the older)
   const Model& m = tinystories();
   const auto prompt = random_tokens(120, m.config().vocab_size, 77);
   SessionOptions so;
-  so.cache = policy(KvPolicy::kH2O, 40);
-  so.cache.max_tokens = 200;
-  so.prefill_chunk = 200;
-  Session s(m, so);
-  s.forward(prompt);
-  // the retained middle (non-sink, non-recent) positions differ per kv head: each head keeps its own
-  std::set<std::vector<int32_t>> sets;
-  for (int g = 0; g < m.config().n_kv_heads; ++g) sets.insert(s.kv_positions(0, g));
-  EXPECT_GT(sets.size(), 1u);
+  so.prefill_chunk = 120;
+  Runner runner(m, so, 120);
+  CacheConfig small = policy(KvPolicy::kH2O, 40), all = policy(KvPolicy::kH2O, 200);
+  small.max_tokens = all.max_tokens = 200;
+  SequenceState kept = runner.new_sequence(small), ref = runner.new_sequence(all);
+  for (SequenceState* q : {&kept, &ref}) {
+    const Segment seg{q, prompt.data(), 120};
+    runner.step({&seg, 1});
+  }
+  std::set<std::vector<int32_t>> distinct;
+  for (int l = 0; l < m.config().n_layers; ++l) {
+    for (int g = 0; g < m.config().n_kv_heads; ++g) {
+      const KvStorage& r = ref.caches.layers[l].storage();
+      ASSERT_EQ(r.count(), 120);
+      std::vector<std::pair<float, int32_t>> middle;  // (mass, position) of positions [4, 100)
+      std::set<int32_t> want;
+      for (int j = 0; j < r.count(); ++j) {
+        const int32_t p = r.positions(g)[j];
+        if (p < 4 || p >= 100) want.insert(p);
+        else middle.push_back({r.mass(g)[j], p});
+      }
+      std::sort(middle.begin(), middle.end(),
+                [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+      for (int i = 0; i < 16; ++i) want.insert(middle[i].second);
+      const KvStorage& k = kept.caches.layers[l].storage();
+      std::vector<int32_t> got(k.positions(g), k.positions(g) + k.count());
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.end())) << "layer " << l << " kv head " << g;
+      distinct.insert(got);
+    }
+  }
+  EXPECT_GT(distinct.size(), 1u);  // each head keeps its own set
 }
 
 // Chunked prefill: a prompt ten times the budget runs with each layer's storage sized to at most
@@ -238,7 +266,7 @@ TEST(KvPolicy, ChunkedPrefillPeakIsBudgetPlusChunk) {
   for (KvPolicy p : {KvPolicy::kH2O, KvPolicy::kSqueeze, KvPolicy::kWindow, KvPolicy::kSnapKV}) {
     SessionOptions so;
     so.cache = policy(p, 48);
-    so.cache.window = 8;
+    so.cache.snapkv_window = 8;
     so.cache.max_tokens = 512;
     so.prefill_chunk = 40;
     Session s(m, so);

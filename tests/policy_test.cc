@@ -213,7 +213,7 @@ TEST(Policy, WindowKeepsSinksAndTheNewest) {
 
 TEST(Policy, SnapKVKeepsThePooledNeighbourhoodOfTheWindowsAttention) {
   CacheConfig c = config(KvPolicy::kSnapKV, 24, 4);
-  c.window = 8;
+  c.snapkv_window = 8;
   c.pool_kernel = 5;
   Driver d(c, 1);
   // one prompt step of 80 rows; the window's attention fell on position 40 only
@@ -435,7 +435,7 @@ TEST(Concentration, MassCoverageIsTheShareTheBudgetsHeaviestRowsHold) {
 TEST(Concentration, EvictionErrorIsTheShareOfOutputEnergyTheCutChanges) {
   constexpr int N = 20, H = 2 * kG, W = 3, kBudget = 8, kSinks = 2, kRecent = 3;
   CacheConfig c = config(KvPolicy::kSqueeze, kBudget, kSinks, kRecent);
-  c.window = W;
+  c.snapkv_window = W;
   c.dtype = KvDType::kF32;  // the reference reads the rows as given
   ModelConfig model = tiny_model(1);
   model.n_heads = H;  // two query heads per kv head

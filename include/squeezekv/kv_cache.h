@@ -41,7 +41,7 @@ struct CacheConfig {
   int budget = 0;       // average retained tokens per layer (0: unbounded; required by evicting policies)
   int sinks = 4;        // first tokens never evicted
   int recent = -1;      // recent window never evicted (-1: budget / 2)
-  int window = 32;      // snapkv / pyramidkv observation window (last prompt queries)
+  int snapkv_window = 32;  // --snapkv-window: snapkv / pyramidkv observation window (last prompt queries); eviction_error's rows
   int pool_kernel = 5;  // snapkv score smoothing
   double pyramid_beta = 20.0;
   double squeeze_strength = 0.5;  // the best measured (docs/RESULTS.md); the seed's reference uses 1

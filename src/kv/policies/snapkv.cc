@@ -20,7 +20,7 @@ class SnapKVPolicy : public EvictionPolicy {
  public:
   explicit SnapKVPolicy(const CacheConfig& c) : cfg_(c), budget_(c.budget), adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
   bool needs_mass() const override { return true; }
-  int mass_rows() const override { return cfg_.window; }
+  int mass_rows() const override { return cfg_.snapkv_window; }
   int budget() const override { return budget_; }
   int max_head_rows() const override { return squeezekv::max_head_rows(adaptive_, budget()); }
 
@@ -28,7 +28,7 @@ class SnapKVPolicy : public EvictionPolicy {
     decide_budget(s);
     const int n = s.count(), G = s.n_kv_heads();
     if (s.live_total() <= static_cast<int64_t>(G) * budget_) return false;
-    const int w = std::min(cfg_.window, budget_ - std::min(cfg_.sinks, budget_));
+    const int w = std::min(cfg_.snapkv_window, budget_ - std::min(cfg_.sinks, budget_));
     if (step_rows <= 1) {  // decode: h2o bookkeeping on the accumulated window scores
       return select_by_score(s, adaptive_, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), out);
     }
@@ -77,7 +77,7 @@ class PyramidKVPolicy final : public SnapKVPolicy {
   void decide_budget(const KvStorage& s) override {
     if (decided_) return;
     decided_ = true;
-    const int B = cfg_.budget, w = std::min(cfg_.window, B - 1);
+    const int B = cfg_.budget, w = std::min(cfg_.snapkv_window, B - 1);
     const int prompt = s.count();
     budget_ = B;
     if (prompt < 2 * (B - w) || n_layers_ < 2) return;  // short prompt: uniform
@@ -98,8 +98,8 @@ std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const PolicyContext& c) {
 }
 
 void validate_snapkv(const CacheConfig& c) {
-  if (c.window < 1 || c.sinks + c.window >= c.budget)
-    throw Error("--snapkv-window: must be >= 1 and sinks + window below --kv-budget, got " + std::to_string(c.window));
+  if (c.snapkv_window < 1 || c.sinks + c.snapkv_window >= c.budget)
+    throw Error("--snapkv-window: must be >= 1 and sinks + window below --kv-budget, got " + std::to_string(c.snapkv_window));
   if (c.pool_kernel < 1 || c.pool_kernel % 2 == 0) throw Error("--snapkv-kernel: must be odd and >= 1");
   if (!(c.pyramid_beta >= 1.0)) throw Error("--pyramid-beta: must be >= 1");
 }

@@ -22,7 +22,7 @@ class SqueezePolicy final : public EvictionPolicy {
  public:
   SqueezePolicy(const CacheConfig& c, int layer, SqueezeCoordinator* coord)
       : cfg_(c), layer_(layer), coord_(coord),
-        meter_(c.squeeze_metric, c.window,
+        meter_(c.squeeze_metric, c.snapkv_window,
                {c.budget, c.sinks, c.recent, c.head_alloc == HeadAlloc::kAdaptive}) {}
   bool needs_mass() const override { return true; }
   int budget() const override {
@@ -81,9 +81,9 @@ void validate_squeeze(const CacheConfig& c) {
   if (!(c.squeeze_strength >= 0.0 && c.squeeze_strength <= 1.0))
     throw Error("--squeeze-strength: must be in [0, 1], got " + std::to_string(c.squeeze_strength));
   if (!(c.squeeze_p > 0.0 && c.squeeze_p <= 1.0)) throw Error("--squeeze-p: must be in (0, 1], got " + std::to_string(c.squeeze_p));
-  if (c.squeeze_metric == SqueezeMetric::kEvictionError && c.window < 1)
+  if (c.squeeze_metric == SqueezeMetric::kEvictionError && c.snapkv_window < 1)
     throw Error("--snapkv-window: squeeze's eviction_error measures the last window prompt rows; must be >= 1, got " +
-                std::to_string(c.window));
+                std::to_string(c.snapkv_window));
 }
 
 }  // namespace squeezekv
