@@ -1,6 +1,6 @@
-// What a GPU decode step would pay to run the policies' selection (docs/DESIGN.md, "Where
-// selection runs"), measured on the device for a Llama-3.1-8B-shaped cache (32 layers x 8 kv
-// heads, capacity = budget + chunk):
+// What a GPU decode step would pay to run the policies' selection (docs/DESIGN.md, "A decode
+// step's eviction runs where the mass lives"), measured on the device for a Llama-3.1-8B-shaped
+// cache (32 layers x 8 kv heads, capacity = budget + chunk):
 //   A. the mass of every layer copied to pinned host memory in one copy, plus the stream sync;
 //   B. an empty kernel plus a sync (the floor of any host round trip);
 //   C. selection on the device: per (layer, kv head) one block finds the unprotected row with the

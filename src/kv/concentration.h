@@ -1,4 +1,4 @@
-// The squeeze metrics (DESIGN.md "What a squeeze layer reports"): how concentrated one layer's
+// The squeeze metrics (DESIGN.md "The algorithms"): how concentrated one layer's
 // attention is over the rows the layer has seen, as running sums that merge across prompt chunks,
 // so a schedule can be decided from the first chunk or from the whole prompt with the same code.
 // The forward pass only shows the layer its rows (the meter is the layer's observer: the keys,

@@ -1,4 +1,4 @@
-// Storage of one layer's retained keys and values (DESIGN.md "Cache architecture"):
+// Storage of one layer's retained keys and values (DESIGN.md "The cache contract"):
 // K and V as [G][slot][D] (f16 default, f32 option) in the backend's memory, and the policies'
 // metadata on the host: per head per slot its absolute position (int32) and accumulated
 // attention mass (f32). Every head uses slots [0, count()); each keeps its own set of positions.

@@ -31,7 +31,7 @@ void LayerCache::append(const float* k, const float* v, const int32_t* pos, int 
 
 void LayerCache::end_step() {
   // a decode step one row over the budget, on a device: the policy's decode rule runs where the
-  // mass lives, with no copy to the host (docs/DESIGN.md, "Where selection runs")
+  // mass lives, with no copy to the host (docs/DESIGN.md, "A decode step's eviction runs where the mass lives")
   if (!storage_.host_visible() && last_step_rows_ == 1 && storage_.count() == policy_->budget() + 1 &&
       storage_.capacity() == capacity_for()) {
     if (const auto rule = policy_->decode_rule()) {

@@ -6,8 +6,8 @@
 // products), gemm.h (prompt products on cuBLAS), attn_prefill.h and attn_mma.h (prompt attention on
 // the CUDA and the tensor cores), attn_decode.h (one query token), kv_rows.h (write, move, evict).
 // Every launch goes through the Launcher, which replays a repeated launch list (a decode step) as
-// one CUDA graph, each kernel's start overlapping the previous one's end (docs/DESIGN.md "Decode as
-// a CUDA graph").
+// one CUDA graph, each kernel's start overlapping the previous one's end (docs/DESIGN.md, "A decode
+// step replays as one CUDA graph").
 // Letters: T rows, E hidden, H query heads, G kv heads, D head dim, R/C matrix rows/cols, N keys.
 // Thread safety: one backend per sequence's thread; all work runs on the backend's one stream in order.
 #include "backend/cuda/cuda_backend.h"

@@ -24,7 +24,7 @@ struct Same {
 // same arguments, byte for byte, came before, as one launch of the CUDA graph captured from them.
 // A decode step repeats its launches exactly once the counts that grow with every token are read
 // from device memory (KvView::count_dev), so from its third step on a whole step is one graph
-// launch instead of ~14 launches a layer (docs/DESIGN.md "Decode as a CUDA graph"). A graph
+// launch instead of ~14 launches a layer (docs/DESIGN.md "A decode step replays as one CUDA graph"). A graph
 // replays only the bytes it was captured from, so a replay does exactly what the launches it
 // stands for would do. Thread safety: one host thread at a time (the backend's).
 class Launcher {

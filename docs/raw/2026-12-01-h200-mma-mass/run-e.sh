@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# 2026-12-01, commit a2dbf97: the tensor-core mass with its keys split over blocks (out/dev) against the build
+# before (out/dev0, commit 3f5fb61), alternated; cuda_test on the new build.
+set -u
+export SQUEEZEKV_TEST_SHARED=$PWD/out/dev/shared SQUEEZEKV_TEST_REF=$PWD/tests/ref
+echo "== cuda_test"; LD_LIBRARY_PATH=$PWD/out/dev/lib:/usr/local/cuda/lib64 timeout 200 out/dev/cuda_test > $OUT/cuda_test_split.txt 2>&1; echo "rc $?"
+grep -E "FAILED|PASSED|Failure|survivor|tensor cores" $OUT/cuda_test_split.txt | head -20
+b() { echo "== $1 $POL"; LD_LIBRARY_PATH=$PWD/out/$1/lib:$PWD/out/dev/lib:/usr/local/cuda/lib64 timeout 120 out/$1/squeezekv bench --device cuda --dummy bench/configs/llama-3.1-8b.json -p 4096 -n 4 -d 0 -r 3 --kv-budget 1024 $POL 2>&1 | grep -E "^\| pp|error" | tee -a $OUT/bench_e.txt; }
+for POL in "--kv-policy h2o" "--kv-policy squeeze" "--kv-policy snapkv"; do
+  for round in 1 2; do b dev; b dev0; done
+done
