@@ -82,7 +82,7 @@ def cell(r):
 
 def targets(recs):
     """The issue's must-hold figures, computed from the records (10% / 20% / 40% budgets)."""
-    out = ["## The targets", ""]
+    out = ["## The issues' target lines", ""]
     ppl = [r for r in recs if r["metric"] == "ppl"]
     for task, ctx in sorted({(r["task"], r["ctx"]) for r in ppl}):
         g = {(r["policy"], r["budget_fraction"]): r["value"] for r in ppl if r["task"] == task and r["ctx"] == ctx}
@@ -348,6 +348,35 @@ def window_attention_section(out_dir):
     return out
 
 
+def best_section(groups, labels, fr):
+    """One table: for each task and length, the best policy at each budget (value, and x full)."""
+    out = ["## The best policy per task and budget", "",
+           "Each cell: the best policy at that share of the cache and its value; for perplexity (lower is better) "
+           "its ratio to the full cache in brackets, for retrieval (higher is better) the full cache's accuracy is "
+           "the second column; ties list every best policy.", "",
+           "| task, tokens | full | " + " | ".join(f"{100 * f:g}%" for f in fr) + " |",
+           "|---|---|" + "---|" * len(fr)]
+    for (task, ctx) in sorted(groups):
+        g = groups[(task, ctx)]
+        metric = next(iter(g.values()))["metric"]
+        better = min if metric == "ppl" else max
+        full = g.get(("full", 1.0))
+        cells = []
+        for f in fr:
+            cand = [(g[(lab, f)]["value"], lab) for lab in labels if (lab, f) in g]
+            if not cand:
+                cells.append("–")
+                continue
+            v = better(x for x, _ in cand)
+            tied = [lab for x, lab in cand if x == v]
+            who = ", ".join(tied) if len(tied) <= 3 else f"{len(tied)} policies tie"
+            ratio = f" ({v / full['value']:.3f}x)" if metric == "ppl" and full else ""
+            cells.append(f"**{who}** {fmt(metric, v)}{ratio}")
+        out.append(f"| {task}, {ctx} | {fmt(metric, full['value']) if full else '–'} | " + " | ".join(cells) + " |")
+    out.append("")
+    return out
+
+
 def report(a):
     import plot_sweep  # matplotlib is needed for the report only
 
@@ -366,19 +395,19 @@ def report(a):
     for r in recs:
         groups[(r["task"], r["ctx"])][(r["policy"], r["budget_fraction"])] = r
     expected = sum(len(t["ctx"]) * (1 + len(labels) * len(t.get("budget_fractions", fr))) for t in cfg["tasks"])
-    lines = ["# Quality per byte: results", ""]
-    lines.append(f"Model `{cfg['model']}`; config `{a.config}`; {len(recs)} of {expected} runs recorded "
+    setup = ["## How these were measured", ""]
+    setup.append(f"Model `{cfg['model']}`; config `{a.config}`; {len(recs)} of {expected} runs recorded "
                  f"(records: `{os.path.relpath(base)}*{ext}`, {len(files)} files, one JSON line per run).")
     commits = sorted({r.get("git_commit", "?") for r in recs})
-    lines.append(f"Engine commit(s): {', '.join(commits)}. Machine: {a.machine}.")
+    setup.append(f"Engine commit(s): {', '.join(commits)}. Machine: {a.machine}.")
     if len(commits) > 1:
-        lines.append("The sweep resumed across engine commits whose kernels differ in speed and in the order of "
+        setup.append("The sweep resumed across engine commits whose kernels differ in speed and in the order of "
                      "floating-point operations, not in what they compute; every run used f32 decode arithmetic, and "
                      "a run's commit is in its record.")
-    lines.append("")
+    setup.append("")
     for t in cfg["tasks"]:
         if t["task"] == "ppl":
-            lines.append(f"- `{t.get('label', 'ppl')}`: perplexity (`{t['text']}`, {t.get('windows', 1)} window(s) of {', '.join(map(str, t['ctx']))} "
+            setup.append(f"- `{t.get('label', 'ppl')}`: perplexity (`{t['text']}`, {t.get('windows', 1)} window(s) of {', '.join(map(str, t['ctx']))} "
                          f"tokens): prefill the first {100 * t.get('prefix_fraction', 0.5):g}% of the window, then "
                          "teacher-forced one-token steps with eviction active at every step; every continuation token "
                          "is scored (lower is better).")
@@ -391,16 +420,30 @@ def report(a):
                 how = "the context is prefilled and compressed first, then the question (a cache reused across questions)"
             only = (f" (budgets {', '.join(f'{100 * f:g}%' for f in t['budget_fractions'])} only, for time)"
                     if "budget_fractions" in t else "")
-            lines.append(f"- `{t.get('label', t['task'])}` at {', '.join(map(str, t['ctx']))} tokens{only}: RULER-style "
+            setup.append(f"- `{t.get('label', t['task'])}` at {', '.join(map(str, t['ctx']))} tokens{only}: RULER-style "
                          f"`{t['task']}` needles at depths {', '.join(map(str, t.get('depths', [])))} of filler text, "
                          f"{n} samples per cell (seed {t.get('seed', 1)}); {how}; greedy answer, exact match (higher "
                          f"is better). One sample is {1 / n:.2f} of a cell's accuracy; brackets give the 95% "
                          "(Wilson) interval.")
-    lines.append("- Budgets are tokens per layer as a share of the context (`squeeze` keeps that average across "
+    setup.append("- Budgets are tokens per layer as a share of the context (`squeeze` keeps that average across "
                  "layers); `full` keeps everything. Regenerate with `scripts/make_results.py` (see its header).")
-    lines.append("- " + describe(cfg["policies"]))
+    setup.append("- " + describe(cfg["policies"]))
+    setup.append("")
+    rel = os.path.relpath(out_dir, os.path.dirname(os.path.abspath(a.out)) or ".")
+    lines = ["# Quality per byte: results", "",
+             "Which KV policy keeps the most quality in a given share of the cache, on the default model: perplexity "
+             "on two real texts and needle retrieval, every policy at 5-40% of the full cache. First the best policy "
+             "per task and budget, then the charts, what the numbers say and the full tables; how they were measured "
+             "and the issues' target lines at the end.", ""]
+    lines += best_section(groups, labels, fr)
+    lines.append("## Charts")
     lines.append("")
-    lines += targets(recs)
+    for c in charts:
+        lines.append(f"![{c}]({rel}/{c})")
+    if lb:
+        lines.append("")
+        lines.append(f"![per-layer budgets]({rel}/{lb})")
+    lines.append("")
     lines += findings(recs, cfg, labels, fr)
     wins = defaultdict(int)
     verdicts = []
@@ -453,15 +496,8 @@ def report(a):
         lines.append("")
     lines += verdicts
     lines.append("")
-    lines.append("## Charts")
-    lines.append("")
-    rel = os.path.relpath(out_dir, os.path.dirname(os.path.abspath(a.out)) or ".")
-    for c in charts:
-        lines.append(f"![{c}]({rel}/{c})")
-    if lb:
-        lines.append("")
-        lines.append(f"![per-layer budgets]({rel}/{lb})")
-    lines.append("")
+    lines += setup
+    lines += targets(recs)
     with open(a.out, "w") as f:
         f.write("\n".join(lines))
     print("wrote", a.out)

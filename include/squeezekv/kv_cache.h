@@ -1,4 +1,4 @@
-// KV cache configuration and per-layer accounting (DESIGN.md "Cache architecture").
+// KV cache configuration and per-layer accounting (DESIGN.md "The cache contract").
 #pragma once
 #include <cstdint>
 #include <span>
