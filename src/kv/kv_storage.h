@@ -3,8 +3,9 @@
 // metadata on the host: per head per slot its absolute position (int32) and accumulated
 // attention mass (f32). Every head uses slots [0, count()); each keeps its own set of positions.
 // With head-adaptive budgets a head may hold fewer rows than count(): its other slots are dead
-// (position kDeadPos, which every query's causal mask hides), so attention needs no per-head count. Slots are in no particular order once rows were evicted (eviction fills
-// holes from the tail); the position of a slot identifies its token. New rows always go to the end.
+// (position kDeadPos, which every query's causal mask hides), so attention needs no per-head count.
+// Slots are in no particular order once rows were evicted (eviction fills holes from the tail);
+// the position of a slot identifies its token. New rows always go to the end.
 // Allocated once per capacity; no allocation per step.
 // Thread safety: none; owned by one sequence.
 #pragma once

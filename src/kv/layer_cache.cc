@@ -20,7 +20,8 @@ LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvType type,
 
 int LayerCache::capacity_for(const EvictionPolicy& policy, int max_step_rows, int max_tokens) {
   const int64_t want = static_cast<int64_t>(policy.max_head_rows()) + max_step_rows;
-  return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens) + (policy.scoring() != nullptr ? policy.scoring()->scratch_rows(max_step_rows) : 0)));
+  const int scratch = policy.scoring() != nullptr ? policy.scoring()->scratch_rows(max_step_rows) : 0;
+  return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens) + scratch));
 }
 
 void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
@@ -31,7 +32,8 @@ void LayerCache::append(const float* k, const float* v, const int32_t* pos, int 
 
 void LayerCache::end_step() {
   // a decode step one row over the budget, on a device: the policy's decode rule runs where the
-  // mass lives, with no copy to the host (docs/DESIGN.md, "A decode step's eviction runs where the mass lives")
+  // mass lives, with no copy to the host (docs/DESIGN.md, "A decode step's eviction runs where
+  // the mass lives")
   if (!storage_.host_visible() && last_step_rows_ == 1 && storage_.count() == policy_->budget() + 1 &&
       storage_.capacity() == capacity_for()) {
     if (const auto rule = policy_->decode_rule()) {

@@ -56,7 +56,8 @@ class EvictionPolicy {
   virtual bool select(const KvStorage& s, int step_rows, Eviction& out) = 0;
   // When a decode step (one new row, one row over the budget) evicts exactly as
   // select_sinks_recent_top(budget, sinks, recent) on the accumulated mass, that rule: a device
-  // backend then runs it where the mass lives (docs/DESIGN.md, "A decode step's eviction runs where the mass lives").
+  // backend then runs it where the mass lives (docs/DESIGN.md, "A decode step's eviction runs
+  // where the mass lives").
   struct DecodeRule {
     int sinks = 0, recent = 0;
   };
