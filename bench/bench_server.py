@@ -4,8 +4,14 @@ Starts the server (--parallel = the most streams asked for), then for each concu
 c streamed chat requests at once, each for --tokens tokens (greedy, prompts that do not end
 early: ignored when they do, the count is what the server reports), several rounds; prints the
 median aggregate tokens/s (all generated tokens / wall time from the first request to the last
-token), per-stream tokens/s, and the ratio to one stream. Needs the `openai` package.
+token), per-stream tokens/s, and the ratio to one stream. `--client openai` needs the `openai`
+package; the default raw client needs nothing beyond Python.
   python3 bench/bench_server.py --bin build/squeezekv --streams 1,4,8 --tokens 128 --rounds 3 -t 2 [-- extra serve flags]
+  python3 bench/bench_server.py --dummy bench/configs/llama-3.1-8b.json --prompt-tokens 4096 ... -- --device cuda
+`--dummy CONFIG` serves random weights of a real shape (a GPU machine downloads nothing);
+`--prompt-tokens N` pads every prompt with filler sentences to about N tokens, counted by the
+server itself (a completion of 0 tokens reports a filler's token count), and the table's header
+gives the mean prompt length the server reported.
 With --llama-cpp-python PY (a Python with `llama-cpp-python[server]`, in a throw-away virtual
 environment: a measuring instrument, never a dependency) the same load then runs against
 llama-cpp-python's OpenAI-compatible server on the same model file and thread count, and a second
@@ -27,18 +33,25 @@ import sys
 import threading
 import time
 
-import openai
-
 PROMPTS = ["Write a long story about a lighthouse keeper and a storm.", "Explain how a steam engine works, step by step.",
            "Describe a walk through a busy market in detail.", "Write a letter to a friend about a journey by train.",
            "Tell the history of a small fishing village.", "Describe the life cycle of a butterfly at length.",
            "Write a detailed recipe for bread, with every step.", "Describe a chess game move by move."]
 
 
+FILLER = " The harbour was quiet in the early morning, and the boats rocked gently at their moorings."
+PAD = {"sentences": 0}  # filler sentences appended to every prompt (--prompt-tokens)
+
+
+def prompt(i):
+    return PROMPTS[i % len(PROMPTS)] + FILLER * PAD["sentences"]
+
+
 def stream_openai(url, i, tokens):
     """One streamed chat through the official client; returns the completion tokens."""
+    import openai  # only this client needs the package
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
-    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt(i)}],
                                        max_tokens=tokens, temperature=0, stream=True,
                                        stream_options={"include_usage": True})
     n = chunks = 0
@@ -56,7 +69,7 @@ def stream_raw(url, i, tokens):
     official client's per-chunk parsing (pydantic) costs about a tenth of them at 8 streams."""
     host, port = url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=600)
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "max_tokens": tokens,
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt(i)}], "max_tokens": tokens,
                        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}})
     conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = conn.getresponse()
@@ -70,11 +83,34 @@ def stream_raw(url, i, tokens):
         if not line.startswith(b"data: "):
             continue
         if b'"usage":{' in line or b'"usage": {' in line:
-            n = json.loads(line[6:])["usage"]["completion_tokens"]
+            usage = json.loads(line[6:])["usage"]
+            n = usage["completion_tokens"]
+            PROMPT_TOKENS.append(usage.get("prompt_tokens", 0))
         elif b'"content":"' in line or b'"content": "' in line:
             chunks += 1
     conn.close()
     return n or chunks
+
+
+PROMPT_TOKENS = []  # prompt lengths the server reported (raw client)
+
+
+def filler_tokens(url):
+    """Tokens one filler sentence takes on the server's model: a 0-token completion of 10 of them."""
+    host, port = url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=600)
+    one = json.dumps({"model": "m", "prompt": FILLER.strip(), "max_tokens": 0})
+    ten = json.dumps({"model": "m", "prompt": (FILLER * 11).strip(), "max_tokens": 0})
+    counts = []
+    for body in (one, ten):
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise SystemExit(f"{url}: HTTP {r.status} counting the filler's tokens: {data[:200]!r}")
+        counts.append(json.loads(data)["usage"]["prompt_tokens"])
+    conn.close()
+    return max(1.0, (counts[1] - counts[0]) / 10)
 
 
 def measure(url, streams, tokens, rounds, client="raw"):
@@ -151,17 +187,26 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--llama-cpp-python", help="a Python with llama-cpp-python[server]: run the same load against its server")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf", help="the GGUF both servers load")
+    ap.add_argument("--dummy", help="serve random weights of this config.json's shape instead of --model (squeezekv only)")
+    ap.add_argument("--prompt-tokens", type=int, default=0, help="pad every prompt with filler to about N tokens")
     ap.add_argument("--client", choices=["raw", "openai"], default="raw",
                     help="raw: http.client reading the SSE lines (light on the shared cores); openai: the official client")
     ap.add_argument("extra", nargs="*", help="more serve flags (after --)")
     a = ap.parse_args()
+    if a.dummy and a.llama_cpp_python:
+        ap.error("--dummy: llama-cpp-python's server needs a GGUF file (--model), not a config")
+    if a.prompt_tokens < 0:
+        ap.error(f"--prompt-tokens: expected a number >= 0, got {a.prompt_tokens}")
     streams = [int(s) for s in a.streams.split(",")]
-    cmd = [a.bin, "serve", "-m", a.model, "--port", "0", "-t", str(a.threads), "--parallel", str(max(streams)), *a.extra]
+    weights = ["--dummy", a.dummy] if a.dummy else ["-m", a.model]
+    cmd = [a.bin, "serve", *weights, "--port", "0", "-t", str(a.threads), "--parallel", str(max(streams)), *a.extra]
     srv = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = srv.stdout.readline()
     url = re.search(r"(http://[\d.]+:\d+)", line).group(1)
     print(line.strip(), file=sys.stderr)
     try:
+        if a.prompt_tokens > 0:
+            PAD["sentences"] = int(max(0, a.prompt_tokens - 30) / filler_tokens(url))
         rows = measure(url, streams, a.tokens, a.rounds, a.client)
     finally:
         srv.terminate()
@@ -175,7 +220,9 @@ def main():
             psrv.terminate()
             psrv.wait()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, -t {a.threads}, {a.tokens} tokens per stream, "
-          f"median of {a.rounds} rounds; client {a.client}; model {a.model}; serve flags: {' '.join(a.extra) or '(defaults)'}")
+          f"median of {a.rounds} rounds; client {a.client}; model {a.dummy or a.model}; serve flags: {' '.join(a.extra) or '(defaults)'}")
+    if PROMPT_TOKENS:
+        print(f"# prompts: {statistics.mean(PROMPT_TOKENS):.0f} tokens on average (as the server counted them)")
     print("squeezekv serve:")
     table(rows)
     if peer:

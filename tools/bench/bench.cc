@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "squeezekv/engine.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv::bench {
@@ -49,7 +51,7 @@ std::string cpu_name() {
 }
 
 std::string test_name(const TestResult& t) {
-  return t.kind + std::to_string(t.tokens) + " @ d" + std::to_string(t.depth);
+  return t.kind + std::to_string(t.tokens) + " @ d" + std::to_string(t.depth) + (t.batch > 1 ? " x" + std::to_string(t.batch) : "");
 }
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -76,6 +78,7 @@ void validate(const BenchOptions& o) {
   if (!all_in(o.gen_tokens, 0, 1 << 20)) throw Error("-n: generation lengths must be in [0, 1048576]");
   if (!all_in(o.depths, 0, 1 << 24)) throw Error("-d: depths must be in [0, 16777216]");
   if (o.repetitions < 1 || o.repetitions > 1000) throw Error("-r: repetitions must be in [1, 1000]");
+  if (!all_in(o.batches, 1, 4096)) throw Error("-b: batch sizes must be in [1, 4096]");
   if (*std::max_element(o.prompt_tokens.begin(), o.prompt_tokens.end()) == 0 &&
       *std::max_element(o.gen_tokens.begin(), o.gen_tokens.end()) == 0)
     throw Error("-p/-n: nothing to measure (both are 0)");
@@ -84,51 +87,103 @@ void validate(const BenchOptions& o) {
 BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions& o, bool progress) {
   validate(o);
   const int V = model.config().vocab_size;
-  Session session(model, so);
+  auto session = std::make_unique<Session>(model, so);
   auto fill = [&](int depth) {
-    session.reset();
-    if (depth > 0) session.forward(token_range(0, depth, V));
+    session->reset();
+    if (depth > 0) session->forward(token_range(0, depth, V));
   };
   if (o.warmup) {  // a short prompt and 4 decode steps, within the context the caller allowed
     const int room = so.cache.max_tokens > 0 ? so.cache.max_tokens : 20;
     const int steps = std::min(4, room / 2), prompt = std::min(16, room - steps);
     fill(0);
-    session.forward(token_range(0, prompt, V));
-    for (int i = 0; i < steps; ++i) session.forward(token_range(prompt + i, 1, V));
+    session->forward(token_range(0, prompt, V));
+    for (int i = 0; i < steps; ++i) session->forward(token_range(prompt + i, 1, V));
   }
   BenchReport report;
-  report.device = session.device_description();
-  report.copy_bandwidth = session.device_copy_bandwidth();
-  report.device_matrix_bytes = session.device_matrix_bytes();
+  report.device = session->device_description();
+  report.copy_bandwidth = session->device_copy_bandwidth();
+  report.device_matrix_bytes = session->device_matrix_bytes();
+  auto done = [&](TestResult& r, const std::vector<LayerStats>& kv) {
+    finish(r, kv);
+    if (r.kind == "tg" && report.copy_bandwidth > 0)  // the bytes a step reads: every matrix once and the held KV
+      r.roofline = r.median / (r.batch * report.copy_bandwidth / static_cast<double>(report.device_matrix_bytes + r.kv_kept_bytes));
+    if (progress) std::fprintf(stderr, "%-22s %10.1f tok/s\n", test_name(r).c_str(), r.median);
+    report.tests.push_back(std::move(r));
+  };
   // one test: `repetitions` times, refill the cache to depth d (untimed), then time `timed`
   auto measure = [&](const char* kind, int n, int d, const auto& timed) {
     TestResult r;
     r.kind = kind, r.tokens = n, r.depth = d;
+    std::vector<double> ms;
     for (int rep = 0; rep < o.repetitions; ++rep) {
       fill(d);
       const auto t0 = Clock::now();
       timed();
-      r.tok_s.push_back(n / std::chrono::duration<double>(Clock::now() - t0).count());
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      r.tok_s.push_back(n / s);
+      ms.push_back(1e3 * s / n);
     }
-    finish(r, session.kv_stats());
-    if (r.kind == "tg" && report.copy_bandwidth > 0)  // the bytes a step reads: every matrix once and the held KV
-      r.roofline = r.median / (report.copy_bandwidth / static_cast<double>(report.device_matrix_bytes + r.kv_kept_bytes));
-    if (progress) std::fprintf(stderr, "%-18s %10.1f tok/s\n", test_name(r).c_str(), r.median);
-    report.tests.push_back(std::move(r));
+    std::sort(ms.begin(), ms.end());
+    if (r.kind == "tg") r.step_ms = ms[ms.size() / 2];
+    done(r, session->kv_stats());
   };
   for (int d : o.depths) {
     for (int P : o.prompt_tokens) {
       if (P == 0) continue;
       const std::vector<int> prompt = token_range(d, P, V);
-      measure("pp", P, d, [&] { session.forward(prompt); });
+      measure("pp", P, d, [&] { session->forward(prompt); });
     }
     for (int N : o.gen_tokens) {
-      if (N == 0) continue;
+      if (N == 0 || std::find(o.batches.begin(), o.batches.end(), 1) == o.batches.end()) continue;
       const std::vector<int> gen = token_range(d, N, V);
       measure("tg", N, d, [&] {
-        for (int i = 0; i < N; ++i) session.forward(std::span<const int>(gen.data() + i, 1));
+        for (int i = 0; i < N; ++i) session->forward(std::span<const int>(gen.data() + i, 1));
       });
     }
+  }
+  // B > 1: the Engine (the session goes first, so the weights are on the device once)
+  const int most = *std::max_element(o.batches.begin(), o.batches.end());
+  if (most > 1 && *std::max_element(o.gen_tokens.begin(), o.gen_tokens.end()) > 0) {
+    session.reset();
+    Engine engine(model, so, most);
+    for (int d : o.depths)
+      for (int N : o.gen_tokens)
+        for (int B : o.batches) {
+          if (N == 0 || B == 1) continue;
+          TestResult r;
+          r.kind = "tg", r.tokens = N, r.depth = d, r.batch = B;
+          std::vector<double> ms;
+          std::vector<LayerStats> kv;
+          const std::vector<int> fill_ids = token_range(0, d, V), gen = token_range(d, N, V);
+          for (int rep = 0; rep < o.repetitions; ++rep) {
+            std::vector<SequenceId> ids;
+            for (int b = 0; b < B; ++b) {
+              ids.push_back(engine.add_sequence(so.cache));
+              for (int at = 0; at < d; at += engine.prefill_chunk()) {
+                const int n = std::min(engine.prefill_chunk(), d - at);
+                engine.prefill(ids.back(), std::span<const int>(fill_ids.data() + at, static_cast<size_t>(n)), d);
+              }
+            }
+            std::vector<int> step(static_cast<size_t>(B));
+            const auto t0 = Clock::now();
+            for (int i = 0; i < N; ++i) {
+              std::fill(step.begin(), step.end(), gen[static_cast<size_t>(i)]);
+              engine.decode(ids, step);
+            }
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+            r.tok_s.push_back(static_cast<double>(B) * N / s);
+            ms.push_back(1e3 * s / N);
+            kv.clear();
+            for (SequenceId id : ids) {
+              const std::vector<LayerStats> one = engine.kv_stats(id);
+              kv.insert(kv.end(), one.begin(), one.end());
+              engine.remove_sequence(id);
+            }
+          }
+          std::sort(ms.begin(), ms.end());
+          r.step_ms = ms[ms.size() / 2];
+          done(r, kv);
+        }
   }
   report.peak_rss_bytes = peak_rss_bytes();
   return report;
@@ -158,13 +213,15 @@ std::string report_table(const Model& model, const SessionOptions& so, const Ben
     out += line;
   }
   const bool roof = r.copy_bandwidth > 0;
-  out += std::string("| test | tok/s (median) | stddev | min | max | runs | KV held MiB | KV full MiB |") +
+  out += std::string("| test | tok/s (median) | stddev | min | max | runs | KV held MiB | KV full MiB | ms/step |") +
          (roof ? " roofline |" : "") + "\n";
-  out += std::string("|---|---:|---:|---:|---:|---:|---:|---:|") + (roof ? "---:|" : "") + "\n";
+  out += std::string("|---|---:|---:|---:|---:|---:|---:|---:|---:|") + (roof ? "---:|" : "") + "\n";
   for (const TestResult& t : r.tests) {
     const auto [mn, mx] = std::minmax_element(t.tok_s.begin(), t.tok_s.end());
     std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %.1f | %.1f | %zu | %.2f | %.2f |", test_name(t).c_str(),
                   t.median, t.stddev, *mn, *mx, t.tok_s.size(), mib(t.kv_kept_bytes), mib(t.kv_full_bytes));
+    out += line;
+    std::snprintf(line, sizeof line, t.kind == "tg" ? " %.2f |" : " |", t.step_ms);
     out += line;
     if (roof) {
       std::snprintf(line, sizeof line, t.kind == "tg" ? " %.0f%% |" : " |", 100.0 * t.roofline);
@@ -182,7 +239,7 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
   for (const auto& [name, bytes] : w.bytes_by_type) types[name] = bytes;
   nlohmann::json tests = nlohmann::json::array();
   for (const TestResult& t : r.tests)
-    tests.push_back({{"test", t.kind}, {"tokens", t.tokens}, {"depth", t.depth}, {"tok_s", t.tok_s},
+    tests.push_back({{"test", t.kind}, {"tokens", t.tokens}, {"depth", t.depth}, {"batch", t.batch}, {"step_ms", t.step_ms}, {"tok_s", t.tok_s},
                      {"median", t.median}, {"mean", t.mean}, {"stddev", t.stddev},
                      {"kv_kept_bytes", t.kv_kept_bytes}, {"kv_full_bytes", t.kv_full_bytes},
                      {"roofline_fraction", t.roofline}});

@@ -3,6 +3,10 @@
 // in the cache, and "tg N @ d" times N one-token decode steps on top of d tokens; each test is
 // repeated, and the cache is refilled (untimed) before every repetition. Token ids are a fixed
 // sequence, so every engine can be fed the same ones (bench/compare_llamacpp.py does).
+// With batch sizes (-b), "tg N @ d x B" times N decode steps of B sequences together (the Engine:
+// one step runs every sequence's row through each weight matrix), each filled to depth d by its
+// own chunked prefill (untimed): aggregate tok/s = B x N / time, the time a step takes, and on a
+// device the roofline of that mix (the matrices once plus every sequence's held KV a step).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,6 +21,7 @@ struct BenchOptions {
   std::vector<int> prompt_tokens = {512};  // P per pp test (0: no pp test)
   std::vector<int> gen_tokens = {128};     // N per tg test (0: no tg test)
   std::vector<int> depths = {0};           // d: tokens in the cache before the timed part
+  std::vector<int> batches = {1};          // B: sequences decoding together in a tg test
   int repetitions = 5;
   bool warmup = true;                      // one short untimed pp + tg first
 };
@@ -25,11 +30,13 @@ struct TestResult {
   std::string kind;           // "pp" or "tg"
   int tokens = 0;             // P or N
   int depth = 0;              // d
+  int batch = 1;              // B: sequences decoding together (tg); tok_s is their aggregate
+  double step_ms = 0.0;       // tg: median time of one decode step of all B sequences
   std::vector<double> tok_s;  // one per repetition, in run order
   double median = 0.0, mean = 0.0, stddev = 0.0;
-  int64_t kv_kept_bytes = 0;  // KV bytes held after the last repetition's timed part
+  int64_t kv_kept_bytes = 0;  // KV bytes held after the last repetition's timed part (all B sequences)
   int64_t kv_full_bytes = 0;  // the same with no eviction (f16)
-  double roofline = 0.0;      // tg on a device: median / (copy bandwidth / (matrix + KV bytes per token))
+  double roofline = 0.0;      // tg on a device: median / (B x copy bandwidth / (matrix + KV bytes a step))
 };
 
 struct BenchReport {

@@ -423,6 +423,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')->capture_default_str();
   b->add_option("-d,--depth", bench_args.opt.depths, "tokens already in the cache (comma list)")
       ->delimiter(',')->capture_default_str();
+  b->add_option("-b,--batch", bench_args.opt.batches,
+                "sequences decoding together in each tg test (comma list; default 1): aggregate tok/s, ms a step")
+      ->delimiter(',');
   b->add_option("-r,--repetitions", bench_args.opt.repetitions, "runs per test (median, stddev, min, max reported)")
       ->capture_default_str();
   b->add_flag("--no-warmup", bench_args.no_warmup, "skip the untimed warm-up run");
