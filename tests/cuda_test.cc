@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/half.h"
 #include "kv/kv_storage.h"
 #include "squeezekv/error.h"
@@ -450,6 +451,52 @@ TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
         }
       }
   std::printf("fused products: %d outputs equal to the separate ops; max error against the CPU (1-4 rows) %.3g\n", cases, worst);
+}
+
+// Decode batches on the tensor cores (CudaOptions::batch_mma): within bf16's rounding of the
+// activations of the CPU's f32 products, and batch-invariant: every row's outputs are the same bits
+// in a batch of 5 as in one of 130 (each output summed by one warp in the same order).
+TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  CudaOptions o;
+  o.batch_mma = true;
+  auto gpu = make_cuda_backend(o);
+  auto cpu = make_backend({Device::kCpu, 2, false, Activations::kF32});
+  constexpr int kMax = 130;
+  double worst = 0;
+  int compared = 0;
+  for (auto [R, C] : {std::pair{96, 128}, {1000, 576}, {8200, 256}}) {  // 8200: the 64-row blocks, a partial last one
+    std::vector<uint16_t> bits(static_cast<size_t>(R) * C);
+    for (uint16_t& b : bits) b = f32_to_bf16(nd(rng) * 0.05f);
+    const WeightMatrix host{DType::BF16, reinterpret_cast<const uint8_t*>(bits.data()), R, C, static_cast<size_t>(C) * 2};
+    std::vector<float> x(static_cast<size_t>(kMax) * C), bias(R);
+    for (float& e : x) e = nd(rng);
+    for (float& e : bias) e = nd(rng);
+    auto run = [&](Backend& b, int B) {
+      std::unique_ptr<Buffer> kw, kx = b.alloc(x.size() * 4), kb = b.alloc(bias.size() * 4), ko = b.alloc(static_cast<size_t>(B) * R * 4);
+      const WeightMatrix w = b.prepare_weight(host, Backend::WeightUse::kMatrix, kw);
+      b.upload(kx->data(), x.data(), x.size() * 4);
+      b.upload(kb->data(), bias.data(), bias.size() * 4);
+      b.matmul_rows(ko->as<float>(), kx->as<float>(), w, B, kb->as<float>(), Activations::kF32);
+      std::vector<float> out(static_cast<size_t>(B) * R);
+      b.download(out.data(), ko->data(), out.size() * 4);
+      return out;
+    };
+    const std::vector<float> full = run(*gpu, kMax), ref = run(*cpu, kMax);
+    double scale = 0;
+    for (float e : ref) scale = std::max(scale, double(std::fabs(e)));
+    const double err = max_diff(full, ref) / scale;
+    worst = std::max(worst, err);
+    EXPECT_LE(err, 1e-2) << "R " << R << " C " << C;
+    for (int B : {5, 8, 17, 64, 65}) {
+      const std::vector<float> part = run(*gpu, B);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), full.begin())) << "R " << R << " C " << C << ": a batch of " << B << " rows differs";
+      ++compared;
+    }
+  }
+  std::printf("batched products on tensor cores: max error against the CPU %.3g of the scale; %d batches bit-equal to the rows of 130\n",
+              worst, compared);
 }
 
 // RMSNorm and the residual add before it against the CPU, over rows that take the register kernel

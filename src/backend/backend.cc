@@ -46,6 +46,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.fuse_kv_write = !off("SQUEEZEKV_CUDA_FUSE_KV");
   co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
   co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");
+  // SQUEEZEKV_CUDA_BATCH_MMA=1: decode batches of more than 4 rows on the tensor cores (opt-in)
+  const char* bm = std::getenv("SQUEEZEKV_CUDA_BATCH_MMA");
+  co.batch_mma = bm != nullptr && std::string(bm) == "1";
   return make_cuda_backend(co);
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "

@@ -31,6 +31,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_rows.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launcher.h"
@@ -95,7 +96,8 @@ class CudaBackend final : public Backend {
 
   Device kind() const override { return Device::kCuda; }
   std::string describe() const override {
-    return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights" + (opt_.graphs ? "" : ", no graphs");
+    return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights" + (opt_.graphs ? "" : ", no graphs") +
+           (opt_.batch_mma ? ", batches on tensor cores" : "");
   }
   bool host_visible() const override { return false; }
 
@@ -155,8 +157,17 @@ class CudaBackend final : public Backend {
   }
 
   // A decode batch: up to kGemvRows rows per GEMV launch, each row's sums formed exactly as in a
-  // one-row launch (its own accumulators, the same order), the weights read once per launch.
+  // one-row launch (its own accumulators, the same order), the weights read once per launch; with
+  // batch_mma, more rows than that on the tensor cores (bf16 activations; each row's sums the
+  // same whatever the batch holds).
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
+    if (opt_.batch_mma && T > kGemvRows && w.type == DType::BF16 && w.cols % kGemmRowsK == 0) {
+      grow(xb_, static_cast<size_t>(T) * w.cols * 2);
+      launch_to_bf16(*launcher_, xb_->as<__nv_bfloat16>(), x, T * w.cols);
+      launch_gemm_rows(*launcher_, out, xb_->as<__nv_bfloat16>(), reinterpret_cast<const __nv_bfloat16*>(w.data), bias,
+                       static_cast<int>(T), static_cast<int>(w.rows), static_cast<int>(w.cols));
+      return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += kGemvRows) {
       const int n = static_cast<int>(std::min<int64_t>(kGemvRows, T - t0));
       const MatmulPart part{out + t0 * w.rows, &w, bias, nullptr};

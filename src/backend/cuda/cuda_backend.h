@@ -14,6 +14,10 @@ struct CudaOptions {
   bool fuse_kv_write = true; // a decode step's new KV row written by its attention kernel
   bool defer_mass = true;    // a decode step's mass added by the layer's eviction kernel
   bool mma_mass = true;      // a prompt chunk's mass (sum) on the tensor cores after k_attn_mma
+  // decode batches of more than 4 rows multiply on the tensor cores with bf16 activations
+  // (gemm_rows.h: the weights read once per 64 rows); off: 4-row GEMV launches, each row with a
+  // lone row's arithmetic (the default until it is measured and batch invariance is decided)
+  bool batch_mma = false;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);

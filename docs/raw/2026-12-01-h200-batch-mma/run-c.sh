@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The same with six stages (five in flight) instead of three: cuda_test, then bench -b with and
+# without SQUEEZEKV_CUDA_BATCH_MMA=1.
+set -u
+export SQUEEZEKV_TEST_SHARED=$PWD/out/dev/shared SQUEEZEKV_TEST_REF=$PWD/tests/ref
+export LD_LIBRARY_PATH=$PWD/out/dev/lib:/usr/local/cuda/lib64
+echo "== cuda_test"; timeout 240 out/dev/cuda_test > $OUT/cuda_test_c.txt 2>&1; echo "rc $?"
+grep -E "FAILED|PASSED|Failure|batched" $OUT/cuda_test_c.txt | head -20
+b() { echo "== batch_mma=$1 $2"; SQUEEZEKV_CUDA_BATCH_MMA=$1 timeout 280 out/dev/squeezekv bench --device cuda --dummy bench/configs/llama-3.1-8b.json $2 2>&1 | grep -E "^\| (pp|tg)|error" | tee -a $OUT/bench_batch_c.txt; }
+b 1 "-p 0 -n 32 -d 512 -r 2 -b 1,8,16,32,64,128,256"
+b 0 "-p 0 -n 32 -d 512 -r 2 -b 8,16,64"
+b 1 "-p 0 -n 32 -d 512 -r 2 -b 8,16,64"
