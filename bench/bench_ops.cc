@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -125,14 +126,17 @@ class Bench {
     b_.upload(buf->data(), h.data(), h.size() * sizeof(int32_t));
     return buf;
   }
-  // A bf16 matrix [R][C] as the backend uses it (its own copy in keep_).
+  // A bf16 matrix [R][C] as the backend uses it: a device's own copy (in keep_), or on the CPU the
+  // host bytes themselves (kept in host_ for as long as the bench runs).
   WeightMatrix matrix(int64_t R, int64_t C, float scale) {
-    std::vector<uint16_t> h(static_cast<size_t>(R * C));
+    std::vector<uint16_t>& h = host_.emplace_back(static_cast<size_t>(R * C));
     for (uint16_t& v : h) v = f32_to_bf16(uniform(seed_) * scale);
     WeightMatrix w;
     w.type = DType::BF16, w.data = reinterpret_cast<const uint8_t*>(h.data()), w.rows = R, w.cols = C, w.row_bytes = C * 2;
     keep_.emplace_back();
-    return b_.prepare_weight(w, Backend::WeightUse::kMatrix, keep_.back());
+    const WeightMatrix used = b_.prepare_weight(w, Backend::WeightUse::kMatrix, keep_.back());
+    if (!b_.host_visible()) host_.pop_back();  // the device copied it
+    return used;
   }
   void hold(std::unique_ptr<Buffer> b) { keep_.push_back(std::move(b)); }
 
@@ -182,6 +186,7 @@ class Bench {
   double bw_ = 0;
   std::unique_ptr<Buffer> sync_;
   std::vector<std::unique_ptr<Buffer>> keep_;
+  std::deque<std::vector<uint16_t>> host_;  // a deque: earlier matrices' bytes stay where they are
 };
 
 std::string dims(std::initializer_list<int64_t> d) {
