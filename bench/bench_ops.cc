@@ -170,7 +170,7 @@ class Bench {
     if (flops > 0) std::snprintf(flop, sizeof flop, "%.0f", flops / (med * 1e-6) / 1e9);
     char share[32] = "";
     if (bw_ > 0) std::snprintf(share, sizeof share, "%.0f%%", 100.0 * gbs * 1e9 / bw_);
-    std::printf("| %-24s | %-26s | %9.2f | %9.2f-%-9.2f | %8.1f | %6s | %7s |\n", name.c_str(), shape.c_str(), med, us.front(), us.back(),
+    std::printf("| %-24s | %-26s | %9.4g | %9.4g-%-9.4g | %8.4g | %6s | %7s |\n", name.c_str(), shape.c_str(), med, us.front(), us.back(),
                 gbs, share, flop);
     std::fflush(stdout);
   }
