@@ -12,8 +12,6 @@
 
 namespace squeezekv::tools {
 
-using nlohmann::json;
-
 // A message from the KV code with every CLI flag of the table replaced by where.key.
 inline std::string kv_message_in(const std::string& where, std::string msg) {
   for (const KvOption& o : kv_options()) {
