@@ -17,6 +17,7 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace squeezekv::cuda {
 namespace {
@@ -28,22 +29,6 @@ __host__ __device__ constexpr size_t mma_smem_bytes() {
   return sizeof(__half) * (kMmaRows + 4 * kMmaKeys) * (D + 8) + sizeof(int32_t) * 2 * kMmaKeys;
 }
 
-__device__ inline void ldsm_x4(uint32_t* r, const __half* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-__device__ inline void ldsm_x4_trans(uint32_t* r, const __half* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-// c[4] += a[4] (16x16, row) * b[2] (16x8, col)
-__device__ inline void mma16816(float* c, const uint32_t* a, const uint32_t* b) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 __device__ inline uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
@@ -100,8 +85,8 @@ __device__ inline void mma_scores(float* s, const uint32_t (&qa)[D / 16][4], con
   for (int ks = 0; ks < D / 16; ks += 2) {
     uint32_t b[4];  // b[0..1]: k-step ks, b[2..3]: ks + 1
     ldsm_x4(b, kt + (nt * 8 + lane % 8) * LD + ks * 16 + (lane / 8) * 8);
-    mma16816(s, qa[ks], b);
-    mma16816(s, qa[ks + 1], b + 2);
+    mma_f16(s, qa[ks], b);
+    mma_f16(s, qa[ks + 1], b + 2);
   }
 }
 
@@ -195,8 +180,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
         uint32_t b[4];  // b[0..1]: d tile nd, b[2..3]: nd + 1
         const int mi = lane / 8, rr = lane % 8;
         ldsm_x4_trans(b, vt + (kk * 16 + rr + (mi & 1) * 8) * LD + nd * 8 + (mi >> 1) * 8);
-        mma16816(o[nd], pa, b);
-        mma16816(o[nd + 1], pa, b + 2);
+        mma_f16(o[nd], pa, b);
+        mma_f16(o[nd + 1], pa, b + 2);
       }
     }
     __syncthreads();  // the stage is refilled by a later issue()

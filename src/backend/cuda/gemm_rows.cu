@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace squeezekv::cuda {
 namespace {
@@ -19,18 +20,6 @@ constexpr int kRowsPerBlock = 64;
 constexpr int kWarps = 4;
 constexpr int kStages = 6;
 constexpr int kLd = kGemmRowsK + 8;  // row pitch in halves: the 8 rows of an ldmatrix on different banks
-
-__device__ inline void ldsm_x4(uint32_t* r, const __nv_bfloat16* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-// c[4] += a[4] (16x16 bf16, row) * b[2] (16x8 bf16, col), f32 accumulate
-__device__ inline void mma_bf16(float* c, const uint32_t* a, const uint32_t* b) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 template <int OUT>
 constexpr size_t smem_bytes() {
