@@ -161,13 +161,8 @@ class CudaBackend final : public Backend {
   // batch_mma, more rows than that on the tensor cores (bf16 activations; each row's sums the
   // same whatever the batch holds).
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
-    if (opt_.batch_mma && T > kGemvRows && w.type == DType::BF16 && w.cols % kGemmRowsK == 0) {
-      grow(xb_, static_cast<size_t>(T) * w.cols * 2);
-      launch_to_bf16(*launcher_, xb_->as<__nv_bfloat16>(), x, T * w.cols);
-      launch_gemm_rows(*launcher_, out, xb_->as<__nv_bfloat16>(), reinterpret_cast<const __nv_bfloat16*>(w.data), bias,
-                       static_cast<int>(T), static_cast<int>(w.rows), static_cast<int>(w.cols));
-      return;
-    }
+    const MatmulPart one{out, &w, bias, nullptr};
+    if (batch_rows(&one, 1, x, T)) return;
     for (int64_t t0 = 0; t0 < T; t0 += kGemvRows) {
       const int n = static_cast<int>(std::min<int64_t>(kGemvRows, T - t0));
       const MatmulPart part{out + t0 * w.rows, &w, bias, nullptr};
@@ -185,8 +180,11 @@ class CudaBackend final : public Backend {
   // chunks: x converted to bf16 once, one cuBLAS product per part.
   void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) override {
     if (T <= kGemvRows && launch_gemv(*launcher_, parts, n, x, static_cast<int>(T), false)) return;
-    if (rows == RowMode::kIndependent && T > 1) return Backend::matmuls(parts, n, x, T, act, rows);
-    gemm_parts(parts, n, x, T);
+    if (rows == RowMode::kIndependent && T > 1) {
+      if (!batch_rows(parts, n, x, T)) return Backend::matmuls(parts, n, x, T, act, rows);
+    } else {
+      gemm_parts(parts, n, x, T);
+    }
     rope_parts(parts, n, T);
   }
 
@@ -487,6 +485,23 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A decode batch of more than kGemvRows rows on the tensor cores (opt_.batch_mma): x converted to
+  // bf16 once for all parts, one gemm_rows launch per part (no RoPE: the caller's). False,
+  // launching nothing, where the path does not serve the parts (off, few rows, not bf16, columns
+  // not a multiple of kGemmRowsK).
+  bool batch_rows(const MatmulPart* parts, int n, const float* x, int64_t T) {
+    if (!opt_.batch_mma || T <= kGemvRows) return false;
+    const int64_t C = parts[0].w->cols;
+    for (int i = 0; i < n; ++i)
+      if (parts[i].w->type != DType::BF16 || parts[i].w->cols != C || C % kGemmRowsK != 0) return false;
+    grow(xb_, static_cast<size_t>(T) * C * 2);
+    launch_to_bf16(*launcher_, xb_->as<__nv_bfloat16>(), x, T * C);
+    for (int i = 0; i < n; ++i)
+      launch_gemm_rows(*launcher_, parts[i].out, xb_->as<__nv_bfloat16>(), reinterpret_cast<const __nv_bfloat16*>(parts[i].w->data),
+                       parts[i].bias, static_cast<int>(T), static_cast<int>(parts[i].w->rows), static_cast<int>(C));
+    return true;
+  }
+
   // out = x @ W^T (+ bias) for every part by cuBLAS (a prompt chunk), x converted to bf16 once
   void gemm_parts(const MatmulPart* parts, int n, const float* x, int64_t T) {
     bool bf16 = false;
