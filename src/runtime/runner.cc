@@ -4,6 +4,7 @@
 #include "runtime/runner.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -111,12 +112,17 @@ void check_token_ids(std::span<const int> tokens, int V, const char* op) {
       throw Error(std::string(op) + ": token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
 }
 
-SequenceState Runner::new_sequence(const CacheConfig& cache_in, int64_t other_kv_bytes) const {
-  const ModelConfig& c = model_.config();
+CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_in, const SessionOptions& o) {
   CacheConfig cache = cache_in;
   cache.max_tokens = sequence_max_tokens(c, cache);
-  // the config is checked here, once (CachePlan holds only valid ones)
-  const CachePlan plan = CacheBuilder::plan(c, cache, std::min(chunk_, cache.max_tokens), !backend_->host_visible());
+  // the config is checked here, once (CachePlan holds only valid ones); a device keeps K and V in
+  // its own memory, the policies' metadata mirrored on the host
+  return CacheBuilder::plan(c, cache, std::min(o.prefill_chunk, cache.max_tokens), o.device != Device::kCpu);
+}
+
+SequenceState Runner::new_sequence(const CachePlan& plan, int64_t other_kv_bytes) const {
+  const ModelConfig& c = model_.config();
+  assert(plan.max_step_rows() == std::min(chunk_, plan.max_tokens()));  // a plan of this runner's options
   SequenceState s;
   s.max_tokens = plan.max_tokens();
   s.kv_bytes = plan.bytes();

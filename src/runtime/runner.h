@@ -51,10 +51,17 @@ class Runner {
   Runner(const Model& model, const SessionOptions& options, int max_rows);
   ~Runner();
 
-  // A sequence with its own caches (config validated, Error naming the flag otherwise). With
-  // --max-memory its caches must fit beside the weights, the scratch and `other_kv_bytes` (what
-  // the caller's other live sequences hold), checked before they are allocated.
-  SequenceState new_sequence(const CacheConfig& cache, int64_t other_kv_bytes = 0) const;
+  // The plan of one sequence's caches on a runner with these options (the config checked, the one
+  // time: Error naming the flag): the most tokens it may see, a step's rows, where K and V live.
+  // A caller may make it before the runner exists, so a bad config costs no weight upload.
+  static CachePlan plan_sequence(const ModelConfig& model, const CacheConfig& cache, const SessionOptions& options);
+  // A sequence with the plan's caches (a plan of this runner's options). With --max-memory its
+  // caches must fit beside the weights, the scratch and `other_kv_bytes` (what the caller's other
+  // live sequences hold), checked before they are allocated.
+  SequenceState new_sequence(const CachePlan& plan, int64_t other_kv_bytes = 0) const;
+  SequenceState new_sequence(const CacheConfig& cache, int64_t other_kv_bytes = 0) const {
+    return new_sequence(plan_sequence(model_.config(), cache, opt_), other_kv_bytes);
+  }
 
   // Refuses a segment that cannot run, before any work (Error starting with op): no rows, token
   // ids outside the vocabulary, more tokens than the sequence may see, an input end beyond them.

@@ -18,17 +18,17 @@ DecodeActivations parse_decode_activations(const std::string& s) { return parse_
 const char* decode_activations_name(DecodeActivations a) { return enum_name(a, kActivations); }
 
 struct Session::Impl {
+  CachePlan plan;  // made first: a bad config is refused before the weights go to the device
   Runner runner;
   SequenceState seq;
   int chunk = 0;                // rows per step
   std::vector<float> logits;    // [n][V] when every row's logits are asked for
 
-  static int max_rows(const Model& m, const SessionOptions& o) {
-    validate(o.cache);  // the API's edge: a bad config is refused before the weights go to the device
-    return std::min(o.prefill_chunk, sequence_max_tokens(m.config(), o.cache));  // the runner checks the chunk
-  }
   Impl(const Model& m, const SessionOptions& o)
-      : runner(m, o, max_rows(m, o)), seq(runner.new_sequence(o.cache)), chunk(runner.max_rows()) {}
+      : plan(Runner::plan_sequence(m.config(), o.cache, o)),
+        runner(m, o, std::min(o.prefill_chunk, plan.max_tokens())),  // the runner checks the chunk
+        seq(runner.new_sequence(plan)),
+        chunk(runner.max_rows()) {}
 };
 
 Session::Session(const Model& model, const SessionOptions& options)
