@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # squeezekv_bench_ops on the CPU at a small shape: one row per op, each with a positive time and
-# bandwidth; a wrong flag is refused naming it.
+# bandwidth; a wrong flag, value or config is refused naming it.
 set -euo pipefail
 bin="$1"; src="$2"
 pass=0; fail=0
@@ -13,5 +13,9 @@ if err="$("$bin" --depths 0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --dep
 elif grep -q -- '--depths: expected positive integers' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --config /nonexistent.json 2>&1)"; then fail=$((fail + 1)); echo "FAILED: a missing config accepted"
 elif grep -q 'nonexistent.json' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
+if err="$("$bin" --frobnicate 2>&1)"; then fail=$((fail + 1)); echo "FAILED: an unknown flag accepted"
+elif grep -q "unknown argument '--frobnicate'" <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
+if err="$("$bin" --device tpu 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --device tpu accepted"
+elif grep -q -- '--device: expected cpu or cuda' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
