@@ -41,6 +41,7 @@ struct Args {
   int chunk = 512;
   int rounds = 5;
   int threads = 0;
+  std::vector<int> batch{1, 4};  // rows of the decode products; sequences of a decode batch's attention (past 1)
   std::string filter;
 };
 
@@ -87,18 +88,23 @@ Args parse(int argc, char** argv) {
       a.rounds = int_list(f, value()).at(0);
     } else if (f == "-t") {
       a.threads = int_list(f, value()).at(0);
+    } else if (f == "--batch") {
+      a.batch = int_list(f, value());
     } else if (f == "--filter") {
       a.filter = value();
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "usage: squeezekv_bench_ops [--device cpu|cuda] [--config CONFIG.json] [--depths N,N,..] [--chunk T] [--rounds R]\n"
-          "                           [--filter TEXT] [-t THREADS]\n"
-          "Times every backend op alone at the config's shapes (Hugging Face config.json).\n");
+          "                           [--batch B,B,..] [--filter TEXT] [-t THREADS]\n"
+          "Times every backend op alone at the config's shapes (Hugging Face config.json). --batch: the rows of\n"
+          "the decode products and, past 1, the sequences of a decode batch's attention (default 1,4; at most --chunk).\n");
       std::exit(0);
     } else {
       throw Error("unknown argument '" + f + "' (--help lists them)");
     }
   }
+  for (int b : a.batch)
+    if (b > a.chunk) throw Error("--batch: " + std::to_string(b) + " rows exceed --chunk " + std::to_string(a.chunk));
   return a;
 }
 
@@ -244,7 +250,7 @@ int run(const Args& args) {
                         {"gate", bench.matrix(F, E, ws)},           {"up", bench.matrix(F, E, ws)},
                         {"down", bench.matrix(E, F, ws)},           {"head", bench.matrix(V, E, ws)}};
   for (const Mat& m : mats)
-    for (int T : {1, 4}) {
+    for (int T : args.batch) {
       const double wbytes = 2.0 * m.w.rows * m.w.cols;
       bench.time(std::string("gemv ") + m.name + (T > 1 ? " x" + std::to_string(T) : ""), dims({T, m.w.cols}) + " @ " + dims({m.w.rows, m.w.cols}) + "^T",
                  wbytes, 2.0 * T * m.w.rows * m.w.cols,
@@ -300,6 +306,32 @@ int run(const Args& args) {
     const double read1 = 2.0 * G * N * row + 4.0 * G * N;
     bench.time("attn decode N=" + depth, dims({1, H, D}) + " over " + dims({G, N, D}), read1, 4.0 * H * N * D,
                [&] { b.attention(op, xp, qpos1->as<int32_t>(), 1, H, kv, nullptr); });
+    // a decode batch: B sequences' layers, each its own arrays at this depth (the count on the
+    // device, as a sequence stages it), one row each
+    for (int B : args.batch) {
+      if (B < 2) continue;
+      std::vector<std::unique_ptr<Buffer>> hold;
+      std::vector<AttentionCall> calls(static_cast<size_t>(B));
+      const int32_t n_h = N;
+      hold.push_back(bench.ints(std::vector<int32_t>{n_h}));
+      const int32_t* count = hold.back()->as<int32_t>();
+      std::vector<int32_t> qpb(static_cast<size_t>(B), N - 1);
+      hold.push_back(bench.ints(qpb));
+      const int32_t* qposb = hold.back()->as<int32_t>();
+      for (int i = 0; i < B; ++i) {
+        hold.push_back(b.alloc(kv_bytes));
+        b.upload(hold.back()->data(), kh.data(), kv_bytes);
+        KvView v = kv;
+        v.k = hold.back()->data();
+        hold.push_back(b.alloc(kv_bytes));
+        b.upload(hold.back()->data(), kh.data(), kv_bytes);
+        v.v = hold.back()->data();
+        v.count_dev = count;
+        calls[i] = AttentionCall{op + static_cast<size_t>(i) * H * D, xp + static_cast<size_t>(i) * H * D, qposb + i, 1, H, v, nullptr, {}};
+      }
+      bench.time("attn decode x" + std::to_string(B) + " N=" + depth, dims({B, H, D}) + " over " + dims({B, G, N, D}), B * read1,
+                 4.0 * B * H * N * D, [&] { b.attention_batch(calls.data(), B); });
+    }
     AttentionProbe probe;
     probe.mass = M->as<float>(), probe.mass_stride = cap;
     bench.time("attn decode+mass N=" + depth, dims({1, H, D}) + " over " + dims({G, N, D}), read1 + 8.0 * G * N, 4.0 * H * N * D,

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/half.h"
 #include "kv/kv_storage.h"
+#include "squeezekv/engine.h"
 #include "squeezekv/error.h"
 #include "squeezekv/model.h"
 #include "squeezekv/session.h"
@@ -455,7 +457,8 @@ TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
 
 // Decode batches on the tensor cores (CudaOptions::batch_mma): within bf16's rounding of the
 // activations of the CPU's f32 products, and batch-invariant: every row's outputs are the same bits
-// in a batch of 5 as in one of 130 (each output summed by one warp in the same order).
+// in a batch of 5 as in one of 130 (each output summed by one warp per column slice in the same
+// order, the slices added in order).
 TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
@@ -466,7 +469,8 @@ TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
   constexpr int kMax = 130;
   double worst = 0;
   int compared = 0;
-  for (auto [R, C] : {std::pair{96, 128}, {1000, 576}, {8200, 256}}) {  // 8200: the 64-row blocks, a partial last one
+  // column slices (gemm_rows_slices) 2, 1, 4 and 8; 8200: the 64-row blocks, a partial last one
+  for (auto [R, C] : {std::pair{96, 128}, {1000, 576}, {8200, 256}, {1024, 1024}}) {
     std::vector<uint16_t> bits(static_cast<size_t>(R) * C);
     for (uint16_t& b : bits) b = f32_to_bf16(nd(rng) * 0.05f);
     const WeightMatrix host{DType::BF16, reinterpret_cast<const uint8_t*>(bits.data()), R, C, static_cast<size_t>(C) * 2};
@@ -580,6 +584,64 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
 // replayed steps must give exactly the logits of the same launches issued one by one, across the
 // step where the key range gains a split (N passes 512), and for the policies that evict on the
 // device every step (their eviction kernels are part of the replayed step).
+// A decode batch gives every sequence exactly what it gets alone, to the bit (batch invariance:
+// the 4-row GEMV products, and one attention launch for the batch whose blocks each do their
+// sequence's lone arithmetic). B sequences with different policies, budgets and contexts (so
+// different key splits and both warp choices of the attention kernel), fed token by token (every
+// step a decode step, with the mass and the evictions of h2o and squeeze), once alone and once all
+// together: 8 and 128 at a time, head dims 32 (4 query heads a kv head) and 128 (8).
+TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
+  const std::string wide = ::testing::TempDir() + "/squeezekv_wide_llama.json";
+  {
+    std::ofstream f(wide);
+    f << R"({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 512, "num_hidden_layers": 2,
+             "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
+             "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": true})";
+  }
+  auto config = [](int i) {
+    CacheConfig c;
+    switch (i % 4) {
+      case 0: c.max_tokens = 200 + 37 * (i % 7); break;  // full: 4 to 8 splits of its capacity
+      case 1: c.policy = KvPolicy::kWindow, c.budget = 40 + i % 5; break;
+      case 2: c.policy = KvPolicy::kH2O, c.budget = 48 + i % 3; break;
+      default: c.policy = KvPolicy::kSqueeze, c.budget = 56, c.squeeze_metric = SqueezeMetric::kAttentionEntropy; break;
+    }
+    if (c.max_tokens == 0) c.max_tokens = 400;
+    return c;
+  };
+  for (const std::string& cfg : {test::ref_dir() + "/../../bench/configs/small-llama.json", wide}) {
+    auto m = Model::dummy(cfg);
+    const int V = m->config().vocab_size;
+    SessionOptions so;
+    so.device = Device::kCuda;
+    for (int B : {8, 128}) {
+      const int steps = B == 8 ? 160 : 90;
+      Engine lone(*m, so, 1), batch(*m, so, B);
+      std::vector<SequenceId> a, b;
+      for (int i = 0; i < B; ++i) a.push_back(lone.add_sequence(config(i))), b.push_back(batch.add_sequence(config(i)));
+      std::vector<int> tok(B);
+      int differ = 0, first = -1;
+      for (int t = 0; t < steps; ++t) {
+        for (int i = 0; i < B; ++i) tok[i] = 3 + (t * 31 + i * 17) % (V - 3);
+        const auto y = batch.decode(b, tok);
+        const std::vector<float> yb(y.begin(), y.end());
+        for (int i = 0; i < B; ++i) {
+          const auto x = lone.decode(std::span<const SequenceId>(&a[i], 1), std::span<const int>(&tok[i], 1));
+          if (!std::equal(x.begin(), x.end(), yb.begin() + static_cast<size_t>(i) * V)) {
+            if (differ++ == 0) first = t * 1000 + i;
+          }
+        }
+      }
+      for (int i = 0; i < B; ++i) {
+        const auto sa = lone.kv_stats(a[i]), sb = batch.kv_stats(b[i]);
+        for (size_t l = 0; l < sa.size(); ++l) EXPECT_EQ(sa[l].tokens_kept, sb[l].tokens_kept) << "sequence " << i << " layer " << l;
+      }
+      std::printf("%s, batch %d: %d of %d sequence steps differ from the sequence alone\n", m->config().name.c_str(), B, differ, B * steps);
+      EXPECT_EQ(differ, 0) << "batch " << B << ": first at step " << first / 1000 << ", sequence " << first % 1000;
+    }
+  }
+}
+
 TEST_F(Cuda, GraphReplayEqualsDirectLaunches) {
   auto m = Model::dummy(test::ref_dir() + "/../../bench/configs/small-llama.json");
   const auto ids = prompt(*m, 500);

@@ -36,7 +36,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_FUSE_KV=0
   // writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
   // step's mass right after its attention, SQUEEZEKV_CUDA_MMA_MASS=0 sums a prompt chunk's mass on
-  // the CUDA cores
+  // the CUDA cores, SQUEEZEKV_CUDA_BATCH_ATTN=0 runs a decode batch's attention one sequence
+  // after another
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -46,6 +47,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.fuse_kv_write = !off("SQUEEZEKV_CUDA_FUSE_KV");
   co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
   co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");
+  co.batch_attention = !off("SQUEEZEKV_CUDA_BATCH_ATTN");
   // SQUEEZEKV_CUDA_BATCH_MMA=1: decode batches of more than 4 rows on the tensor cores (opt-in)
   const char* bm = std::getenv("SQUEEZEKV_CUDA_BATCH_MMA");
   co.batch_mma = bm != nullptr && std::string(bm) == "1";

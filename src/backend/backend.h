@@ -118,10 +118,14 @@ class Backend {
   virtual void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                          AttentionProbe* probe) = 0;
 
-  // Several sequences' attention (a decode batch), each call exactly as attention() computes it;
-  // by default one call after another, a backend may run them together.
+  // Several sequences' attention (a decode batch), each call exactly as attention() computes it,
+  // after its write's rows are in (kv_write); by default one call after another, a backend may
+  // run them together.
   virtual void attention_batch(AttentionCall* calls, int n) {
-    for (int i = 0; i < n; ++i) attention(calls[i].out, calls[i].q, calls[i].q_pos, calls[i].T, calls[i].H, calls[i].kv, calls[i].probe);
+    for (int i = 0; i < n; ++i) {
+      write_rows(calls[i]);
+      attention(calls[i].out, calls[i].q, calls[i].q_pos, calls[i].T, calls[i].H, calls[i].kv, calls[i].probe);
+    }
   }
 
   // KV rows (one layer's arrays, KvArrays). kv_write puts the T new rows into slots
@@ -149,6 +153,10 @@ class Backend {
   virtual bool host_visible() const = 0;
 
  protected:
+  // A call's rows that its attention_batch writes first (none: nothing).
+  void write_rows(const AttentionCall& c) {
+    if (c.write.arrays != nullptr) kv_write(*c.write.arrays, c.kv.count - static_cast<int>(c.T), c.write.k, c.write.v, c.write.pos, static_cast<int>(c.T));
+  }
   // The rope() of every part that asks for one (what matmuls does after its products).
   void rope_parts(const MatmulPart* parts, int n, int64_t T) {
     for (int i = 0; i < n; ++i)

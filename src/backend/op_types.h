@@ -48,8 +48,21 @@ struct AttentionProbe {
   int64_t entropy_rows = 0;    // out: rows counted
 };
 
+struct KvArrays;
+
+// The new rows of a call in a batch, written into its layer's arrays just before it attends
+// (Backend::kv_write's arguments, at = kv.count - T): a decode batch on a device appends the rows
+// to its caches' bookkeeping only (KvStorage::append with write_later), so that the batch's
+// writes and attention can be one launch. Null arrays: the rows are written already.
+struct RowWrite {
+  const KvArrays* arrays = nullptr;
+  const float* k = nullptr;        // [T][G*D]
+  const float* v = nullptr;        // [T][G*D]
+  const int32_t* pos = nullptr;    // [T] (the backend's memory)
+};
+
 // One sequence's attention in a batch of them (Backend::attention_batch): the arguments of
-// Backend::attention.
+// Backend::attention, and the rows to write first.
 struct AttentionCall {
   float* out = nullptr;            // [T][H*D]
   const float* q = nullptr;        // [T][H*D]
@@ -58,6 +71,7 @@ struct AttentionCall {
   int H = 0;
   KvView kv;
   AttentionProbe* probe = nullptr;
+  RowWrite write;
 };
 
 // RoPE applied to a product's output (MatmulPart::rope): the rows as Backend::rope rotates them.

@@ -38,13 +38,13 @@ void KvStorage::allocate() {
   move_to_.reserve(rows);
 }
 
-void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
+void KvStorage::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev, bool write_later) {
   if (count_ + T > capacity_)
     throw Error("kv cache: " + std::to_string(count_ + T) + " rows exceed the layer's capacity of " +
                 std::to_string(capacity_) + " (raise --ctx or use an eviction policy)");
   if (pos_dev == nullptr && !backend_->host_visible())
     throw Error("kv cache: append on a device needs the positions in device memory (pos_dev)");
-  backend_->kv_write(arrays_, count_, k, v, pos_dev != nullptr ? pos_dev : pos, T);
+  if (!write_later) backend_->kv_write(arrays_, count_, k, v, pos_dev != nullptr ? pos_dev : pos, T);
   if (!backend_->host_visible()) {
     mass_stale_ = true;  // attention adds to the mass next
     for (int g = 0; g < G_; ++g)

@@ -32,8 +32,12 @@ class KvStorage {
 
   // Appends T rows: k, v [T][G*D] (rotated keys; the backend's memory), pos [T] absolute positions
   // (host memory; pos_dev: the same in the backend's memory, null when it is host-visible); mass
-  // starts at 0. Throws Error when the rows do not fit the capacity.
-  void append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev = nullptr);
+  // starts at 0. Throws Error when the rows do not fit the capacity. write_later: the rows join
+  // the bookkeeping only, and the caller has the backend write them before anything reads them
+  // (AttentionCall::write with arrays(): a decode batch's writes in its attention's launch).
+  void append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev = nullptr, bool write_later = false);
+  // The arrays in the backend's memory, as kv_write and the other row ops take them.
+  const KvArrays& arrays() const { return arrays_; }
 
   // Drops, for every head g, the slots evict[g * n_evict + i] (ascending), moving at most one row
   // per evicted row (holes are filled from the top).

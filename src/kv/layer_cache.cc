@@ -24,8 +24,8 @@ int LayerCache::capacity_for(const EvictionPolicy& policy, int max_step_rows, in
   return static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(max_tokens) + scratch));
 }
 
-void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev) {
-  storage_.append(k, v, pos, T, pos_dev);
+void LayerCache::append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev, bool write_later) {
+  storage_.append(k, v, pos, T, pos_dev, write_later);
   tokens_seen_ += T;
   last_step_rows_ = T;
 }

@@ -26,7 +26,8 @@ class LayerCache {
   static int capacity_for(const EvictionPolicy& policy, int max_step_rows, int max_tokens);
 
   // k, v [T][G*D] (the backend's memory); pos [T] host, pos_dev the same in the backend's memory
-  void append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev = nullptr);
+  // write_later: see KvStorage::append.
+  void append(const float* k, const float* v, const int32_t* pos, int T, const int32_t* pos_dev = nullptr, bool write_later = false);
   KvView view() const { return storage_.view(); }
   bool wants_mass() const { return policy_->needs_mass(); }
   int mass_rows() const { return policy_->mass_rows(); }

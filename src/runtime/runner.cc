@@ -243,7 +243,9 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
       keep_input = keep_input || (observers_[i] != nullptr && observers_[i]->wants_layer_input());
     }
     if (keep_input) b.copy(x_in_->data(), x, static_cast<size_t>(TE) * sizeof(float));
-    // each sequence's rows join its own cache and attend over it (all sequences in one call)
+    // each sequence's rows join its own cache and attend over it (all sequences in one call; a
+    // decode batch on a device writes its rows in that call too: one launch for all)
+    const bool write_in_attention = independent && segments.size() > 1 && !b.host_visible();
     calls_.clear();
     for (int i = 0, r = 0; i < static_cast<int>(segments.size()); r += segments[i].T, ++i) {
       const Segment& s = segments[i];
@@ -251,7 +253,7 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
       rows_[i] = LayerRows{&b, &scratch_, s.T, E, H, G, D, q + r * QD, k + r * KD, rpos + r, att + r * QD, s.input_end};
       if (observers_[i] != nullptr) observers_[i]->before_attention(rows_[i]);
       marks_[i] = cache.mark();
-      cache.append(k + r * KD, v + r * KD, rows_pos_host_.data() + r, s.T, rpos + r);
+      cache.append(k + r * KD, v + r * KD, rows_pos_host_.data() + r, s.T, rpos + r, write_in_attention);
       AttentionProbe& probe = probes_[i];
       probe = AttentionProbe{};
       const KvView kv = cache.view();
@@ -262,7 +264,8 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
         if (scoring) probe.reduce = MassReduce::kMax;
       }
       if (observers_[i] != nullptr) observers_[i]->ask(probe);
-      calls_.push_back({att + r * QD, q + r * QD, rpos + r, s.T, H, kv, &probe});
+      const RowWrite write = write_in_attention ? RowWrite{&cache.storage().arrays(), k + r * KD, v + r * KD, rpos + r} : RowWrite{};
+      calls_.push_back({att + r * QD, q + r * QD, rpos + r, s.T, H, kv, &probe, write});
     }
     if (calls_.size() == 1) b.attention(calls_[0].out, calls_[0].q, calls_[0].q_pos, calls_[0].T, H, calls_[0].kv, calls_[0].probe);
     else b.attention_batch(calls_.data(), static_cast<int>(calls_.size()));

@@ -120,6 +120,7 @@ class CpuBackend final : public Backend {
   }
   void attention_batch(AttentionCall* calls, int n) override {
     use_threads();
+    for (int i = 0; i < n; ++i) write_rows(calls[i]);
     size_t need = 0;
     for (int i = 0; i < n; ++i) need += static_cast<size_t>(cpu::attention_scratch_floats(calls[i].T, calls[i].H, calls[i].kv.capacity));
     if (scratch_.size() < need) scratch_.resize(need);

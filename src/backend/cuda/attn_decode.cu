@@ -10,6 +10,9 @@
 // merge in shared memory and the block writes its split's partial max, sum and output, which
 // k_attn_merge combines. With `scores` the scaled logits are kept ([G][GMAX][capacity], -inf where
 // masked), and the policies' mass comes from them (k_attn_mass) without reading K again.
+// A decode batch runs the same blocks for every sequence in one launch (k_attn_decode_batch: the
+// sequence is blockIdx.z, its layer's arrays in the launch's table), then one merge and one mass
+// launch for all: each sequence gets exactly its lone arithmetic.
 #include "backend/cuda/attn_decode.h"
 
 #include <cuda_fp16.h>
@@ -58,12 +61,15 @@ __host__ __device__ constexpr size_t dec_smem_bytes(int row_bytes) {
   return static_cast<size_t>(kDecStages) * (2 * kDecTileBytes + dec_tile_keys(row_bytes) * sizeof(int32_t));
 }
 
-// GMAX: the most query heads per kv head this instantiation serves (a.grp <= GMAX).
+// One block's work of one sequence's decode attention: kv head g, split `split` (k_attn_decode's
+// for a lone sequence, k_attn_decode_batch's for each of a batch: the same arithmetic, so a
+// sequence's results do not depend on the batch). GMAX: the most query heads per kv head this
+// instantiation serves (a.grp <= GMAX). One split (kr.splits == 1): the output and ml directly,
+// else the split's partials.
 template <typename KT, int LPK, int GMAX, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
-                                                                 const float* q, const int32_t* q_pos, KvView kv, AttnShape a,
-                                                                 KvRowWrite w) {
-  pdl_enter();
+__device__ __forceinline__ void decode_block(float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+                                             const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w, int g,
+                                             int split, unsigned char* dsm) {
   constexpr int kDecWarps = WARPS;
   constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
   constexpr int D = LPK * EPV;
@@ -72,12 +78,11 @@ __global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* m
   constexpr int TILE = dec_tile_keys(ROW);
   static_assert(TILE % (kDecWarps * KPW) == 0, "a tile splits evenly over the warps");
   constexpr int STEPS = TILE / (kDecWarps * KPW);  // key groups a warp takes per tile
-  extern __shared__ __align__(16) unsigned char dsm[];
   unsigned char* sk = dsm;                                  // [stage][TILE][ROW]
   unsigned char* sv = dsm + kDecStages * kDecTileBytes;     // [stage][TILE][ROW]
   int32_t* sp = reinterpret_cast<int32_t*>(dsm + 2 * kDecStages * kDecTileBytes);  // [stage][TILE]
 
-  const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
+  const int grp = a.grp;
   const KeyRange kr = key_range(kv, a);
   if (split >= kr.splits) return;
   const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* m
       o += s_acc[(w * GMAX + r) * D + d] * c;
     }
     const size_t h = static_cast<size_t>(g) * grp + r;  // rows: T * H with T = 1
-    if (gridDim.y == 1) {  // one split: the final output, no merge
+    if (kr.splits == 1) {  // one split: the final output, no merge
       out[h * D + d] = L > 0.0f ? o / L : 0.0f;
       if (d == 0) ml[2 * h] = M, ml[2 * h + 1] = L;
     } else {
@@ -242,25 +247,110 @@ __global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* m
   }
 }
 
-// The policies' mass from the kept scores and the final max and sum (ml [H][2]): per key j of the
-// split, mass[g][j] += sum over the grp heads of exp(s - M) / L, / grp (or the max over them). One
-// thread per key: no atomics, the same sums every run.
+// A lone sequence: grid (G, splits).
+template <typename KT, int LPK, int GMAX, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+                                                                 const float* q, const int32_t* q_pos, KvView kv, AttnShape a,
+                                                                 KvRowWrite w) {
+  pdl_enter();
+  extern __shared__ __align__(16) unsigned char dsm[];
+  decode_block<KT, LPK, GMAX, WARPS>(out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, dsm);
+}
+
+// Sequence z of the table b (its layer's arrays, the step's row s.row of r): its view, its
+// shape (its own splits) and where its rows and scratch are.
+__device__ inline KvView batch_view(const DecodeSeq& s, const AttnShape& a) {
+  KvView kv;
+  kv.k = s.k, kv.v = s.v, kv.pos = s.pos, kv.count_dev = s.count, kv.count = 0;
+  kv.capacity = s.capacity, kv.n_kv_heads = a.G, kv.head_dim = a.D, kv.type = KvType::kF16;
+  return kv;
+}
+
+// A decode batch: grid (G, the most splits of the group, sequences of the group); block z does
+// split y of kv head x of sequence b.s[z], exactly as k_attn_decode does it for that sequence
+// alone. Block (0, 0) records what the merge and the mass need of the sequence (r.info).
+template <typename KT, int LPK, int GMAX, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) k_attn_decode_batch(DecodeBatch b, DecodeRows r, AttnShape a) {
+  pdl_enter();
+  extern __shared__ __align__(16) unsigned char dsm[];
+  const DecodeSeq& s = b.s[blockIdx.z];
+  const size_t row = s.row, HD = static_cast<size_t>(a.H) * a.D;
+  AttnShape as = a;
+  as.splits = s.splits;
+  const KvView kv = batch_view(s, as);
+  KvRowWrite w;
+  if (r.k_new != nullptr) {
+    w.K = s.k, w.V = s.v, w.P = s.pos, w.M = s.mass;
+    w.k = r.k_new + row * a.G * a.D, w.v = r.v_new + row * a.G * a.D, w.pos = r.q_pos + row;
+  }
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+    r.info[row] = DecodeInfo{s.add_mass ? s.mass : nullptr, *s.count, s.splits, s.capacity};
+  float* scores = s.add_mass ? r.scores + row * r.score_stride : nullptr;
+  decode_block<KT, LPK, GMAX, WARPS>(r.out + row * HD, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride,
+                                     r.part_ml + row * r.part_ml_stride, scores, r.q + row * HD, r.q_pos + row, kv, as, w,
+                                     blockIdx.x, blockIdx.y, dsm);
+}
+
+// The policies' mass of kv head g's keys in one split, from the kept scores sc [G][GMAX][cap] and
+// the final max and sum (ml [H][2]): mass[g][j] += sum over the grp heads of exp(s - M) / L, / grp
+// (or the max over them). One thread per key: no atomics, the same sums every run.
+template <int GMAX>
+__device__ __forceinline__ void mass_split(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, int cap,
+                                           const KeyRange& kr, int g, int split, int grp) {
+  if (split >= kr.splits) return;
+  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
+  const GroupSoftmax<GMAX> sm(ml, g, grp);
+  const float* sc = scores + static_cast<size_t>(g) * GMAX * cap;
+  for (int j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    float* dst = mass + static_cast<size_t>(g) * stride + j;
+    *dst = sm.add_mass(*dst, sc, cap, j, mass_max);
+  }
+}
 template <int GMAX>
 __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, KvView kv,
                             AttnShape a) {
   pdl_enter();
-  const int g = blockIdx.x, split = blockIdx.y, grp = a.grp;
-  const KeyRange kr = key_range(kv, a);
-  if (split >= kr.splits) return;
-  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
-  const GroupSoftmax<GMAX> sm(ml, g, grp);
-  const float* sc = scores + static_cast<size_t>(g) * GMAX * kv.capacity;
-  for (int j = begin + threadIdx.x; j < end; j += blockDim.x) {
-    float* dst = mass + static_cast<size_t>(g) * stride + j;
-    *dst = sm.add_mass(*dst, sc, kv.capacity, j, mass_max);
-  }
+  mass_split<GMAX>(mass, stride, mass_max, scores, ml, kv.capacity, key_range(kv, a), blockIdx.x, blockIdx.y, a.grp);
+}
+// grid (G, most splits, rows): row z's mass where its table entry asked for one (r.info).
+template <int GMAX>
+__global__ void k_attn_mass_batch(bool mass_max, DecodeRows r, AttnShape a) {
+  pdl_enter();
+  const size_t row = blockIdx.z;
+  const DecodeInfo in = r.info[row];
+  if (in.mass == nullptr) return;
+  mass_split<GMAX>(in.mass, in.capacity, mass_max, r.scores + row * r.score_stride, r.ml + row * 2 * a.H, in.capacity,
+                   key_range(in.N, in.splits, a.min_keys), blockIdx.x, blockIdx.y, a.grp);
 }
 
+
+template <int LPK, int GMAX, int WARPS>
+void launch_batch_warps(Launcher& L, dim3 grid, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
+  constexpr size_t smem = dec_smem_bytes(LPK * 16);
+  static bool attribute_set = false;
+  if (!attribute_set) {
+    check(cudaFuncSetAttribute(k_attn_decode_batch<__half, LPK, GMAX, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "decode attention smem");
+    attribute_set = true;
+  }
+  L.launch(k_attn_decode_batch<__half, LPK, GMAX, WARPS>, grid, WARPS * 32, smem, b, r, a);
+}
+template <int LPK, int GMAX>
+void launch_batch_one(Launcher& L, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
+  if constexpr (dec_max_warps<__half, LPK, GMAX>() == 8)
+    if (chunk <= kDecShortSplit) return launch_batch_warps<LPK, GMAX, 8>(L, grid, b, r, a);
+  launch_batch_warps<LPK, GMAX, 4>(L, grid, b, r, a);
+}
+template <int GMAX>
+void launch_batch_type(Launcher& L, int lpk, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
+  switch (lpk) {
+    case 4: launch_batch_one<4, GMAX>(L, chunk, grid, b, r, a); break;
+    case 8: launch_batch_one<8, GMAX>(L, chunk, grid, b, r, a); break;
+    case 16: launch_batch_one<16, GMAX>(L, chunk, grid, b, r, a); break;
+    default: launch_batch_one<32, GMAX>(L, chunk, grid, b, r, a); break;
+  }
+}
 
 template <typename KT, int LPK, int GMAX, int WARPS>
 void launch_decode_warps(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
@@ -299,12 +389,10 @@ void launch_decode_type(Launcher& L, int lpk, int chunk, dim3 grid, float* out, 
 // weights exp(m_s - M) are formed once in shared memory, then each thread sums its output values
 // over the splits with several loads in flight (the partials sit in L2).
 constexpr int kMergeThreads = 128;
-__global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
-                                                              int rows, KvView kv, AttnShape a) {
-  pdl_enter();
+__device__ __forceinline__ void merge_row(float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, int row,
+                                          int splits, int D) {
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
-  const int row = blockIdx.x, splits = key_range(kv, a).splits, D = a.D;
   float mx = -INFINITY;
   for (int s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, part_ml[2 * (static_cast<size_t>(s) * rows + row)]);
   mx = warp_max(mx);
@@ -330,6 +418,22 @@ __global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float*
   }
   if (threadIdx.x == 0) ml_out[2 * row] = M, ml_out[2 * row + 1] = L;
 }
+__global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
+                                                              int rows, KvView kv, AttnShape a) {
+  pdl_enter();
+  merge_row(out, ml_out, part_acc, part_ml, rows, blockIdx.x, key_range(kv, a).splits, a.D);
+}
+// grid (H, rows of the batch): head x of row y, where its sequence's keys took more than one split.
+__global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r, AttnShape a) {
+  pdl_enter();
+  const size_t row = blockIdx.y;
+  const DecodeInfo in = r.info[row];
+  const int splits = key_range(in.N, in.splits, a.min_keys).splits;
+  if (splits == 1) return;  // written directly
+  const size_t HD = static_cast<size_t>(a.H) * a.D;
+  merge_row(r.out + row * HD, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride, r.part_ml + row * r.part_ml_stride, a.H,
+            blockIdx.x, splits, a.D);
+}
 
 }  // namespace
 
@@ -352,6 +456,21 @@ void launch_attn_mass(Launcher& L, int gmax, dim3 grid, float* mass, int64_t str
                       const KvView& kv, const AttnShape& a) {
   if (gmax == 4) L.launch(k_attn_mass<4>, grid, 256, 0, mass, stride, mass_max, scores, ml, kv, a);
   else L.launch(k_attn_mass<8>, grid, 256, 0, mass, stride, mass_max, scores, ml, kv, a);
+}
+
+void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r,
+                              const AttnShape& a) {
+  if (gmax == 4) launch_batch_type<4>(L, lpk, chunk, grid, b, r, a);
+  else launch_batch_type<8>(L, lpk, chunk, grid, b, r, a);
+}
+
+void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a) {
+  L.launch(k_attn_merge_batch, dim3(static_cast<unsigned>(a.H), static_cast<unsigned>(rows)), kMergeThreads, 0, r, a);
+}
+
+void launch_attn_mass_batch(Launcher& L, int gmax, dim3 grid, bool mass_max, const DecodeRows& r, const AttnShape& a) {
+  if (gmax == 4) L.launch(k_attn_mass_batch<4>, grid, 256, 0, mass_max, r, a);
+  else L.launch(k_attn_mass_batch<8>, grid, 256, 0, mass_max, r, a);
 }
 
 }  // namespace squeezekv::cuda

@@ -20,6 +20,57 @@ struct KvRowWrite {
   const int32_t* pos = nullptr;  // [1]
 };
 
+// A decode batch (CudaBackend::attention_batch): one launch for every sequence's layer. The
+// table travels as the kernel's argument (a recorded launch's bytes, so a replayed step finds the
+// same table: it holds no count, only where the counts are); the step's rows, row b of sequence
+// b, and the scratch per row are in DecodeRows.
+constexpr int kMaxBatchSeqs = 256;
+struct DecodeSeq {
+  void* k;                // the layer's K, V [G][capacity][D] f16, positions and mass [G][capacity]
+  void* v;
+  int32_t* pos;
+  float* mass;
+  const int32_t* count;   // [1] rows held once the step's row is in
+  int capacity;
+  int splits;             // most splits of its keys (as its lone launch would have them)
+  int row;                // its row of the step
+  int add_mass;           // 1: its attention adds the mass (DecodeRows::scores kept for it)
+};
+struct DecodeBatch {
+  DecodeSeq s[kMaxBatchSeqs];  // entries past the group's are zero
+};
+static_assert(sizeof(DecodeSeq) == 5 * 8 + 4 * 4, "DecodeSeq: no padding (a recorded kernel argument)");
+// What the merge and the mass of a batch need of row b's sequence, recorded by its attention.
+struct DecodeInfo {
+  float* mass;            // null: no mass
+  int N, splits, capacity, pad_;
+};
+struct DecodeRows {
+  float* out;             // [rows][H][D]
+  float* ml;              // [rows][H][2]
+  float* part_acc;        // [rows][part_stride]: [splits][H][D] each
+  float* part_ml;         // [rows][part_ml_stride]: [splits][H][2] each
+  float* scores;          // [rows][score_stride]: [G][gmax][capacity] each, for rows that add mass
+  DecodeInfo* info;       // [rows]
+  const float* q;         // [rows][H][D]
+  const int32_t* q_pos;   // [rows] (the new rows' positions too)
+  const float* k_new;     // [rows][G][D] f32 rows to write first, or null
+  const float* v_new;
+  int64_t part_stride, part_ml_stride, score_stride;
+};
+static_assert(sizeof(DecodeRows) == 13 * 8, "DecodeRows: no padding (a recorded kernel argument)");
+
+// The decode attention of groups of a batch's rows: grid (G, the group's most splits, its
+// sequences), warps chosen from chunk as launch_attn_decode chooses them (every sequence of the
+// group with the same choice); then, once for all rows, launch_attn_merge_batch and, with mass,
+// launch_attn_mass_batch.
+void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r,
+                              const AttnShape& a);
+// Merges rows [0, rows) where their sequence's keys took more than one split.
+void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a);
+// grid (G, most splits, rows): the mass of the rows whose sequences add one.
+void launch_attn_mass_batch(Launcher& L, int gmax, dim3 grid, bool mass_max, const DecodeRows& r, const AttnShape& a);
+
 // grid (G, splits of chunk keys): out [H][D] and the rows' max and sum ml [H][2] (one split) or the
 // splits' partials part_acc/part_ml, merged here; scores (or null): the scaled logits kept for the
 // mass, [G][gmax][capacity]. lpk: lanes a K/V row takes (D * value bytes / 16: 4, 8, 16 or 32);

@@ -269,6 +269,93 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // A decode batch (one row per sequence, the rows of the step in order, as the forward pass
+  // makes them): the rows' writes and attention in one launch per warp choice, then one merge and
+  // one mass launch, every sequence with its lone launch's splits and arithmetic. Where the calls
+  // do not have that shape, one after another.
+  void attention_batch(AttentionCall* calls, int n) override {
+    for (int c0 = 0; c0 < n; c0 += kMaxBatchSeqs) {
+      const int m = std::min(kMaxBatchSeqs, n - c0);
+      if (!decode_batch(calls + c0, m)) Backend::attention_batch(calls + c0, m);
+    }
+  }
+  bool decode_batch(const AttentionCall* c, int n) {
+    if (n < 2 || !opt_.batch_attention) return false;
+    const AttentionCall& c0 = c[0];
+    const int H = c0.H, G = c0.kv.n_kv_heads, D = c0.kv.head_dim;
+    if (c0.kv.type != KvType::kF16 || G < 1 || H % G != 0 || H / G > 8) return false;
+    const int lpk = D * 2 / 16;
+    if (D * 2 % 16 != 0 || (lpk != 4 && lpk != 8 && lpk != 16 && lpk != 32)) return false;
+    const bool writes = c0.write.arrays != nullptr;
+    const bool mass_max = c0.probe != nullptr && c0.probe->reduce == MassReduce::kMax;
+    const size_t HD = static_cast<size_t>(H) * D, GD = static_cast<size_t>(G) * D;
+    bool any_mass = false;
+    int cap_max = 0;
+    for (int i = 0; i < n; ++i) {
+      const AttentionCall& x = c[i];
+      const KvView& v = x.kv;
+      if (x.T != 1 || x.H != H || v.n_kv_heads != G || v.head_dim != D || v.type != KvType::kF16 || v.count_dev == nullptr) return false;
+      if (x.q != c0.q + i * HD || x.out != c0.out + i * HD || x.q_pos != c0.q_pos + i) return false;
+      if ((x.write.arrays != nullptr) != writes) return false;
+      if (writes && (x.write.k != c0.write.k + i * GD || x.write.v != c0.write.v + i * GD || x.write.pos != x.q_pos ||
+                     x.write.arrays->k != v.k || x.write.arrays->count_dev != v.count_dev)) return false;
+      if (const AttentionProbe* p = x.probe) {
+        if (p->entropy) return false;
+        if (p->mass != nullptr) {
+          if (p->mass_row_begin > 0 || (p->mass_stride != 0 && p->mass_stride != v.capacity) || (p->reduce == MassReduce::kMax) != mass_max)
+            return false;
+          any_mass = true;
+        }
+      }
+      cap_max = std::max(cap_max, v.capacity);
+    }
+    // each sequence's splits as its lone launch has them (attention_decode), its group by the
+    // warps its key chunk takes there
+    AttnShape a{};
+    a.T = 1, a.H = H, a.G = G, a.grp = H / G, a.D = D, a.N = 0, a.cap = 0, a.qt = 1, a.direct = 0;
+    a.min_keys = kMinDecodeSplitKeys;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int gmax = a.grp <= 4 ? 4 : 8;
+    int most = 1;
+    batch_groups_[0].n = batch_groups_[1].n = 0;
+    for (int i = 0; i < n; ++i) {
+      const KvView& v = c[i].kv;
+      const int splits = std::max(1, std::min({(4 * sms_) / G, (v.capacity + a.min_keys - 1) / a.min_keys, kMaxSplits}));
+      const KeyRange kr = key_range(v.count, splits, a.min_keys);
+      most = std::max(most, kr.splits);
+      BatchGroup& grp = batch_groups_[kr.chunk <= kDecShortChunk ? 0 : 1];
+      const AttentionProbe* p = c[i].probe;
+      const bool add = p != nullptr && p->mass != nullptr;
+      float* mass = writes ? c[i].write.arrays->mass : nullptr;
+      if (add) mass = p->mass;
+      grp.t.s[grp.n++] = DecodeSeq{const_cast<void*>(v.k), const_cast<void*>(v.v), const_cast<int32_t*>(v.pos), mass, v.count_dev,
+                                   v.capacity, splits, i, add ? 1 : 0};
+      grp.most = grp.n == 1 ? kr.splits : std::max(grp.most, kr.splits);
+      grp.chunk = kr.chunk;
+      if (add || writes) flush_mass(mass);  // a mass this layer still owes comes first
+    }
+    pending_row_ = KvRowWrite{};
+    const int64_t part_stride = static_cast<int64_t>(most) * HD, part_ml_stride = static_cast<int64_t>(most) * H * 2;
+    const int64_t score_stride = any_mass ? static_cast<int64_t>(G) * gmax * cap_max : 0;
+    grow(batch_ml_, static_cast<size_t>(n) * H * 2 * sizeof(float));
+    grow(batch_acc_, static_cast<size_t>(n) * part_stride * sizeof(float));
+    grow(batch_pml_, static_cast<size_t>(n) * part_ml_stride * sizeof(float));
+    grow(batch_info_, static_cast<size_t>(n) * sizeof(DecodeInfo));
+    if (any_mass) grow(batch_scores_, static_cast<size_t>(n) * score_stride * sizeof(float));
+    const DecodeRows r{c0.out, batch_ml_->as<float>(), batch_acc_->as<float>(), batch_pml_->as<float>(),
+                       any_mass ? batch_scores_->as<float>() : nullptr, batch_info_->as<DecodeInfo>(), c0.q, c0.q_pos,
+                       writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride};
+    Launcher& L = *launcher_;
+    for (BatchGroup& grp : batch_groups_) {
+      if (grp.n == 0) continue;
+      std::fill(grp.t.s + grp.n, grp.t.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
+      launch_attn_decode_batch(L, lpk, gmax, grp.chunk, dim3(G, grp.most, grp.n), grp.t, r, a);
+    }
+    if (most > 1) launch_attn_merge_batch(L, n, r, a);
+    if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, most, n), mass_max, r, a);
+    return true;
+  }
+
   // A prompt chunk's attention on the tensor cores (k_attn_mma) where it serves the shape: KV f16,
   // head dim 64 or 128, up to 16 query heads per kv head (a block takes 64 / grp whole tokens; with
   // a grp that does not divide 64 its last rows stay empty), and enough blocks to fill half the SMs
@@ -520,6 +607,13 @@ class CudaBackend final : public Backend {
   CudaOptions opt_;
   KvRowWrite pending_row_;  // the last kv_write, while the decode attention may still take it over
   EvictBatch evicts_{};     // the evictions of the last launch, while it may take one layer more
+  // a decode batch's sequences by the warps their lone launch takes (short key chunks: more)
+  struct BatchGroup {
+    DecodeBatch t;
+    int n = 0, most = 1, chunk = 0;
+  };
+  BatchGroup batch_groups_[2];
+  static constexpr int kDecShortChunk = 64;  // attn_decode.cu's kDecShortSplit
   int evict_g_ = 0;
   std::vector<PendingMass> pending_mass_;
   // per layer (its mass array) while masses are deferred: the kept scores and the max/sum
@@ -537,6 +631,8 @@ class CudaBackend final : public Backend {
   int sms_ = 1;
   // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
   std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_, scores_;
+  // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
+  std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;
   std::vector<float> host_rows_;              // embedding rows on their way up
   double bandwidth_ = 0.0;
 };

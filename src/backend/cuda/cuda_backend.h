@@ -18,6 +18,9 @@ struct CudaOptions {
   // (gemm_rows.h: the weights read once per 64 rows); off: 4-row GEMV launches, each row with a
   // lone row's arithmetic (the default until it is measured and batch invariance is decided)
   bool batch_mma = false;
+  // a decode batch's KV writes and attention in one launch for all its sequences (each with its
+  // lone arithmetic); off: one sequence after another
+  bool batch_attention = true;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);

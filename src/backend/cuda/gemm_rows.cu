@@ -1,11 +1,17 @@
 // Batched decode products on the tensor cores (gemm_rows.h). A block takes 64 activation rows (4
-// warps of one m16 group each) and OUT weight rows (32 or 64: OUT / 8 n8 tiles a warp), and streams
-// its weight rows and its activation rows (bf16 already) through shared memory in stages of 64
-// columns (cp.async, five in flight), the fragments from there by ldmatrix. The
-// blocks that share a weight slice are adjacent in the grid (x: row groups), so a batch of more
-// than 64 rows finds the slice in L2. Letters: B rows, R weight rows, C columns.
+// warps of one m16 group each), OUT weight rows (32 or 64: OUT / 8 n8 tiles a warp) and one of S
+// slices of the columns, and streams its weight rows and its activation rows (bf16 already)
+// through shared memory in stages of 64 columns (cp.async, five in flight), the fragments from
+// there by ldmatrix. The S blocks of one tile form a thread-block cluster: each leaves its partial
+// sums in its shared memory and the cluster adds them in slice order (distributed shared memory),
+// so a sum's order is fixed by the matrix's shape alone. Without the slices a block ran the whole
+// row of 64-column stages one after another and took ~0.7 us a stage whatever B was (H200,
+// 2026-12-01: 48 us for the 8 MB k matrix). The blocks that share a weight slice are adjacent in
+// the grid (x: row groups), so a batch of more than 64 rows finds the slice in L2.
+// Letters: B rows, R weight rows, C columns, S column slices.
 #include "backend/cuda/gemm_rows.h"
 
+#include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -26,21 +32,22 @@ constexpr size_t smem_bytes() {
   return sizeof(__nv_bfloat16) * kStages * (OUT + kRowsPerBlock) * kLd;
 }
 
-// grid (ceil(B / 64), ceil(R / OUT)), block 128; shared memory smem_bytes<OUT>()
-template <int OUT>
-__global__ void __launch_bounds__(kWarps * 32) k_gemm_rows(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W,
-                                                           const float* bias, int B, int R, int C) {
+// grid (ceil(B / 64), ceil(R / OUT), S), clusters of (1, 1, S), block 128; shared memory
+// smem_bytes<OUT>(). C % (S * kGemmRowsK) == 0.
+template <int OUT, int S>
+__global__ void __cluster_dims__(1, 1, S) __launch_bounds__(kWarps * 32)
+    k_gemm_rows(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, const float* bias, int B, int R, int C) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char gsm[];
   __nv_bfloat16* sw = reinterpret_cast<__nv_bfloat16*>(gsm);  // [stage][OUT][kLd] weight rows
   __nv_bfloat16* sx = sw + kStages * OUT * kLd;                // [stage][64][kLd] activation rows
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
   const int tb = blockIdx.x * kRowsPerBlock, t0 = tb + warp * 16, r0 = blockIdx.y * OUT;
-  const int n_chunks = C / kGemmRowsK;
+  const int n_chunks = C / kGemmRowsK / S, c0 = blockIdx.z * n_chunks;  // this block's slice of the columns
   const int rows = min(kRowsPerBlock, B - tb);  // live activation rows of the block
   auto issue = [&](int chunk) {
     if (chunk < n_chunks) {
-      const int st = chunk % kStages, k0 = chunk * kGemmRowsK;
+      const int st = chunk % kStages, k0 = (c0 + chunk) * kGemmRowsK;
       __nv_bfloat16* dw = sw + st * OUT * kLd;
       __nv_bfloat16* dx = sx + st * kRowsPerBlock * kLd;
       constexpr int kPieces = kGemmRowsK / 8;  // 16-byte pieces of a row's chunk
@@ -87,39 +94,86 @@ __global__ void __launch_bounds__(kWarps * 32) k_gemm_rows(float* out, const __n
     }
     __syncthreads();  // the stage is refilled by a later issue()
   }
-  if (!live) return;
-  const int ra = t0 + lane / 4, rb = ra + 8;  // this thread's two rows of the accumulators
+  const int la = warp * 16 + lane / 4, lb = la + 8;  // this thread's two rows of the accumulators, in the block
+  if constexpr (S == 1) {
+    if (!live) return;
 #pragma unroll
-  for (int nt = 0; nt < OUT / 8; ++nt)
+    for (int nt = 0; nt < OUT / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int col = r0 + nt * 8 + (lane % 4) * 2 + e;
-      if (col >= R) continue;
-      const float b = bias != nullptr ? bias[col] : 0.0f;
-      if (ra < B) out[static_cast<size_t>(ra) * R + col] = acc[nt][e] + b;
-      if (rb < B) out[static_cast<size_t>(rb) * R + col] = acc[nt][2 + e] + b;
+      for (int e = 0; e < 2; ++e) {
+        const int col = r0 + nt * 8 + (lane % 4) * 2 + e;
+        if (col >= R) continue;
+        const float b = bias != nullptr ? bias[col] : 0.0f;
+        if (tb + la < B) out[static_cast<size_t>(tb + la) * R + col] = acc[nt][e] + b;
+        if (tb + lb < B) out[static_cast<size_t>(tb + lb) * R + col] = acc[nt][2 + e] + b;
+      }
+  } else {
+    // the slices' partials [64][OUT] in each block's shared memory (the stages are done); block
+    // `rank` of the cluster then adds rows rank * 64 / S .. of every block's, in slice order
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float* part = reinterpret_cast<float*>(gsm);
+#pragma unroll
+    for (int nt = 0; nt < OUT / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int lc = nt * 8 + (lane % 4) * 2 + e;
+        part[la * OUT + lc] = acc[nt][e];
+        part[lb * OUT + lc] = acc[nt][2 + e];
+      }
+    cluster.sync();
+    constexpr int kRowsEach = kRowsPerBlock / S;
+    const int first = static_cast<int>(cluster.block_rank()) * kRowsEach;
+    for (int i = tid; i < kRowsEach * OUT; i += kWarps * 32) {
+      const int lr = first + i / OUT, lc = i % OUT, row = tb + lr, col = r0 + lc;
+      float sum = 0.0f;
+#pragma unroll
+      for (int z = 0; z < S; ++z) sum += cluster.map_shared_rank(part, z)[lr * OUT + lc];
+      if (row < B && col < R) out[static_cast<size_t>(row) * R + col] = sum + (bias != nullptr ? bias[col] : 0.0f);
     }
+    cluster.sync();  // every block's partials stay until the cluster has read them
+  }
+}
+
+template <int OUT, int S>
+void launch_out(Launcher& L, float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, const float* bias, int B, int R, int C) {
+  constexpr size_t smem = smem_bytes<OUT>();
+  static_assert(sizeof(float) * kRowsPerBlock * OUT <= smem, "the partials fit the stages' memory");
+  static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
+  if (!attribute_set) {
+    check(cudaFuncSetAttribute(k_gemm_rows<OUT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "gemm rows smem");
+    attribute_set = true;
+  }
+  const dim3 grid(static_cast<unsigned>((B + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>((R + OUT - 1) / OUT), S);
+  L.launch(k_gemm_rows<OUT, S>, grid, kWarps * 32, smem, out, xb, W, bias, B, R, C);
 }
 
 template <int OUT>
-void launch_out(Launcher& L, float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, const float* bias, int B, int R, int C) {
-  constexpr size_t smem = smem_bytes<OUT>();
-  static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
-  if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_gemm_rows<OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "gemm rows smem");
-    attribute_set = true;
+void launch_slices(Launcher& L, int S, float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, const float* bias, int B, int R, int C) {
+  switch (S) {
+    case 8: return launch_out<OUT, 8>(L, out, xb, W, bias, B, R, C);
+    case 4: return launch_out<OUT, 4>(L, out, xb, W, bias, B, R, C);
+    case 2: return launch_out<OUT, 2>(L, out, xb, W, bias, B, R, C);
+    default: return launch_out<OUT, 1>(L, out, xb, W, bias, B, R, C);
   }
-  const dim3 grid(static_cast<unsigned>((B + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>((R + OUT - 1) / OUT));
-  L.launch(k_gemm_rows<OUT>, grid, kWarps * 32, smem, out, xb, W, bias, B, R, C);
 }
 
 }  // namespace
 
+int gemm_rows_slices(int R, int C) {
+  const int out = R >= 8192 ? 64 : 32, tiles = (R + out - 1) / out, chunks = C / kGemmRowsK;
+  int S = 1;
+  while (S < 8 && tiles * S < kGemmRowsBlocks && chunks % (2 * S) == 0) S *= 2;
+  return S;
+}
+
 void launch_gemm_rows(Launcher& L, float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, const float* bias, int B, int R, int C) {
   // 64 weight rows a block for the large matrices (gate, up, the output head), 32 for the small
-  // ones (k, v: 1024 rows) so that they still spread over the SMs
-  if (R >= 8192) launch_out<64>(L, out, xb, W, bias, B, R, C);
-  else launch_out<32>(L, out, xb, W, bias, B, R, C);
+  // ones (k, v: 1024 rows) so that they still spread over the SMs; the columns in slices until a
+  // row group's blocks fill the device (gemm_rows_slices: from R and C alone)
+  const int S = gemm_rows_slices(R, C);
+  if (R >= 8192) launch_slices<64>(L, S, out, xb, W, bias, B, R, C);
+  else launch_slices<32>(L, S, out, xb, W, bias, B, R, C);
 }
 
 }  // namespace squeezekv::cuda
