@@ -41,6 +41,7 @@ expect_error "--threads" generate -m "$m" --tokenizer "$tok" -p hi -t 0
 expect_error "--device" generate -m "$m" --tokenizer "$tok" -p hi --device gpu
 expect_error "--device-weights" generate -m "$m" --tokenizer "$tok" -p hi --device-weights fp8
 expect_error "--cuda-graphs" generate -m "$m" --tokenizer "$tok" -p hi --cuda-graphs sometimes
+expect_error "--batch-invariant" generate -m "$m" --tokenizer "$tok" -p hi --batch-invariant maybe
 expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory lots
 expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory 0
 expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory 2K   # below the weights

@@ -455,7 +455,7 @@ TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
   std::printf("fused products: %d outputs equal to the separate ops; max error against the CPU (1-4 rows) %.3g\n", cases, worst);
 }
 
-// Decode batches on the tensor cores (CudaOptions::batch_mma): within bf16's rounding of the
+// Decode batches on the tensor cores by gemm_rows (CudaOptions::BatchProducts::kMma): within bf16's rounding of the
 // activations of the CPU's f32 products, and batch-invariant: every row's outputs are the same bits
 // in a batch of 5 as in one of 130 (each output summed by one warp per column slice in the same
 // order, the slices added in order).
@@ -463,7 +463,7 @@ TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   CudaOptions o;
-  o.batch_mma = true;
+  o.batch = CudaOptions::BatchProducts::kMma;
   auto gpu = make_cuda_backend(o);
   auto cpu = make_backend({Device::kCpu, 2, false, Activations::kF32});
   constexpr int kMax = 130;
@@ -584,13 +584,58 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
 // replayed steps must give exactly the logits of the same launches issued one by one, across the
 // step where the key range gains a split (N passes 512), and for the policies that evict on the
 // device every step (their eviction kernels are part of the replayed step).
-// A decode batch gives every sequence exactly what it gets alone, to the bit (batch invariance:
-// the 4-row GEMV products, and one attention launch for the batch whose blocks each do their
-// sequence's lone arithmetic). B sequences with different policies, budgets and contexts (so
-// different key splits and both warp choices of the attention kernel), fed token by token (every
-// step a decode step, with the mass and the evictions of h2o and squeeze), once alone and once all
-// together: 8 and 128 at a time, head dims 32 (4 query heads a kv head) and 128 (8).
-TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
+// B sequences with different policies, budgets and contexts (so different key splits and both
+// warp choices of the batched attention kernel), fed token by token (every step a decode step,
+// with the mass and the evictions of h2o and squeeze; no prompt-mass atomics), once alone and once
+// all together, on two dummy shapes: head dims 32 (4 query heads a kv head) and 128 (8).
+struct BatchVsAlone {
+  int differ = 0, rows = 0, first = -1;  // sequence steps whose logits are not the same bits
+  double max_rel = 0, argmax_agree = 0;   // the largest difference over the logits' scale
+};
+BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int steps, bool evicting) {
+  auto config = [evicting](int i) {
+    CacheConfig c;
+    c.max_tokens = 400;
+    switch (evicting ? i % 4 : i % 2) {
+      case 0: c.max_tokens = 200 + 37 * (i % 7); break;  // full: 4 to 8 splits of its capacity
+      case 1: c.policy = KvPolicy::kWindow, c.budget = 40 + i % 5; break;
+      case 2: c.policy = KvPolicy::kH2O, c.budget = 48 + i % 3; break;
+      default: c.policy = KvPolicy::kSqueeze, c.budget = 56, c.squeeze_metric = SqueezeMetric::kAttentionEntropy; break;
+    }
+    return c;
+  };
+  const int V = m.config().vocab_size;
+  Engine lone(m, so, 1), batch(m, so, B);
+  std::vector<SequenceId> a, b;
+  for (int i = 0; i < B; ++i) a.push_back(lone.add_sequence(config(i))), b.push_back(batch.add_sequence(config(i)));
+  std::vector<int> tok(B);
+  BatchVsAlone r;
+  double scale = 0;
+  int agree = 0;
+  for (int t = 0; t < steps; ++t) {
+    for (int i = 0; i < B; ++i) tok[i] = 3 + (t * 31 + i * 17) % (V - 3);
+    const auto y = batch.decode(b, tok);
+    const std::vector<float> yb(y.begin(), y.end());
+    for (int i = 0; i < B; ++i) {
+      const auto x = lone.decode(std::span<const SequenceId>(&a[i], 1), std::span<const int>(&tok[i], 1));
+      const float* z = yb.data() + static_cast<size_t>(i) * V;
+      if (!std::equal(x.begin(), x.end(), z) && r.differ++ == 0) r.first = t * 1000 + i;
+      for (int v = 0; v < V; ++v) r.max_rel = std::max(r.max_rel, double(std::fabs(x[v] - z[v]))), scale = std::max(scale, double(std::fabs(x[v])));
+      agree += std::max_element(x.begin(), x.end()) - x.begin() == std::max_element(z, z + V) - z;
+      ++r.rows;
+    }
+  }
+  for (int i = 0; i < B; ++i) {
+    const auto sa = lone.kv_stats(a[i]), sb = batch.kv_stats(b[i]);
+    for (size_t l = 0; l < sa.size(); ++l) EXPECT_EQ(sa[l].tokens_kept, sb[l].tokens_kept) << "sequence " << i << " layer " << l;
+  }
+  r.max_rel /= std::max(1.0, scale);
+  r.argmax_agree = double(agree) / r.rows;
+  std::printf("%s, batch %d%s: %d of %d sequence steps differ from the sequence alone (max %.3g of the scale, argmax agree %.3f)\n",
+              m.config().name.c_str(), B, so.batch_invariant ? ", batch-invariant" : "", r.differ, r.rows, r.max_rel, r.argmax_agree);
+  return r;
+}
+std::vector<std::unique_ptr<Model>> batch_models() {
   const std::string wide = ::testing::TempDir() + "/squeezekv_wide_llama.json";
   {
     std::ofstream f(wide);
@@ -598,48 +643,40 @@ TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
              "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
              "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": true})";
   }
-  auto config = [](int i) {
-    CacheConfig c;
-    switch (i % 4) {
-      case 0: c.max_tokens = 200 + 37 * (i % 7); break;  // full: 4 to 8 splits of its capacity
-      case 1: c.policy = KvPolicy::kWindow, c.budget = 40 + i % 5; break;
-      case 2: c.policy = KvPolicy::kH2O, c.budget = 48 + i % 3; break;
-      default: c.policy = KvPolicy::kSqueeze, c.budget = 56, c.squeeze_metric = SqueezeMetric::kAttentionEntropy; break;
-    }
-    if (c.max_tokens == 0) c.max_tokens = 400;
-    return c;
-  };
-  for (const std::string& cfg : {test::ref_dir() + "/../../bench/configs/small-llama.json", wide}) {
-    auto m = Model::dummy(cfg);
-    const int V = m->config().vocab_size;
-    SessionOptions so;
-    so.device = Device::kCuda;
+  std::vector<std::unique_ptr<Model>> m;
+  m.push_back(Model::dummy(test::ref_dir() + "/../../bench/configs/small-llama.json"));
+  m.push_back(Model::dummy(wide));
+  return m;
+}
+
+// With --batch-invariant a decode batch gives every sequence exactly what it gets alone, to the
+// bit (the 4-row GEMV products, and one attention launch for the batch whose blocks each do
+// their sequence's lone arithmetic): batches of 8 and 128, every policy kind.
+TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
+  SessionOptions so;
+  so.device = Device::kCuda;
+  so.batch_invariant = true;
+  for (const auto& m : batch_models())
     for (int B : {8, 128}) {
-      const int steps = B == 8 ? 160 : 90;
-      Engine lone(*m, so, 1), batch(*m, so, B);
-      std::vector<SequenceId> a, b;
-      for (int i = 0; i < B; ++i) a.push_back(lone.add_sequence(config(i))), b.push_back(batch.add_sequence(config(i)));
-      std::vector<int> tok(B);
-      int differ = 0, first = -1;
-      for (int t = 0; t < steps; ++t) {
-        for (int i = 0; i < B; ++i) tok[i] = 3 + (t * 31 + i * 17) % (V - 3);
-        const auto y = batch.decode(b, tok);
-        const std::vector<float> yb(y.begin(), y.end());
-        for (int i = 0; i < B; ++i) {
-          const auto x = lone.decode(std::span<const SequenceId>(&a[i], 1), std::span<const int>(&tok[i], 1));
-          if (!std::equal(x.begin(), x.end(), yb.begin() + static_cast<size_t>(i) * V)) {
-            if (differ++ == 0) first = t * 1000 + i;
-          }
-        }
-      }
-      for (int i = 0; i < B; ++i) {
-        const auto sa = lone.kv_stats(a[i]), sb = batch.kv_stats(b[i]);
-        for (size_t l = 0; l < sa.size(); ++l) EXPECT_EQ(sa[l].tokens_kept, sb[l].tokens_kept) << "sequence " << i << " layer " << l;
-      }
-      std::printf("%s, batch %d: %d of %d sequence steps differ from the sequence alone\n", m->config().name.c_str(), B, differ, B * steps);
-      EXPECT_EQ(differ, 0) << "batch " << B << ": first at step " << first / 1000 << ", sequence " << first % 1000;
+      const BatchVsAlone r = batch_vs_alone(*m, so, B, B == 8 ? 160 : 90, true);
+      EXPECT_EQ(r.differ, 0) << "batch " << B << ": first at step " << r.first / 1000 << ", sequence " << r.first % 1000;
     }
-  }
+}
+
+// By default a batch of more than 4 sequences multiplies through cuBLAS (bf16 activations, its
+// own summation order for each batch size): a sequence's logits in a batch stay within bf16's
+// rounding of its lone ones (the tolerance of Bf16ModeWithinItsTolerance) and pick the same
+// token on most steps; full and window caches (with h2o and squeeze a rounding difference of the
+// mass may move a near-tie's survivor, after which the two runs hold different tokens).
+TEST_F(Cuda, DecodeBatchWithinItsTolerance) {
+  SessionOptions so;
+  so.device = Device::kCuda;
+  for (const auto& m : batch_models())
+    for (int B : {8, 64}) {
+      const BatchVsAlone r = batch_vs_alone(*m, so, B, 60, false);
+      EXPECT_LE(r.max_rel, 0.05) << "batch " << B;
+      EXPECT_GE(r.argmax_agree, 0.9) << "batch " << B;
+    }
 }
 
 TEST_F(Cuda, GraphReplayEqualsDirectLaunches) {

@@ -2,7 +2,9 @@
 // device weights once and steps sequences that each have their own KV caches (and, for squeeze,
 // their own coordinator); a decode step runs one row of every listed sequence through each
 // weight matrix once, with exactly the arithmetic each sequence gets alone (RowMode::kIndependent),
-// so a sequence's tokens do not depend on what else shares the batch. A Scheduler on top admits
+// so a sequence's tokens do not depend on what else shares the batch (on CUDA with
+// --batch-invariant; its default multiplies a batch of more than 4 through cuBLAS, each sequence's
+// logits within bf16's rounding of its lone ones). A Scheduler on top admits
 // generation requests, prefills their prompts in chunks between decode steps, and
 // streams their text through callbacks that can stop them.
 // Thread safety: an Engine and its Scheduler are used by one thread at a time.

@@ -32,6 +32,10 @@ struct SessionOptions {
   int threads = 0;            // CPU threads (0: all cores)
   bool f32_device_weights = false;  // --device cuda: matrices in f32 (exact test mode) instead of bf16
   bool cuda_graphs = true;    // --device cuda: a repeated step (decode) replayed as one CUDA graph
+  // --batch-invariant (--device cuda): a sequence decoded in a batch gets the bits it gets alone
+  // (the products in 4-row GEMV launches); off: cuBLAS for batches of more than 4, within bf16's
+  // rounding of them. The CPU is always batch-invariant.
+  bool batch_invariant = false;
   // --max-memory: the bytes the run may hold (weights as stored, a step's activations, every
   // sequence's KV cache at the capacity it allocates); checked before allocating; 0: no limit
   int64_t max_memory = 0;

@@ -48,9 +48,16 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
   co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");
   co.batch_attention = !off("SQUEEZEKV_CUDA_BATCH_ATTN");
-  // SQUEEZEKV_CUDA_BATCH_MMA=1: decode batches of more than 4 rows on the tensor cores (opt-in)
-  const char* bm = std::getenv("SQUEEZEKV_CUDA_BATCH_MMA");
-  co.batch_mma = bm != nullptr && std::string(bm) == "1";
+  // a decode batch's products (CudaOptions::BatchProducts): cuBLAS, or with --batch-invariant the
+  // GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=blas|gemv|mma chooses one for measurements
+  co.batch = o.batch_invariant ? CudaOptions::BatchProducts::kGemv : CudaOptions::BatchProducts::kBlas;
+  if (const char* e = std::getenv("SQUEEZEKV_CUDA_BATCH")) {
+    const std::string v = e;
+    if (v == "blas") co.batch = CudaOptions::BatchProducts::kBlas;
+    else if (v == "gemv") co.batch = CudaOptions::BatchProducts::kGemv;
+    else if (v == "mma") co.batch = CudaOptions::BatchProducts::kMma;
+    else throw Error("SQUEEZEKV_CUDA_BATCH: expected blas, gemv or mma, got '" + v + "'");
+  }
   return make_cuda_backend(co);
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "

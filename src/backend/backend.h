@@ -72,8 +72,8 @@ class Backend {
   virtual void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
                       Activations act) = 0;
   // The same product over rows of different sequences (RowMode::kIndependent): each row's result
-  // equals a one-row matmul's. By default T one-row products (the weights read T times); a
-  // backend overrides it to read them once.
+  // equals a one-row matmul's (CUDA: see RowMode). By default T one-row products (the weights
+  // read T times); a backend overrides it to read them once.
   virtual void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias,
                            Activations act) {
     for (int64_t t = 0; t < T; ++t) matmul(out + t * w.rows, x + t * w.cols, w, 1, bias, act);
@@ -177,6 +177,7 @@ struct BackendOptions {
   bool f32_device_weights = false; // a device's exact test mode (matrices in f32, not bf16)
   Activations decode = Activations::kF32;  // the decode arithmetic the session asks for (the CPU lays weights out for it)
   bool cuda_graphs = true;         // CUDA: repeated launch lists replayed as graphs
+  bool batch_invariant = false;    // CUDA: a decode batch's products with each row's lone arithmetic (the CPU's always are)
 };
 // The backend for options.device; a device this build lacks is refused with a message naming
 // --device.

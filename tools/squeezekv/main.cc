@@ -35,6 +35,7 @@ struct CommonArgs {
   std::string device = "cpu";
   std::string device_weights = "bf16";
   std::string cuda_graphs = "on";
+  std::string batch_invariant = "off";
   std::string max_memory;
   std::string model;
   std::string dummy;
@@ -87,6 +88,10 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
                   "most memory the run may hold: weights, activations and every KV cache, checked before allocating "
                   "(bytes, or with K, M, G: 8G); default no limit");
   app->add_option("--cuda-graphs", a.cuda_graphs, "--device cuda: on (default: a decode step replays as one CUDA graph) | off");
+  app->add_option("--batch-invariant", a.batch_invariant,
+                  "--device cuda: off (default: a decode batch of more than 4 sequences multiplies through cuBLAS, each "
+                  "sequence's logits within bf16 rounding of its lone ones) | on (the same bits as alone; slower past 4; "
+                  "the CPU always is)");
   if (with_ctx)
     app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
@@ -161,6 +166,7 @@ SessionOptions session_options(const CommonArgs& a) {
     throw Error("--device-weights: unknown value '" + a.device_weights + "' (expected bf16 or f32)");
   so.f32_device_weights = a.device_weights == "f32";
   so.cuda_graphs = parse_on_off("--cuda-graphs", a.cuda_graphs);
+  so.batch_invariant = parse_on_off("--batch-invariant", a.batch_invariant);
   if (!a.max_memory.empty()) so.max_memory = parse_size("--max-memory", a.max_memory);
   if (!device_available(so.device))
     throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON on a "

@@ -96,8 +96,10 @@ class CudaBackend final : public Backend {
 
   Device kind() const override { return Device::kCuda; }
   std::string describe() const override {
-    return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights" + (opt_.graphs ? "" : ", no graphs") +
-           (opt_.batch_mma ? ", batches on tensor cores" : "");
+    const char* batch = opt_.batch == CudaOptions::BatchProducts::kBlas   ? ", batches by cublas"
+                        : opt_.batch == CudaOptions::BatchProducts::kGemv ? ", batch-invariant"
+                                                                          : ", batches by gemm_rows";
+    return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights" + (opt_.graphs ? "" : ", no graphs") + batch;
   }
   bool host_visible() const override { return false; }
 
@@ -156,10 +158,10 @@ class CudaBackend final : public Backend {
     upload(x, host_rows_.data(), host_rows_.size() * sizeof(float));
   }
 
-  // A decode batch: up to kGemvRows rows per GEMV launch, each row's sums formed exactly as in a
-  // one-row launch (its own accumulators, the same order), the weights read once per launch; with
-  // batch_mma, more rows than that on the tensor cores (bf16 activations; each row's sums the
-  // same whatever the batch holds).
+  // A decode batch: more than kGemvRows rows as opt_.batch says (cuBLAS or gemm_rows: bf16
+  // activations on the tensor cores), else up to kGemvRows rows per GEMV launch, each row's sums
+  // formed exactly as in a one-row launch (its own accumulators, the same order), the weights
+  // read once per launch.
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
     const MatmulPart one{out, &w, bias, nullptr};
     if (batch_rows(&one, 1, x, T)) return;
@@ -572,15 +574,20 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // A decode batch of more than kGemvRows rows on the tensor cores (opt_.batch_mma): x converted to
-  // bf16 once for all parts, one gemm_rows launch per part (no RoPE: the caller's). False,
-  // launching nothing, where the path does not serve the parts (off, few rows, not bf16, columns
-  // not a multiple of kGemmRowsK).
+  // A decode batch of more than kGemvRows rows on the tensor cores (opt_.batch kBlas or kMma): x
+  // converted to bf16 once for all parts, one cuBLAS product or gemm_rows launch per part (no
+  // RoPE: the caller's). False, launching nothing, where the path does not serve the parts
+  // (kGemv, few rows, not bf16; gemm_rows: columns not a multiple of kGemmRowsK).
   bool batch_rows(const MatmulPart* parts, int n, const float* x, int64_t T) {
-    if (!opt_.batch_mma || T <= kGemvRows) return false;
+    if (opt_.batch == CudaOptions::BatchProducts::kGemv || T <= kGemvRows) return false;
     const int64_t C = parts[0].w->cols;
     for (int i = 0; i < n; ++i)
-      if (parts[i].w->type != DType::BF16 || parts[i].w->cols != C || C % kGemmRowsK != 0) return false;
+      if (parts[i].w->type != DType::BF16 || parts[i].w->cols != C) return false;
+    if (opt_.batch == CudaOptions::BatchProducts::kBlas) {
+      gemm_parts(parts, n, x, T);
+      return true;
+    }
+    if (C % kGemmRowsK != 0) return false;
     grow(xb_, static_cast<size_t>(T) * C * 2);
     launch_to_bf16(*launcher_, xb_->as<__nv_bfloat16>(), x, T * C);
     for (int i = 0; i < n; ++i)

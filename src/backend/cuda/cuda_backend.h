@@ -14,10 +14,16 @@ struct CudaOptions {
   bool fuse_kv_write = true; // a decode step's new KV row written by its attention kernel
   bool defer_mass = true;    // a decode step's mass added by the layer's eviction kernel
   bool mma_mass = true;      // a prompt chunk's mass (sum) on the tensor cores after k_attn_mma
-  // decode batches of more than 4 rows multiply on the tensor cores with bf16 activations
-  // (gemm_rows.h: the weights read once per 64 rows); off: 4-row GEMV launches, each row with a
-  // lone row's arithmetic (the default until it is measured and batch invariance is decided)
-  bool batch_mma = false;
+  // How a decode batch of more than 4 rows multiplies (bf16 activations on the tensor cores, or
+  // the GEMV's f32 rows):
+  //   kBlas: cuBLAS (the default: the fastest measured; it picks its algorithm by the batch, so a
+  //          row's sums, and its logits within bf16's rounding, may depend on what shares it);
+  //   kGemv: 4-row GEMV launches, each row with a lone row's arithmetic (--batch-invariant on:
+  //          a sequence's tokens the same bits in any batch; the weights read once per 4 rows);
+  //   kMma:  gemm_rows.h (each row's sums the same in every batch of more than 4 rows; measured
+  //          slower than cuBLAS, for comparison).
+  enum class BatchProducts : uint8_t { kBlas, kGemv, kMma };
+  BatchProducts batch = BatchProducts::kBlas;
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its
   // lone arithmetic); off: one sequence after another
   bool batch_attention = true;
