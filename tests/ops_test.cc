@@ -19,6 +19,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/tile8.h"
+#include "core/kv_rows.h"
 #include "core/quant.h"
 #include "core/half.h"
 #include "squeezekv/generate.h"
@@ -523,7 +524,7 @@ cpu::KvView view_of(cpu::KvType type, const std::vector<float>& k, const std::ve
                     const std::vector<uint16_t>& k16, const std::vector<uint16_t>& v16, const std::vector<int32_t>& pos,
                     int N, int cap, int G, int D) {
   cpu::KvView kv;
-  kv.type = type;
+  kv.type = kv.v_type = type;
   kv.k = type == cpu::KvType::kF16 ? static_cast<const void*>(k16.data()) : k.data();
   kv.v = type == cpu::KvType::kF16 ? static_cast<const void*>(v16.data()) : v.data();
   kv.pos = pos.data();
@@ -752,6 +753,102 @@ TEST(Attention, TiledMatchesRowReference) {
             ++cases;
           }
   EXPECT_EQ(cases, 620);  // every size above ran
+}
+
+// KV rows quantized in blocks of 32 (core/kv_rows.h) come back within half a quantization step
+// (plus the f16 rounding of the block's scale and minimum): q8_0 max|x| / 254, q4_1 (max - min) /
+// 30, q4_0 |max| / 16 but a whole step |max| / 8 at the extreme opposite the scale's (its grid
+// runs from -8 to 7); a row of zeros stays zeros; f16 and f32 rows as before.
+TEST(KvRows, QuantizedRowsWithinHalfAStep) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int D = 128;
+  for (auto t : {cpu::KvType::kQ8_0, cpu::KvType::kQ4_0, cpu::KvType::kQ4_1, cpu::KvType::kF16, cpu::KvType::kF32}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> x(D), y(D);
+      for (float& e : x) e = trial == 0 ? 0.0f : nd(rng) * (trial % 7 == 0 ? 1e-3f : 1.0f);
+      std::vector<uint8_t> row(kv_row_bytes(t, D));
+      kv_quantize_row(t, x.data(), row.data(), D);
+      kv_dequantize_row(t, row.data(), y.data(), D);
+      for (int b = 0; b < D; b += 32) {
+        float lo = x[b], hi = x[b], amax = 0.0f;
+        for (int i = b; i < b + 32; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]), amax = std::max(amax, std::fabs(x[i]));
+        const float step = t == cpu::KvType::kQ8_0 ? amax / 127.0f : t == cpu::KvType::kQ4_0 ? amax / 8.0f : t == cpu::KvType::kQ4_1 ? (hi - lo) / 15.0f : 0.0f;
+        // q4_0's grid of 16 steps from -8 to 7 leaves the extreme opposite the scale's one step out
+        const float half = t == cpu::KvType::kQ4_0 ? step : 0.5f * step;
+        const float tol = t == cpu::KvType::kF32 ? 0.0f : t == cpu::KvType::kF16 ? amax * 1e-3f : half * 1.01f + amax * 2e-3f;
+        for (int i = b; i < b + 32; ++i) {
+          ASSERT_LE(std::fabs(y[i] - x[i]), tol) << "type " << int(t) << " trial " << trial << " i " << i;
+          ASSERT_FLOAT_EQ(kv_row_value(t, row.data(), i), y[i]);
+        }
+      }
+    }
+  }
+}
+
+// Attention over quantized K and V rows (and mixed pairs: q8_0 keys with f16 values, f16 keys
+// with q4_0 values, ...) through the tile kernels, dequantized in registers, against the scalar
+// row reference reading the same stored bytes through kv_row_value, with the mass (sum and max)
+// and the entropy: head dims 32, 64 and 128, prefill and gapped positions, key segments.
+TEST(Attention, QuantizedRowsMatchTheReference) {
+  using T_ = cpu::KvType;
+  const std::pair<T_, T_> pairs[] = {{T_::kQ8_0, T_::kQ8_0}, {T_::kQ4_0, T_::kQ4_0}, {T_::kQ4_1, T_::kQ4_1},
+                                     {T_::kQ8_0, T_::kF16},  {T_::kF16, T_::kQ4_0},  {T_::kQ8_0, T_::kQ4_1}};
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  int cases = 0;
+  for (auto [kt, vt] : pairs)
+    for (int D : {32, 64, 128})
+      for (int N : {1, 5, 64, 131, 2053})
+        for (int T : {1, 2, 17})
+          for (bool prefill : {true, false}) {
+            if (T > N || (N > 1000 && T > 2)) continue;
+            const int H = 6, G = 2, cap = N + 5;
+            const size_t kb = kv_row_bytes(kt, D), vb = kv_row_bytes(vt, D);
+            std::vector<uint8_t> k(size_t(G) * cap * kb), v(size_t(G) * cap * vb);
+            std::vector<float> row(D), q(size_t(T) * H * D);
+            for (size_t r = 0; r < size_t(G) * cap; ++r) {
+              for (float& e : row) e = nd(rng);
+              kv_quantize_row(kt, row.data(), k.data() + r * kb, D);
+              for (float& e : row) e = nd(rng);
+              kv_quantize_row(vt, row.data(), v.data() + r * vb, D);
+            }
+            for (float& e : q) e = nd(rng);
+            std::vector<int32_t> pos(size_t(G) * cap), qpos(T);
+            for (int g = 0; g < G; ++g) {
+              for (int j = 0; j < N; ++j) pos[g * cap + j] = prefill ? j : 3 * j + g;
+              if (!prefill) std::shuffle(pos.begin() + g * cap, pos.begin() + g * cap + N, rng);
+            }
+            for (int t = 0; t < T; ++t) qpos[t] = prefill ? N - T + t : 3 * N - 2 * (T - t);
+            cpu::KvView kv;
+            kv.type = kt, kv.v_type = vt, kv.k = k.data(), kv.v = v.data(), kv.pos = pos.data();
+            kv.count = N, kv.capacity = cap, kv.n_kv_heads = G, kv.head_dim = D;
+            std::vector<float> scratch(cpu::attention_scratch_floats(T, H, N));
+            auto run = [&](bool fast, std::vector<float>& out, std::vector<float>& mass, cpu::AttentionProbe& probe, MassReduce reduce) {
+              out.assign(size_t(T) * H * D, 0.0f);
+              mass.assign(size_t(G) * N, 0.0f);
+              probe = {};
+              probe.mass = mass.data();
+              probe.reduce = reduce;
+              probe.entropy = true;
+              if (fast) cpu::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
+              else cpu::ref::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
+            };
+            const std::string where = "K " + std::to_string(int(kt)) + " V " + std::to_string(int(vt)) + " D=" + std::to_string(D) +
+                                      " N=" + std::to_string(N) + " T=" + std::to_string(T) + (prefill ? " prefill" : " gapped");
+            for (MassReduce reduce : {MassReduce::kSum, MassReduce::kMax}) {
+              std::vector<float> o1, m1, o2, m2;
+              cpu::AttentionProbe p1, p2;
+              run(true, o1, m1, p1, reduce);
+              run(false, o2, m2, p2, reduce);
+              for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 2e-5f * (1.0f + std::abs(o2[i]))) << where;
+              for (size_t i = 0; i < m1.size(); ++i) ASSERT_NEAR(m1[i], m2[i], 2e-6f * T) << where;
+              ASSERT_EQ(p1.entropy_rows, p2.entropy_rows) << where;
+              ASSERT_NEAR(p1.entropy_sum, p2.entropy_sum, 1e-5 * (1.0 + p2.entropy_rows)) << where;
+            }
+            ++cases;
+          }
+  EXPECT_EQ(cases, 6 * 3 * 22);  // every size above ran (N = 1: T = 1; N = 5 and 2053: T = 1, 2)
 }
 
 // Greedy over a vocabulary-sized row (the lane-wise argmax): the first index of the largest

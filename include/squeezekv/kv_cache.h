@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,7 +12,9 @@
 namespace squeezekv {
 
 enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSqueeze, kKvzip };
-enum class KvDType : uint8_t { kF16, kF32 };
+// How K and V rows are stored: f16, f32, or blocks of 32 values along the head dim with their own
+// scales (q8_0: 8.5 bits a value; q4_0, q4_1: 4.5 and 5; GGUF's layouts; the CPU only for now).
+enum class KvDType : uint8_t { kF16, kF32, kQ8_0, kQ4_0, kQ4_1 };
 // How a layer's budget is shared by its kv heads: equally, or by their scores (Ada-KV, Feng et al.
 // 2024: one top-k over every head's candidates, each head keeping a floor; for h2o, snapkv,
 // pyramidkv, squeeze, and kvzip at its scoring without a floor, as KVzip ranks).
@@ -36,7 +39,8 @@ enum class SqueezeResolve : uint8_t { kFirstChunk, kPrompt };
 
 struct CacheConfig {
   KvPolicy policy = KvPolicy::kFull;
-  KvDType dtype = KvDType::kF16;
+  KvDType dtype = KvDType::kF16;  // --kv-type (K and V), --kv-type-k (K alone)
+  std::optional<KvDType> dtype_v; // --kv-type-v: V's type when it differs from dtype (unset: dtype)
   int max_tokens = 0;   // most tokens one sequence may see (0: the model's context length, at most 16384)
   int budget = 0;       // average retained tokens per layer (0: unbounded; required by evicting policies)
   int sinks = 4;        // first tokens never evicted
@@ -73,7 +77,7 @@ struct LayerStats {
 
 // Typed names at the edge (CLI, files). Each throws Error naming the flag and the valid values.
 KvPolicy parse_kv_policy(const std::string& name);
-KvDType parse_kv_dtype(const std::string& name);
+KvDType parse_kv_dtype(const std::string& name, const char* flag = "--kv-type");
 SqueezeMetric parse_squeeze_metric(const std::string& name);
 SqueezeAlloc parse_squeeze_alloc(const std::string& name);
 SqueezeResolve parse_squeeze_resolve(const std::string& name);
@@ -83,6 +87,9 @@ bool parse_on_off(const std::string& flag, const std::string& name);  // "on" | 
 const char* kv_policy_name(KvPolicy p);
 const char* kv_policy_names();  // "full | window | ..." in registry order
 const char* kv_dtype_name(KvDType t);
+const char* kv_dtype_names();  // "f16 | f32 | q8_0 | q4_0 | q4_1"
+// V's row type: dtype_v where set, else dtype.
+inline KvDType kv_v_dtype(const CacheConfig& c) { return c.dtype_v.value_or(c.dtype); }
 const char* squeeze_metric_name(SqueezeMetric m);
 const char* squeeze_alloc_name(SqueezeAlloc a);
 const char* squeeze_resolve_name(SqueezeResolve r);

@@ -37,14 +37,16 @@ class Buffer {
 
 // One layer's KV arrays in a backend's memory.
 struct KvArrays {
-  void* k = nullptr;         // [G][capacity][D] of type
-  void* v = nullptr;         // [G][capacity][D] of type
+  void* k = nullptr;         // [G][capacity] rows of type (kv_row_bytes)
+  void* v = nullptr;         // [G][capacity] rows of v_type
   int32_t* pos = nullptr;    // [G][capacity] absolute positions
   float* mass = nullptr;     // [G][capacity] accumulated attention mass
   KvType type = KvType::kF16;
   int G = 0, D = 0, capacity = 0;
   const int32_t* count_dev = nullptr;  // [1] the rows held once this step's are in (KvView::count_dev), or null
-  size_t row_bytes() const { return static_cast<size_t>(D) * kv_type_bytes(type); }
+  KvType v_type = KvType::kF16;
+  size_t row_bytes() const { return kv_row_bytes(type, D); }      // K's
+  size_t v_row_bytes() const { return kv_row_bytes(v_type, D); }
 };
 
 class Backend {

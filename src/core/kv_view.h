@@ -7,14 +7,42 @@
 
 namespace squeezekv {
 
-enum class KvType : uint8_t { kF16, kF32 };
-inline size_t kv_type_bytes(KvType t) { return t == KvType::kF16 ? 2 : 4; }
+// How one K or V row of D values is stored (core/kv_rows.h converts): f16 or f32 values, or
+// blocks of 32 values along the head dim, each with its own scales, laid out as GGUF's Q8_0
+// (f16 scale, 32 int8), Q4_0 (f16 scale, 32 nibbles, value (q - 8) * scale) and Q4_1 (f16 scale
+// and minimum, 32 nibbles, value q * scale + minimum). A row is self-contained: moving its bytes
+// moves its scales, so eviction's compaction needs nothing else.
+enum class KvType : uint8_t { kF16, kF32, kQ8_0, kQ4_0, kQ4_1 };
+inline bool kv_quantized(KvType t) { return t != KvType::kF16 && t != KvType::kF32; }
+// Bytes of a value for f16/f32 (the device kernels' types; 0 for the block types).
+inline size_t kv_type_bytes(KvType t) { return t == KvType::kF16 ? 2 : t == KvType::kF32 ? 4 : 0; }
+// Bytes of one row of D values (D a multiple of 32 for the block types).
+inline size_t kv_row_bytes(KvType t, int D) {
+  switch (t) {
+    case KvType::kF16: return static_cast<size_t>(D) * 2;
+    case KvType::kF32: return static_cast<size_t>(D) * 4;
+    case KvType::kQ8_0: return static_cast<size_t>(D) / 32 * 34;
+    case KvType::kQ4_0: return static_cast<size_t>(D) / 32 * 18;
+    case KvType::kQ4_1: return static_cast<size_t>(D) / 32 * 20;
+  }
+  return 0;
+}
+
+// The row types of a layer's K and of its V (they may differ: keys are the harder half to quantize).
+struct KvTypes {
+  KvType k = KvType::kF16, v = KvType::kF16;
+  KvTypes() = default;
+  KvTypes(KvType both) : k(both), v(both) {}  // NOLINT: one type for both is the common case
+  KvTypes(KvType k_, KvType v_) : k(k_), v(v_) {}
+  bool operator==(const KvTypes& o) const { return k == o.k && v == o.v; }  // C++17 here too (CUDA files)
+  bool operator!=(const KvTypes& o) const { return !(*this == o); }
+};
 
 // Read-only view of one layer's retained keys and values. No implicit padding: a device records
 // its kernels' arguments byte for byte (a replayed step must find the same bytes).
 struct KvView {
-  const void* k = nullptr;         // [G][capacity][D]
-  const void* v = nullptr;         // [G][capacity][D]
+  const void* k = nullptr;         // [G][capacity] rows of kv_row_bytes(type, D)
+  const void* v = nullptr;         // [G][capacity] rows of kv_row_bytes(v_type, D)
   const int32_t* pos = nullptr;    // [G][capacity] absolute positions (slots in no particular order)
   // The count in the backend's memory when the sequence stages it there (devices: a kernel reads
   // N from it, so the launches of a step do not change with N); null: count is all there is.
@@ -23,8 +51,11 @@ struct KvView {
   int capacity = 0;
   int n_kv_heads = 0;              // G
   int head_dim = 0;                // D
-  KvType type = KvType::kF16;
-  uint8_t pad_[7] = {};
+  KvType type = KvType::kF16;      // K's rows
+  KvType v_type = KvType::kF16;    // V's rows
+  uint8_t pad_[6] = {};
+  size_t k_row_bytes() const { return kv_row_bytes(type, head_dim); }
+  size_t v_row_bytes() const { return kv_row_bytes(v_type, head_dim); }
 };
 static_assert(sizeof(KvView) == 4 * sizeof(void*) + 4 * sizeof(int) + 8, "KvView: no implicit padding");
 

@@ -29,7 +29,11 @@ void validate(const CacheConfig& c) {
 }
 
 namespace {
-const EnumName<KvDType> kDTypes[] = {{"f16", KvDType::kF16}, {"f32", KvDType::kF32}};
+const EnumName<KvDType> kDTypes[] = {{"f16", KvDType::kF16},
+                                     {"f32", KvDType::kF32},
+                                     {"q8_0", KvDType::kQ8_0},
+                                     {"q4_0", KvDType::kQ4_0},
+                                     {"q4_1", KvDType::kQ4_1}};
 const EnumName<SqueezeMetric> kMetrics[] = {{"key_cosine", SqueezeMetric::kKeyCosine},
                                             {"attention_entropy", SqueezeMetric::kAttentionEntropy},
                                             {"residual_cosine", SqueezeMetric::kResidualCosine},
@@ -42,13 +46,17 @@ const EnumName<HeadAlloc> kHeadAllocs[] = {{"uniform", HeadAlloc::kUniform}, {"a
 const EnumName<bool> kOnOff[] = {{"on", true}, {"off", false}};
 }  // namespace
 
-KvDType parse_kv_dtype(const std::string& name) { return parse_enum("--kv-type", name, kDTypes); }
+KvDType parse_kv_dtype(const std::string& name, const char* flag) { return parse_enum(flag, name, kDTypes); }
 SqueezeMetric parse_squeeze_metric(const std::string& name) { return parse_enum("--squeeze-metric", name, kMetrics); }
 SqueezeAlloc parse_squeeze_alloc(const std::string& name) { return parse_enum("--squeeze-alloc", name, kAllocs); }
 SqueezeResolve parse_squeeze_resolve(const std::string& name) { return parse_enum("--squeeze-resolve", name, kResolves); }
 HeadAlloc parse_head_alloc(const std::string& name) { return parse_enum("--kv-head-alloc", name, kHeadAllocs); }
 bool parse_on_off(const std::string& flag, const std::string& name) { return parse_enum(flag, name, kOnOff); }
 const char* kv_dtype_name(KvDType t) { return enum_name(t, kDTypes); }
+const char* kv_dtype_names() {
+  static const std::string names = names_of(kDTypes, " | ");
+  return names.c_str();
+}
 const char* squeeze_metric_name(SqueezeMetric m) { return enum_name(m, kMetrics); }
 const char* squeeze_alloc_name(SqueezeAlloc a) { return enum_name(a, kAllocs); }
 const char* squeeze_resolve_name(SqueezeResolve r) { return enum_name(r, kResolves); }

@@ -45,9 +45,24 @@ const KvOption kOptions[] = {
     {"budget", "--kv-budget", K::kInt, "average retained tokens per layer (evicting policies)",
      [](CacheConfig& c, const std::string& t) { c.budget = parse_int("--kv-budget", t); },
      [](const CacheConfig& c) { return std::to_string(c.budget); }},
-    {"type", "--kv-type", K::kName, "KV cache element type: f16 | f32",
-     [](CacheConfig& c, const std::string& t) { c.dtype = parse_kv_dtype(t); },
+    {"type", "--kv-type", K::kName,
+     "how K and V rows are stored: f16 (default) | f32 | q8_0 | q4_0 | q4_1 (blocks of 32 along the head dim with "
+     "their own scales, as GGUF's; the CPU only)",
+     [](CacheConfig& c, const std::string& t) { c.dtype = parse_kv_dtype(t), c.dtype_v.reset(); },
+     [](const CacheConfig& c) {
+       return kv_v_dtype(c) == c.dtype ? std::string(kv_dtype_name(c.dtype))
+                                       : std::string(kv_dtype_name(c.dtype)) + "/" + kv_dtype_name(kv_v_dtype(c));
+     }},
+    {"type_k", "--kv-type-k", K::kName, "K rows' type alone (after --kv-type)",
+     [](CacheConfig& c, const std::string& t) {
+       const KvDType k = parse_kv_dtype(t, "--kv-type-k");
+       if (!c.dtype_v) c.dtype_v = c.dtype;
+       c.dtype = k;
+     },
      [](const CacheConfig& c) { return std::string(kv_dtype_name(c.dtype)); }},
+    {"type_v", "--kv-type-v", K::kName, "V rows' type alone (after --kv-type)",
+     [](CacheConfig& c, const std::string& t) { c.dtype_v = parse_kv_dtype(t, "--kv-type-v"); },
+     [](const CacheConfig& c) { return std::string(kv_dtype_name(kv_v_dtype(c))); }},
     {"sinks", "--kv-sinks", K::kInt, "first tokens never evicted (default 4)",
      [](CacheConfig& c, const std::string& t) { c.sinks = parse_int("--kv-sinks", t); },
      [](const CacheConfig& c) { return std::to_string(c.sinks); }},

@@ -10,8 +10,8 @@
 
 namespace squeezekv {
 
-KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Backend* backend)
-    : G_(n_kv_heads), D_(head_dim), capacity_(capacity), type_(type),
+KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvTypes types, Backend* backend)
+    : G_(n_kv_heads), D_(head_dim), capacity_(capacity), types_(types),
       own_backend_(backend == nullptr ? make_cpu_backend(1) : nullptr),
       backend_(backend == nullptr ? own_backend_.get() : backend) {
   allocate();
@@ -20,11 +20,11 @@ KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Ba
 
 void KvStorage::allocate() {
   const size_t rows = static_cast<size_t>(G_) * capacity_;
-  k_ = backend_->alloc(rows * D_ * kv_type_bytes(type_));
-  v_ = backend_->alloc(rows * D_ * kv_type_bytes(type_));
+  k_ = backend_->alloc(rows * kv_row_bytes(types_.k, D_));
+  v_ = backend_->alloc(rows * kv_row_bytes(types_.v, D_));
   pos_ = backend_->alloc(rows * sizeof(int32_t));
   mass_ = backend_->alloc(rows * sizeof(float));
-  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), type_, G_, D_, capacity_, count_dev_};
+  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), types_.k, G_, D_, capacity_, count_dev_, types_.v};
   if (backend_->host_visible()) {
     pos_host_ = arrays_.pos;
     mass_host_ = arrays_.mass;
@@ -168,14 +168,14 @@ void KvStorage::set_capacity(int capacity) {
   assert(capacity >= count_);
   // the held rows of every head, through the host, into arrays laid out for the new capacity
   const size_t old_cap = static_cast<size_t>(capacity_), n = static_cast<size_t>(count_);
-  const size_t row = static_cast<size_t>(D_) * kv_type_bytes(type_);
-  std::vector<uint8_t> k(G_ * n * row), v(k.size());
+  const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
+  std::vector<uint8_t> k(G_ * n * row), v(G_ * n * vrow);
   std::vector<int32_t> pos(G_ * n);
   std::vector<float> mass(G_ * n);
   sync_to_host();
   for (int g = 0; g < G_; ++g) {
     backend_->download(k.data() + g * n * row, k_->as<uint8_t>() + g * old_cap * row, n * row);
-    backend_->download(v.data() + g * n * row, v_->as<uint8_t>() + g * old_cap * row, n * row);
+    backend_->download(v.data() + g * n * vrow, v_->as<uint8_t>() + g * old_cap * vrow, n * vrow);
     std::memcpy(pos.data() + g * n, pos_host_ + g * old_cap, n * sizeof(int32_t));
     std::memcpy(mass.data() + g * n, mass_host_ + g * old_cap, n * sizeof(float));
   }
@@ -184,7 +184,7 @@ void KvStorage::set_capacity(int capacity) {
   const size_t cap = static_cast<size_t>(capacity_);
   for (int g = 0; g < G_; ++g) {
     backend_->upload(k_->as<uint8_t>() + g * cap * row, k.data() + g * n * row, n * row);
-    backend_->upload(v_->as<uint8_t>() + g * cap * row, v.data() + g * n * row, n * row);
+    backend_->upload(v_->as<uint8_t>() + g * cap * vrow, v.data() + g * n * vrow, n * vrow);
     backend_->upload(arrays_.pos + g * cap, pos.data() + g * n, n * sizeof(int32_t));
     backend_->upload(arrays_.mass + g * cap, mass.data() + g * n, n * sizeof(float));
     if (!backend_->host_visible()) {
@@ -196,7 +196,8 @@ void KvStorage::set_capacity(int capacity) {
 
 KvView KvStorage::view() const {
   KvView v;
-  v.type = type_;
+  v.type = types_.k;
+  v.v_type = types_.v;
   v.k = arrays_.k;
   v.v = arrays_.v;
   v.pos = arrays_.pos;
@@ -208,13 +209,13 @@ KvView KvStorage::view() const {
   return v;
 }
 
-int64_t KvStorage::bytes_for(int n_kv_heads, int head_dim, int capacity, KvType type, bool host_mirror) {
+int64_t KvStorage::bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror) {
   const int64_t rows = static_cast<int64_t>(n_kv_heads) * capacity;
-  return rows * (2 * head_dim * static_cast<int64_t>(kv_type_bytes(type)) + 8 * (host_mirror ? 2 : 1));
+  return rows * (static_cast<int64_t>(kv_row_bytes(types.k, head_dim) + kv_row_bytes(types.v, head_dim)) + 8 * (host_mirror ? 2 : 1));
 }
 
 int64_t KvStorage::bytes_per_token() const {
-  return static_cast<int64_t>(G_) * D_ * 2 * static_cast<int64_t>(kv_type_bytes(type_));
+  return static_cast<int64_t>(G_) * static_cast<int64_t>(kv_row_bytes(types_.k, D_) + kv_row_bytes(types_.v, D_));
 }
 
 }  // namespace squeezekv

@@ -28,7 +28,7 @@ class KvStorage {
   static constexpr int32_t kDeadPos = std::numeric_limits<int32_t>::max();
 
   // backend: where the arrays live (null: a CPU backend of this storage's own).
-  KvStorage(int n_kv_heads, int head_dim, int capacity, KvType type, Backend* backend = nullptr);
+  KvStorage(int n_kv_heads, int head_dim, int capacity, KvTypes types, Backend* backend = nullptr);
 
   // Appends T rows: k, v [T][G*D] (rotated keys; the backend's memory), pos [T] absolute positions
   // (host memory; pos_dev: the same in the backend's memory, null when it is host-visible); mass
@@ -83,7 +83,7 @@ class KvStorage {
   int capacity() const { return capacity_; }
   int n_kv_heads() const { return G_; }
   int head_dim() const { return D_; }
-  KvType type() const { return type_; }
+  KvTypes types() const { return types_; }
   // Position of the newest row ever appended (-1 before the first).
   int32_t newest_position() const { return newest_; }
   // The policies' metadata, host memory: positions [G][capacity] and accumulated mass. On a device
@@ -121,12 +121,12 @@ class KvStorage {
   int64_t bytes_per_token() const;
   // Bytes a storage of this shape allocates: K, V, positions and mass (and a device's host mirror
   // of the last two).
-  static int64_t bytes_for(int n_kv_heads, int head_dim, int capacity, KvType type, bool host_mirror);
+  static int64_t bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror);
 
  private:
   void allocate();
   int G_, D_, capacity_;
-  KvType type_;
+  KvTypes types_;
   std::unique_ptr<Backend> own_backend_;  // when none was given
   Backend* backend_;
   int count_ = 0;

@@ -8,13 +8,13 @@
 
 namespace squeezekv {
 
-LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvType type,
+LayerCache::LayerCache(int layer, int n_kv_heads, int head_dim, KvTypes types,
                        std::unique_ptr<EvictionPolicy> policy, int max_step_rows, int max_tokens, Backend* backend)
     : layer_(layer),
       policy_(std::move(policy)),
       max_step_rows_(max_step_rows),
       max_tokens_(max_tokens),
-      storage_(n_kv_heads, head_dim, capacity_for(), type, backend) {
+      storage_(n_kv_heads, head_dim, capacity_for(), types, backend) {
   evict_.slots.reserve(static_cast<size_t>(n_kv_heads) * storage_.capacity());
 }
 

@@ -19,7 +19,7 @@ class LayerCache {
  public:
   // max_step_rows: most rows one step appends (the prefill chunk); max_tokens: most rows ever;
   // backend: where K and V live (null: the CPU).
-  LayerCache(int layer, int n_kv_heads, int head_dim, KvType type, std::unique_ptr<EvictionPolicy> policy,
+  LayerCache(int layer, int n_kv_heads, int head_dim, KvTypes types, std::unique_ptr<EvictionPolicy> policy,
              int max_step_rows, int max_tokens, Backend* backend = nullptr);
   // Rows per head the storage needs: the policy's most per head + one step (at most what the
   // sequence can hold, plus the policy's scratch rows).
@@ -107,6 +107,10 @@ struct SequenceCache {
 };
 
 struct ModelConfig;
+
+// The storage's row types for the config's (--kv-type, --kv-type-k, --kv-type-v).
+KvType kv_type_of(KvDType d);
+inline KvTypes kv_types(const CacheConfig& c) { return {kv_type_of(c.dtype), kv_type_of(kv_v_dtype(c))}; }
 
 // A sequence's cache config checked once (CacheBuilder::plan is the only way to make one), with
 // what it resolves to: the most rows the sequence may see, the most a step appends, and the bytes

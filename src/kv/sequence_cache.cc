@@ -32,13 +32,29 @@ bool SequenceCache::records_context() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerCache& l) { return l.records_context(); });
 }
 
+KvType kv_type_of(KvDType d) {
+  switch (d) {
+    case KvDType::kF16: return KvType::kF16;
+    case KvDType::kF32: return KvType::kF32;
+    case KvDType::kQ8_0: return KvType::kQ8_0;
+    case KvDType::kQ4_0: return KvType::kQ4_0;
+    case KvDType::kQ4_1: return KvType::kQ4_1;
+  }
+  return KvType::kF16;
+}
+
 CachePlan CacheBuilder::plan(const ModelConfig& model, const CacheConfig& cfg, int max_step_rows, bool host_mirror) {
   validate(cfg);  // the one check: a CachePlan holds a valid config
   CachePlan p;
   p.cfg_ = cfg;
   p.max_tokens_ = cfg.max_tokens > 0 ? cfg.max_tokens : model.context_length;
   p.max_step_rows_ = max_step_rows;
-  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
+  const KvTypes t = kv_types(cfg);
+  for (KvDType d : {cfg.dtype, kv_v_dtype(cfg)})
+    if (kv_quantized(kv_type_of(d)) && model.head_dim % 32 != 0)
+      throw Error(std::string(cfg.dtype == d ? "--kv-type" : "--kv-type-v") + " " + kv_dtype_name(d) +
+                  ": blocks of 32 along the head dim need a head dim that is a multiple of 32 (the model's is " +
+                  std::to_string(model.head_dim) + ")");
   const PolicyInfo& info = policy_info(cfg.policy);
   for (int l = 0; l < model.n_layers; ++l) {
     const PolicyContext ctx{cfg, l, model.n_layers, p.max_tokens_, model.n_kv_heads, nullptr};
@@ -52,7 +68,7 @@ CachePlan CacheBuilder::plan(const ModelConfig& model, const CacheConfig& cfg, i
 SequenceCache CacheBuilder::build(const ModelConfig& model, const CachePlan& plan, Backend* backend) {
   const CacheConfig& cfg = plan.config();
   SequenceCache sc;
-  const KvType t = cfg.dtype == KvDType::kF16 ? KvType::kF16 : KvType::kF32;
+  const KvTypes t = kv_types(cfg);
   const PolicyInfo& info = policy_info(cfg.policy);
   if (info.coordinated)
     sc.coordinator = std::make_unique<SqueezeCoordinator>(model.n_layers, cfg.budget, cfg.sinks, cfg.squeeze_strength,

@@ -115,6 +115,10 @@ void check_token_ids(std::span<const int> tokens, int V, const char* op) {
 CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_in, const SessionOptions& o) {
   CacheConfig cache = cache_in;
   cache.max_tokens = sequence_max_tokens(c, cache);
+  if (o.device != Device::kCpu && (cache.dtype == KvDType::kQ8_0 || cache.dtype == KvDType::kQ4_0 || cache.dtype == KvDType::kQ4_1 ||
+                                   kv_v_dtype(cache) != cache.dtype))
+    throw Error(std::string(cache.dtype != kv_v_dtype(cache) ? "--kv-type-v " : "--kv-type ") + kv_dtype_name(kv_v_dtype(cache)) +
+                ": the CUDA backend stores K and V as f16 or f32, both of one type (8- and 4-bit rows run on --device cpu)");
   // the config is checked here, once (CachePlan holds only valid ones); a device keeps K and V in
   // its own memory, the policies' metadata mirrored on the host
   return CacheBuilder::plan(c, cache, std::min(o.prefill_chunk, cache.max_tokens), o.device != Device::kCpu);

@@ -59,7 +59,8 @@ double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 std::string kv_desc(const SessionOptions& so) {
   std::string s = kv_policy_name(so.cache.policy);
   if (so.cache.policy != KvPolicy::kFull) s += " budget " + std::to_string(so.cache.budget);
-  return s + (so.cache.dtype == KvDType::kF16 ? " (f16)" : " (f32)");
+  const KvDType v = kv_v_dtype(so.cache);
+  return s + " (" + kv_dtype_name(so.cache.dtype) + (v != so.cache.dtype ? std::string("/") + kv_dtype_name(v) : std::string()) + ")";
 }
 
 }  // namespace
@@ -255,6 +256,7 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
       {"kv_policy", kv_policy_name(so.cache.policy)},
       {"kv_budget", so.cache.budget},
       {"kv_type", kv_dtype_name(so.cache.dtype)},
+      {"kv_type_v", kv_dtype_name(kv_v_dtype(so.cache))},
       {"prefill_chunk", so.prefill_chunk},
       {"repetitions", o.repetitions},
       {"peak_rss_bytes", r.peak_rss_bytes},

@@ -19,6 +19,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 #include "core/half.h"
+#include "core/kv_rows.h"
 
 namespace squeezekv::cpu {
 namespace {
@@ -32,11 +33,12 @@ struct HeadJob {
   float* out = nullptr;          // same layout as q
   const int32_t* q_pos = nullptr;  // [T]
   int64_t T = 0;
-  const void* k = nullptr;       // this kv head's [N][D] (f16 or f32)
-  const void* v = nullptr;
+  const uint8_t* k = nullptr;    // this kv head's [N] rows of kb bytes (k_type)
+  const uint8_t* v = nullptr;    // [N] rows of vb bytes (v_type)
   const int32_t* pos = nullptr;  // [N]
   int N = 0, D = 0;
-  bool f16 = true;
+  KvType k_type = KvType::kF16, v_type = KvType::kF16;
+  size_t kb = 0, vb = 0;
   float scale = 1.0f;
   float* scores = nullptr;       // scratch [min(T, kRowTile)][N]
   float* mass = nullptr;         // [N] += (or max=) probabilities of rows t >= mass_from; null: not wanted
@@ -47,12 +49,8 @@ struct HeadJob {
   int64_t entropy_rows = 0;
 };
 
-inline float key_at(const HeadJob& j, int64_t key, int d) {
-  return j.f16 ? f16_to_f32(static_cast<const uint16_t*>(j.k)[key * j.D + d]) : static_cast<const float*>(j.k)[key * j.D + d];
-}
-inline float value_at(const HeadJob& j, int64_t key, int d) {
-  return j.f16 ? f16_to_f32(static_cast<const uint16_t*>(j.v)[key * j.D + d]) : static_cast<const float*>(j.v)[key * j.D + d];
-}
+inline float key_at(const HeadJob& j, int64_t key, int d) { return kv_row_value(j.k_type, j.k + key * j.kb, d); }
+inline float value_at(const HeadJob& j, int64_t key, int d) { return kv_row_value(j.v_type, j.v + key * j.vb, d); }
 
 // mass[n] += p[n] (or max=) for n in [n0, n1).
 inline void add_mass(float* mass, const float* p, int n0, int n1, bool max) {
@@ -126,6 +124,14 @@ struct V {
   static Reg set1(float x) { return _mm256_set1_ps(x); }
   static Reg load(const float* p) { return _mm256_loadu_ps(p); }
   static Reg load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static Reg load_i8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Reg load_u4(const uint8_t* p, bool high) {
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    if (high) b = _mm_srli_epi16(b, 4);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F))));
+  }
   static void store(float* p, Reg x) { _mm256_storeu_ps(p, x); }
   static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
@@ -209,11 +215,11 @@ struct TiledPlan {
   TileFn tile = nullptr;  // the kernel for this KV type and CPU
 };
 
-// The tile kernel for f16 or f32 keys: AVX-512 where the CPU runs it, else AVX2.
-TileFn tile_kernel(bool f16) {
-  static const TileFn wide_f16 = attn::avx512_tile(true), wide_f32 = attn::avx512_tile(false);
-  if (f16) return wide_f16 != nullptr ? wide_f16 : attn::run_tile<uint16_t>;
-  return wide_f32 != nullptr ? wide_f32 : attn::run_tile<float>;
+// The tile kernel for these K and V row types: AVX-512 where the CPU runs it, else AVX2; null
+// for a pair neither has (the row path's then).
+TileFn tile_kernel(KvType k, KvType v) {
+  const TileFn wide = attn::avx512_tile(k, v);
+  return wide != nullptr ? wide : attn::tile_for(k, v);
 }
 
 // This thread's skip scratch for a tile over N keys (grown once).
@@ -238,7 +244,7 @@ TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
   p.n_tiles = p.tiles_per_head * p.G;
   if (p.n_tiles <= kFewTiles && kv.head_dim <= 256)
     p.S = static_cast<int>(std::clamp<int64_t>(p.N / kSegmentKeys, 1, kMaxSegments));
-  p.tile = tile_kernel(kv.type == KvType::kF16);
+  p.tile = tile_kernel(kv.type, kv.v_type);
   return p;
 }
 
@@ -373,7 +379,7 @@ void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
 }  // namespace
 
 #if SQUEEZEKV_AVX2 && !SQUEEZEKV_AVX512_KERNEL
-attn::TileFn attn::avx512_tile(bool) { return nullptr; }  // not built: the AVX2 kernel runs
+attn::TileFn attn::avx512_tile(KvType, KvType) { return nullptr; }  // not built: the AVX2 kernel runs
 #endif
 
 int64_t attention_scratch_floats(int64_t T, int H, int N) {
@@ -391,7 +397,7 @@ void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T,
   const int group = H / G;
   float* const mass = probe != nullptr ? probe->mass : nullptr;
   float* head_mass = scratch + static_cast<int64_t>(H) * N;  // [H][N]
-  const size_t elem = kv.type == KvType::kF16 ? sizeof(uint16_t) : sizeof(float);
+  const size_t kb = kv.k_row_bytes(), vb = kv.v_row_bytes();
   thread_local std::vector<HeadJob> jobs_of_caller;  // grown once; worker threads use it by pointer
   jobs_of_caller.assign(static_cast<size_t>(H), HeadJob{});
   HeadJob* const jobs = jobs_of_caller.data();
@@ -404,12 +410,13 @@ void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T,
     j.q_stride = static_cast<int64_t>(H) * D;
     j.q_pos = q_pos;
     j.T = T;
-    j.k = static_cast<const char*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D * elem;
-    j.v = static_cast<const char*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D * elem;
+    j.k = static_cast<const uint8_t*>(kv.k) + static_cast<size_t>(g) * kv.capacity * kb;
+    j.v = static_cast<const uint8_t*>(kv.v) + static_cast<size_t>(g) * kv.capacity * vb;
+    j.kb = kb, j.vb = vb;
+    j.k_type = kv.type, j.v_type = kv.v_type;
     j.pos = kv.pos + static_cast<int64_t>(g) * kv.capacity;
     j.N = N;
     j.D = D;
-    j.f16 = kv.type == KvType::kF16;
     j.scale = 1.0f / std::sqrt(static_cast<float>(D));
     j.scores = scratch + static_cast<int64_t>(h) * N;
     j.mass = mass != nullptr ? head_mass + static_cast<int64_t>(h) * N : nullptr;
@@ -447,7 +454,7 @@ void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T,
 void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
                AttentionProbe* probe, float* scratch) {
 #if SQUEEZEKV_AVX2
-  if (kv.head_dim % 16 == 0) return attention_tiled(out, q, q_pos, T, H, kv, probe, scratch);
+  if (kv.head_dim % 16 == 0 && tile_kernel(kv.type, kv.v_type) != nullptr) return attention_tiled(out, q, q_pos, T, H, kv, probe, scratch);
 #endif
   attention_rows(out, q, q_pos, T, H, kv, probe, scratch);
 }
@@ -455,7 +462,7 @@ void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int 
 void attention_batch(const AttentionCall* calls, int n, float* scratch) {
 #if SQUEEZEKV_AVX2
   bool tiled = true;
-  for (int c = 0; c < n; ++c) tiled = tiled && calls[c].kv.head_dim % 16 == 0;
+  for (int c = 0; c < n; ++c) tiled = tiled && calls[c].kv.head_dim % 16 == 0 && tile_kernel(calls[c].kv.type, calls[c].kv.v_type) != nullptr;
   if (tiled) return attention_batch_tiled(calls, n, scratch);
 #endif
   for (int c = 0; c < n; ++c) {

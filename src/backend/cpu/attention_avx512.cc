@@ -28,6 +28,14 @@ struct V {
   static Reg set1(float x) { return _mm512_set1_ps(x); }
   static Reg load(const float* p) { return _mm512_loadu_ps(p); }
   static Reg load(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static Reg load_i8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Reg load_u4(const uint8_t* p, bool high) {
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if (high) b = _mm_srli_epi16(b, 4);
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F))));
+  }
   static void store(float* p, Reg x) { _mm512_storeu_ps(p, x); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
@@ -72,9 +80,9 @@ struct V {
 }  // namespace
 #include "backend/cpu/attention_kernel.h"
 
-TileFn avx512_tile(bool f16) {
+TileFn avx512_tile(KvType k, KvType v) {
   if (!avx512::available()) return nullptr;
-  return f16 ? run_tile<uint16_t> : run_tile<float>;
+  return tile_for(k, v);
 }
 
 }  // namespace squeezekv::cpu::attn

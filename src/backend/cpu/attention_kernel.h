@@ -6,8 +6,13 @@
 //
 // V provides: Reg, kW (floats per register), kScoreRows (query rows per score pass), kValueVecs
 // (most registers of dims per value pass), zero, set1, load(float*), load(uint16_t* f16),
-// store, add, sub, mul, max, fmadd, exp_nonpositive (x <= 0; x < -87 gives 0), hsum, hmax,
-// sum4 (the horizontal sums of four registers, as one __m128), scalar (one f16 as a float).
+// load_i8 (kW int8 as floats), load_u4 (kW nibbles, the low or the high ones of kW bytes, as
+// floats), store, add, sub, mul, max, fmadd, exp_nonpositive (x <= 0; x < -87 gives 0), hsum,
+// hmax, sum4 (the horizontal sums of four registers, as one __m128), scalar (one f16 as a float).
+//
+// K and V rows are read through a row format (RowF32, RowF16, RowQ8_0, RowQ4_0, RowQ4_1: the
+// KvType layouts of core/kv_view.h), which turns the kW values at a dim into a register, so the
+// quantized rows are dequantized in registers, never in memory.
 //
 // Scores against the keys are formed by kScoreRows x 4 register tiles (each key quad loaded once
 // for all rows of the tile), the softmax runs over whole rows with a vector exp, and P.V is
@@ -19,18 +24,79 @@ namespace {
 
 constexpr int kKeyAhead = 4;  // key quads fetched ahead of the score tiles
 
-inline float key_scalar(const float* p) { return *p; }
-inline float key_scalar(const uint16_t* p) { return V::scalar(*p); }
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return h;
+}
 
-// scores[r][0..4) = scale * q_r . k_c for R query rows and 4 keys (k: 4 rows at stride D).
-template <int R, typename KT>
-inline void score_tile(float* s, int64_t s_stride, const float* const* q, const KT* k, int D, float scale) {
+// Row formats: bytes(D) of a row; load(row, d): the kW values from dim d (a multiple of kW);
+// scalar(row, d): one value.
+struct RowF32 {
+  static int64_t bytes(int D) { return 4 * static_cast<int64_t>(D); }
+  static typename V::Reg load(const uint8_t* r, int d) { return V::load(reinterpret_cast<const float*>(r) + d); }
+  static float scalar(const uint8_t* r, int d) {
+    float x;
+    __builtin_memcpy(&x, r + 4 * d, 4);
+    return x;
+  }
+};
+struct RowF16 {
+  static int64_t bytes(int D) { return 2 * static_cast<int64_t>(D); }
+  static typename V::Reg load(const uint8_t* r, int d) { return V::load(reinterpret_cast<const uint16_t*>(r) + d); }
+  static float scalar(const uint8_t* r, int d) { return V::scalar(u16_at(r + 2 * d)); }
+};
+// blocks of 32: [f16 scale][32 int8]; value scale * q
+struct RowQ8_0 {
+  static int64_t bytes(int D) { return static_cast<int64_t>(D) / 32 * 34; }
+  static typename V::Reg load(const uint8_t* r, int d) {
+    const uint8_t* b = r + (d >> 5) * 34;
+    return V::mul(V::load_i8(b + 2 + (d & 31)), V::set1(V::scalar(u16_at(b))));
+  }
+  static float scalar(const uint8_t* r, int d) {
+    const uint8_t* b = r + (d >> 5) * 34;
+    return V::scalar(u16_at(b)) * static_cast<float>(static_cast<int8_t>(b[2 + (d & 31)]));
+  }
+};
+// blocks of 32: [f16 scale][16 bytes: value i in the low nibble of byte i, i + 16 in its high];
+// value (q - 8) * scale
+struct RowQ4_0 {
+  static int64_t bytes(int D) { return static_cast<int64_t>(D) / 32 * 18; }
+  static typename V::Reg load(const uint8_t* r, int d) {
+    const uint8_t* b = r + (d >> 5) * 18;
+    const int i = d & 31;
+    return V::mul(V::sub(V::load_u4(b + 2 + (i & 15), i >= 16), V::set1(8.0f)), V::set1(V::scalar(u16_at(b))));
+  }
+  static float scalar(const uint8_t* r, int d) {
+    const uint8_t* b = r + (d >> 5) * 18;
+    const int i = d & 31, q = (i < 16 ? b[2 + i] & 0x0F : b[2 + i - 16] >> 4) - 8;
+    return static_cast<float>(q) * V::scalar(u16_at(b));
+  }
+};
+// blocks of 32: [f16 scale][f16 minimum][16 bytes as Q4_0's]; value q * scale + minimum
+struct RowQ4_1 {
+  static int64_t bytes(int D) { return static_cast<int64_t>(D) / 32 * 20; }
+  static typename V::Reg load(const uint8_t* r, int d) {
+    const uint8_t* b = r + (d >> 5) * 20;
+    const int i = d & 31;
+    return V::fmadd(V::load_u4(b + 4 + (i & 15), i >= 16), V::set1(V::scalar(u16_at(b))), V::set1(V::scalar(u16_at(b + 2))));
+  }
+  static float scalar(const uint8_t* r, int d) {
+    const uint8_t* b = r + (d >> 5) * 20;
+    const int i = d & 31, q = i < 16 ? b[4 + i] & 0x0F : b[4 + i - 16] >> 4;
+    return static_cast<float>(q) * V::scalar(u16_at(b)) + V::scalar(u16_at(b + 2));
+  }
+};
+
+// scores[r][0..4) = scale * q_r . k_c for R query rows and 4 keys (k: 4 rows of kb bytes).
+template <int R, typename KR>
+inline void score_tile(float* s, int64_t s_stride, const float* const* q, const uint8_t* k, int64_t kb, int D, float scale) {
   typename V::Reg a[R][4];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < 4; ++c) a[r][c] = V::zero();
   for (int d = 0; d < D; d += V::kW) {
-    const typename V::Reg k0 = V::load(k + d), k1 = V::load(k + D + d), k2 = V::load(k + 2 * D + d),
-                          k3 = V::load(k + 3 * D + d);
+    const typename V::Reg k0 = KR::load(k, d), k1 = KR::load(k + kb, d), k2 = KR::load(k + 2 * kb, d),
+                          k3 = KR::load(k + 3 * kb, d);
     for (int r = 0; r < R; ++r) {
       const typename V::Reg qr = V::load(q[r] + d);
       a[r][0] = V::fmadd(qr, k0, a[r][0]);
@@ -43,25 +109,25 @@ inline void score_tile(float* s, int64_t s_stride, const float* const* q, const 
 }
 
 // score_tile for the `left` (< R + 1) rows at the end of a tile.
-template <int R, typename KT>
-inline void score_rest(int left, float* s, int64_t s_stride, const float* const* q, const KT* k, int D, float scale) {
+template <int R, typename KR>
+inline void score_rest(int left, float* s, int64_t s_stride, const float* const* q, const uint8_t* k, int64_t kb, int D, float scale) {
   if constexpr (R > 0) {
-    if (left == R) return score_tile<R>(s, s_stride, q, k, D, scale);
-    score_rest<R - 1>(left, s, s_stride, q, k, D, scale);
+    if (left == R) return score_tile<R, KR>(s, s_stride, q, k, kb, D, scale);
+    score_rest<R - 1, KR>(left, s, s_stride, q, k, kb, D, scale);
   }
 }
 
 // out[r][d0..d0 + NV kW) = sum_n p[r][n] v[n][d0..) for R rows and keys n in [n0, n1) (n0 a
-// multiple of 4), over the key quads not skipped.
-template <int R, int NV, typename KT>
-inline void value_tile(float* const* out, const float* p, int64_t p_stride, const KT* v, int D, int d0, int n0, int n1,
+// multiple of 4), over the key quads not skipped; v: rows of vb bytes.
+template <int R, int NV, typename VR>
+inline void value_tile(float* const* out, const float* p, int64_t p_stride, const uint8_t* v, int64_t vb, int d0, int n0, int n1,
                        const uint8_t* skip_quad) {
   typename V::Reg a[R][NV];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) a[r][j] = V::zero();
   auto key = [&](int n) {
     typename V::Reg vj[NV];
-    for (int j = 0; j < NV; ++j) vj[j] = V::load(v + static_cast<int64_t>(n) * D + d0 + j * V::kW);
+    for (int j = 0; j < NV; ++j) vj[j] = VR::load(v + static_cast<int64_t>(n) * vb, d0 + j * V::kW);
     for (int r = 0; r < R; ++r) {
       const typename V::Reg b = V::set1(p[r * p_stride + n]);
       for (int j = 0; j < NV; ++j) a[r][j] = V::fmadd(b, vj[j], a[r][j]);
@@ -78,18 +144,18 @@ inline void value_tile(float* const* out, const float* p, int64_t p_stride, cons
 }
 
 // P V for `rows` rows: 4 at a time, then the 1..3 left (decode: the query heads of one kv head).
-template <int NV, typename KT>
-void value_rows(float* const* orow, const float* s, int64_t Ns, int rows, const KT* v, int D, int n0, int n1,
+template <int NV, typename VR>
+void value_rows(float* const* orow, const float* s, int64_t Ns, int rows, const uint8_t* v, int64_t vb, int D, int n0, int n1,
                 const uint8_t* skip) {
   constexpr int kStep = NV * V::kW;
   int r = 0;
   for (; r + 4 <= rows; r += 4)
-    for (int d0 = 0; d0 < D; d0 += kStep) value_tile<4, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
+    for (int d0 = 0; d0 < D; d0 += kStep) value_tile<4, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
   const int left = rows - r;
   for (int d0 = 0; d0 < D && left > 0; d0 += kStep) {
-    if (left == 3) value_tile<3, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
-    else if (left == 2) value_tile<2, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
-    else value_tile<1, NV>(orow + r, s + r * Ns, Ns, v, D, d0, n0, n1, skip);
+    if (left == 3) value_tile<3, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
+    else if (left == 2) value_tile<2, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
+    else value_tile<1, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
   }
 }
 
@@ -102,13 +168,13 @@ inline void add_mass_to(float* mass, const float* p, int n0, int n1, bool max) {
   }
 }
 
-// The tile kernel (attention_tile.h, TileFn).
-template <typename KT>
+// The tile kernel (attention_tile.h, TileFn) for K rows of format KR and V rows of format VR.
+template <typename KR, typename VR>
 void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part, uint8_t* skip) {
   const int D = a.D;
-  const int64_t Ns = a.N;
-  const KT* k = static_cast<const KT*>(a.k) + static_cast<int64_t>(job.g) * a.capacity * D;
-  const KT* v = static_cast<const KT*>(a.v) + static_cast<int64_t>(job.g) * a.capacity * D;
+  const int64_t Ns = a.N, kb = KR::bytes(D), vb = VR::bytes(D);
+  const uint8_t* k = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(job.g) * a.capacity * kb;
+  const uint8_t* v = static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(job.g) * a.capacity * vb;
   const int32_t* pos = a.pos + static_cast<int64_t>(job.g) * a.capacity;
   const int c0 = n0 / 4, c1 = n1 / 4;  // whole quads [c0, c1); keys [4 c1, n1) are a tail
   const float* qr[kRowTile];
@@ -138,24 +204,24 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
         for (int i = 0; i < 4; ++i) s[r * Ns + 4 * c + i] = -INFINITY;
       continue;
     }
-    const KT* kc = k + static_cast<int64_t>(4 * c) * D;
+    const uint8_t* kc = k + static_cast<int64_t>(4 * c) * kb;
     // the quad's values are read after the softmax: fetched now, while the scores are formed
     // (a decode step's tiles read short runs of rows, which the hardware prefetcher misses)
-    const char* vc = reinterpret_cast<const char*>(v + static_cast<int64_t>(4 * c) * D);
-    for (int64_t b = 0; b < static_cast<int64_t>(4 * D * sizeof(KT)); b += 64) _mm_prefetch(vc + b, _MM_HINT_T0);
+    const char* vc = reinterpret_cast<const char*>(v + static_cast<int64_t>(4 * c) * vb);
+    for (int64_t b = 0; b < 4 * vb; b += 64) _mm_prefetch(vc + b, _MM_HINT_T0);
     // and the keys a few quads ahead
-    const char* kn = reinterpret_cast<const char*>(k + static_cast<int64_t>(4 * (c + kKeyAhead)) * D);
+    const char* kn = reinterpret_cast<const char*>(k + static_cast<int64_t>(4 * (c + kKeyAhead)) * kb);
     if (c + kKeyAhead < c1)
-      for (int64_t b = 0; b < static_cast<int64_t>(4 * D * sizeof(KT)); b += 64) _mm_prefetch(kn + b, _MM_HINT_T0);
+      for (int64_t b = 0; b < 4 * kb; b += 64) _mm_prefetch(kn + b, _MM_HINT_T0);
     int r = 0;
     for (; r + V::kScoreRows <= job.rows; r += V::kScoreRows)
-      score_tile<V::kScoreRows>(s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
-    score_rest<V::kScoreRows - 1>(job.rows - r, s + r * Ns + 4 * c, Ns, qr + r, kc, D, a.scale);
+      score_tile<V::kScoreRows, KR>(s + r * Ns + 4 * c, Ns, qr + r, kc, kb, D, a.scale);
+    score_rest<V::kScoreRows - 1, KR>(job.rows - r, s + r * Ns + 4 * c, Ns, qr + r, kc, kb, D, a.scale);
   }
   for (int r = 0; r < job.rows; ++r)
     for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) {
       float acc = 0.0f;
-      for (int d = 0; d < D; ++d) acc += qr[r][d] * key_scalar(k + static_cast<int64_t>(n) * D + d);
+      for (int d = 0; d < D; ++d) acc += qr[r][d] * KR::scalar(k + static_cast<int64_t>(n) * kb, d);
       s[r * Ns + n] = acc * a.scale;
     }
   // causal mask by position, softmax over the segment, probes
@@ -209,9 +275,31 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     }
   }
   // out = P V (unnormalised for a part), as wide a pass over the dims as D and the registers allow
-  if (V::kValueVecs >= 4 && D % (4 * V::kW) == 0) value_rows<(V::kValueVecs >= 4 ? 4 : 1)>(orow, s, Ns, job.rows, v, D, n0, n1, skip);
-  else if (D % (2 * V::kW) == 0) value_rows<2>(orow, s, Ns, job.rows, v, D, n0, n1, skip);
-  else value_rows<1>(orow, s, Ns, job.rows, v, D, n0, n1, skip);
+  if (V::kValueVecs >= 4 && D % (4 * V::kW) == 0) value_rows<(V::kValueVecs >= 4 ? 4 : 1), VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
+  else if (D % (2 * V::kW) == 0) value_rows<2, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
+  else value_rows<1, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
+}
+
+// The kernel for K rows of type k and V rows of type v (f32 only with f32).
+inline TileFn tile_for(KvType k, KvType v) {
+  if (k == KvType::kF32 || v == KvType::kF32) return k == v ? run_tile<RowF32, RowF32> : nullptr;
+  auto with_k = [v](auto kr) -> TileFn {
+    using KR = decltype(kr);
+    switch (v) {
+      case KvType::kF16: return run_tile<KR, RowF16>;
+      case KvType::kQ8_0: return run_tile<KR, RowQ8_0>;
+      case KvType::kQ4_0: return run_tile<KR, RowQ4_0>;
+      case KvType::kQ4_1: return run_tile<KR, RowQ4_1>;
+      default: return nullptr;
+    }
+  };
+  switch (k) {
+    case KvType::kF16: return with_k(RowF16{});
+    case KvType::kQ8_0: return with_k(RowQ8_0{});
+    case KvType::kQ4_0: return with_k(RowQ4_0{});
+    case KvType::kQ4_1: return with_k(RowQ4_1{});
+    default: return nullptr;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/kv_view.h"
+
 namespace squeezekv::cpu::attn {
 
 constexpr int kRowTile = 16;  // query rows whose score rows [kRowTile][N] are held at once
@@ -15,8 +17,8 @@ struct TiledArgs {
   float* out;      // [T][H*D]
   const int32_t* q_pos;  // [T]
   int H, group, D, N, capacity;
-  const void* k;       // [G][capacity][D] (f16 or f32)
-  const void* v;       // [G][capacity][D]
+  const void* k;       // [G][capacity] rows (the kernel's K row format)
+  const void* v;       // [G][capacity] rows (its V row format)
   const int32_t* pos;  // [G][capacity]
   float scale;
   int64_t mass_from;
@@ -52,8 +54,9 @@ struct SegmentPart {
 //   s: [kRowTile][N] scratch; skip: N / 4 + 1 bytes of scratch (key quads no row of the tile sees)
 using TileFn = void (*)(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part, uint8_t* skip);
 
-// The AVX-512 tile kernel (attention_avx512.cc); null where the build has none or the CPU does not
-// run it (cpu_features.h).
-TileFn avx512_tile(bool f16);
+// The AVX-512 tile kernel for K rows of type k and V rows of type v (attention_avx512.cc); null
+// where the build has none, the CPU does not run it (cpu_features.h) or the pair has none (f32
+// pairs only with f32).
+TileFn avx512_tile(KvType k, KvType v);
 
 }  // namespace squeezekv::cpu::attn

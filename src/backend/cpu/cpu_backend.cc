@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/tile8.h"
+#include "core/kv_rows.h"
 #include "core/quant.h"
 #include "squeezekv/error.h"
 
@@ -128,22 +129,15 @@ class CpuBackend final : public Backend {
   }
 
   void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
-    const size_t eb = kv_type_bytes(a.type);
+    const size_t kb = a.row_bytes(), vb = a.v_row_bytes();
     const int G = a.G, D = a.D;
     for (int g = 0; g < G; ++g) {
       for (int r = 0; r < T; ++r) {
         const size_t slot = static_cast<size_t>(g) * a.capacity + at + r;
         const float* ks = k + (static_cast<size_t>(r) * G + g) * D;
         const float* vs = v + (static_cast<size_t>(r) * G + g) * D;
-        uint8_t* kd = static_cast<uint8_t*>(a.k) + slot * D * eb;
-        uint8_t* vd = static_cast<uint8_t*>(a.v) + slot * D * eb;
-        if (a.type == KvType::kF16) {
-          f32_to_f16_row(reinterpret_cast<uint16_t*>(kd), ks, D);
-          f32_to_f16_row(reinterpret_cast<uint16_t*>(vd), vs, D);
-        } else {
-          std::memcpy(kd, ks, D * eb);
-          std::memcpy(vd, vs, D * eb);
-        }
+        kv_quantize_row(a.type, ks, static_cast<uint8_t*>(a.k) + slot * kb, D);
+        kv_quantize_row(a.v_type, vs, static_cast<uint8_t*>(a.v) + slot * vb, D);
         a.pos[slot] = rows_pos[r];
         a.mass[slot] = 0.0f;
       }
@@ -152,10 +146,10 @@ class CpuBackend final : public Backend {
   void kv_move(const KvArrays& a, const int* from, const int* to, int n) override {
     uint8_t* k = static_cast<uint8_t*>(a.k);
     uint8_t* v = static_cast<uint8_t*>(a.v);
-    const size_t row = a.row_bytes();
+    const size_t row = a.row_bytes(), vrow = a.v_row_bytes();
     for (int i = 0; i < n; ++i) {
       std::memcpy(k + static_cast<size_t>(to[i]) * row, k + static_cast<size_t>(from[i]) * row, row);
-      std::memcpy(v + static_cast<size_t>(to[i]) * row, v + static_cast<size_t>(from[i]) * row, row);
+      std::memcpy(v + static_cast<size_t>(to[i]) * vrow, v + static_cast<size_t>(from[i]) * vrow, vrow);
       a.pos[to[i]] = a.pos[from[i]];
       a.mass[to[i]] = a.mass[from[i]];
     }

@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* m
 __device__ inline KvView batch_view(const DecodeSeq& s, const AttnShape& a) {
   KvView kv;
   kv.k = s.k, kv.v = s.v, kv.pos = s.pos, kv.count_dev = s.count, kv.count = 0;
-  kv.capacity = s.capacity, kv.n_kv_heads = a.G, kv.head_dim = a.D, kv.type = KvType::kF16;
+  kv.capacity = s.capacity, kv.n_kv_heads = a.G, kv.head_dim = a.D, kv.type = kv.v_type = KvType::kF16;
   return kv;
 }
 

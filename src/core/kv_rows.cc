@@ -1,0 +1,112 @@
+#include "core/kv_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/half.h"
+#include "core/quant.h"
+
+namespace squeezekv {
+namespace {
+
+constexpr int kBlock = 32;
+
+void put_f16(uint8_t* p, float x) {
+  const uint16_t h = f32_to_f16(x);
+  std::memcpy(p, &h, 2);
+}
+
+void quantize_q8_0(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  for (int i = 0; i < kBlock; ++i) b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * id)));
+}
+
+void quantize_q4_0(const float* x, uint8_t* b) {
+  float amax = 0.0f, max = 0.0f;  // the value of largest magnitude, with its sign
+  for (int i = 0; i < kBlock; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+  const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  for (int i = 0; i < kBlock / 2; ++i) {
+    const int lo = std::min(15, static_cast<int>(x[i] * id + 8.5f));
+    const int hi = std::min(15, static_cast<int>(x[i + 16] * id + 8.5f));
+    b[2 + i] = static_cast<uint8_t>(std::max(0, lo) | (std::max(0, hi) << 4));
+  }
+}
+
+void quantize_q4_1(const float* x, uint8_t* b) {
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < kBlock; ++i) lo = std::fmin(lo, x[i]), hi = std::fmax(hi, x[i]);
+  const float d = (hi - lo) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  put_f16(b + 2, lo);
+  for (int i = 0; i < kBlock / 2; ++i) {
+    const int a = std::min(15, static_cast<int>((x[i] - lo) * id + 0.5f));
+    const int c = std::min(15, static_cast<int>((x[i + 16] - lo) * id + 0.5f));
+    b[4 + i] = static_cast<uint8_t>(std::max(0, a) | (std::max(0, c) << 4));
+  }
+}
+
+DType block_dtype(KvType t) {
+  return t == KvType::kQ8_0 ? DType::Q8_0 : t == KvType::kQ4_0 ? DType::Q4_0 : DType::Q4_1;
+}
+
+}  // namespace
+
+void kv_quantize_row(KvType t, const float* x, void* dst, int D) {
+  uint8_t* b = static_cast<uint8_t*>(dst);
+  switch (t) {
+    case KvType::kF16: f32_to_f16_row(static_cast<uint16_t*>(dst), x, D); return;
+    case KvType::kF32: std::memcpy(dst, x, static_cast<size_t>(D) * sizeof(float)); return;
+    case KvType::kQ8_0:
+      for (int i = 0; i < D; i += kBlock) quantize_q8_0(x + i, b + i / kBlock * 34);
+      return;
+    case KvType::kQ4_0:
+      for (int i = 0; i < D; i += kBlock) quantize_q4_0(x + i, b + i / kBlock * 18);
+      return;
+    case KvType::kQ4_1:
+      for (int i = 0; i < D; i += kBlock) quantize_q4_1(x + i, b + i / kBlock * 20);
+      return;
+  }
+}
+
+void kv_dequantize_row(KvType t, const void* src, float* x, int D) {
+  switch (t) {
+    case KvType::kF16: f16_to_f32_row(x, static_cast<const uint16_t*>(src), D); return;
+    case KvType::kF32: std::memcpy(x, src, static_cast<size_t>(D) * sizeof(float)); return;
+    default: dequantize_row(block_dtype(t), static_cast<const uint8_t*>(src), x, D); return;
+  }
+}
+
+float kv_row_value(KvType t, const void* row, int d) {
+  const uint8_t* r = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case KvType::kF16: return f16_to_f32(load_u16le(r + 2 * d));
+    case KvType::kF32: {
+      float v;
+      std::memcpy(&v, r + 4 * d, 4);
+      return v;
+    }
+    case KvType::kQ8_0: {
+      const uint8_t* b = r + d / kBlock * 34;
+      return load_f16(b) * static_cast<float>(static_cast<int8_t>(b[2 + d % kBlock]));
+    }
+    case KvType::kQ4_0: {
+      const uint8_t* b = r + d / kBlock * 18;
+      const int i = d % kBlock, q = (i < 16 ? b[2 + i] & 0x0F : b[2 + i - 16] >> 4) - 8;
+      return load_f16(b) * static_cast<float>(q);
+    }
+    case KvType::kQ4_1: {
+      const uint8_t* b = r + d / kBlock * 20;
+      const int i = d % kBlock, q = i < 16 ? b[4 + i] & 0x0F : b[4 + i - 16] >> 4;
+      return load_f16(b) * static_cast<float>(q) + load_f16(b + 2);
+    }
+  }
+  return 0.0f;
+}
+
+}  // namespace squeezekv

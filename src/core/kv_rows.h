@@ -1,0 +1,21 @@
+// K and V rows as stored (core/kv_view.h's KvType) to and from f32: the one scalar definition of
+// every row format, which the backends' kernels are tested against. The block types quantize as
+// GGUF's reference quantizers of the same layouts do (Q8_0: scale max|x| / 127, q = round(x /
+// scale); Q4_0: scale = the value of largest magnitude / -8, q = x / scale + 8 rounded and
+// clamped to 15; Q4_1: scale (max - min) / 15, q = (x - min) / scale rounded, clamped to 15) and
+// dequantize through core/quant.h's dequantize_row. Thread safety: pure functions.
+#pragma once
+#include <cstdint>
+
+#include "core/kv_view.h"
+
+namespace squeezekv {
+
+// dst: one row of kv_row_bytes(t, D); x [D]. D % 32 == 0 for the block types.
+void kv_quantize_row(KvType t, const float* x, void* dst, int D);
+// x [D] from one stored row.
+void kv_dequantize_row(KvType t, const void* src, float* x, int D);
+// Value d of one stored row (the attention reference's per-element read).
+float kv_row_value(KvType t, const void* row, int d);
+
+}  // namespace squeezekv
