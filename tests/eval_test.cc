@@ -196,7 +196,7 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   };
   auto recs = lines();
   ASSERT_EQ(recs.size(), 5u);  // full + 2 policies x 2 budgets
-  for (const char* k : {"model", "task", "policy", "budget", "ctx", "metric", "value", "kept_bytes", "full_bytes",
+  for (const char* k : {"model", "task", "policy", "budget", "kv_type", "kv_type_v", "ctx", "metric", "value", "kept_bytes", "full_bytes",
                         "tokens_per_s", "seconds", "git_commit"})
     EXPECT_TRUE(recs[0].contains(k)) << k;
   EXPECT_EQ(recs[1]["budget"], 16);

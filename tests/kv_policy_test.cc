@@ -17,6 +17,7 @@
 #include "runtime/runner.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
+#include "core/kv_rows.h"
 #include "squeezekv/session.h"
 #include "test_paths.h"
 
@@ -70,20 +71,26 @@ CacheConfig policy(KvPolicy p, int budget) {
   return c;
 }
 
-void check_no_binding_budget_matches_full(const Model& m) {
+// k, v: the row types of every run (the rule holds for each: eviction moves rows with their scales)
+void check_no_binding_budget_matches_full(const Model& m, KvDType k = KvDType::kF16, KvDType v = KvDType::kF16) {
   const auto prompt = random_tokens(40, m.config().vocab_size, 1);
   const auto cont = random_tokens(10, m.config().vocab_size, 2);
   const int seq = 50;
-  const auto full = run(m, policy(KvPolicy::kFull, 0), prompt, cont, 16);
+  auto typed = [&](CacheConfig c) {
+    c.dtype = k;
+    c.dtype_v = v;
+    return c;
+  };
+  const auto full = run(m, typed(policy(KvPolicy::kFull, 0)), prompt, cont, 16);
   for (KvPolicy p : {KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kPyramidKV, KvPolicy::kKvzip}) {
-    EXPECT_TRUE(bit_identical(run(m, policy(p, seq), prompt, cont, 16), full)) << kv_policy_name(p);
+    EXPECT_TRUE(bit_identical(run(m, typed(policy(p, seq)), prompt, cont, 16), full)) << kv_policy_name(p);
     if (p == KvPolicy::kWindow || p == KvPolicy::kKvzip) continue;
-    CacheConfig adaptive = policy(p, seq);
+    CacheConfig adaptive = typed(policy(p, seq));
     adaptive.head_alloc = HeadAlloc::kAdaptive;
     EXPECT_TRUE(bit_identical(run(m, adaptive, prompt, cont, 16), full)) << kv_policy_name(p) << " head-adaptive";
   }
   // squeeze re-splits the budget: give it room so every layer's resolved budget is >= seq
-  CacheConfig sq = policy(KvPolicy::kSqueeze, seq * 4);
+  CacheConfig sq = typed(policy(KvPolicy::kSqueeze, seq * 4));
   sq.squeeze_strength = 0.5;
   Session* s = nullptr;
   const auto got = run(m, sq, prompt, cont, 16, &s);
@@ -95,6 +102,9 @@ void check_no_binding_budget_matches_full(const Model& m) {
 
 TEST(KvPolicy, NonBindingBudgetIsBitIdenticalToFullSmolLM2) { check_no_binding_budget_matches_full(smollm2()); }
 TEST(KvPolicy, NonBindingBudgetIsBitIdenticalToFullTinyStories) { check_no_binding_budget_matches_full(tinystories()); }
+TEST(KvPolicy, NonBindingBudgetIsBitIdenticalToFullWithQuantizedRows) {
+  check_no_binding_budget_matches_full(smollm2(), KvDType::kQ8_0, KvDType::kQ4_1);  // q8_0 keys, q4_1 values
+}
 
 void check_squeeze_strength0_is_h2o(const Model& m) {
   const auto prompt = random_tokens(70, m.config().vocab_size, 3);
@@ -323,6 +333,46 @@ TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
         EXPECT_EQ(got, want) << "n_evict " << n_evict;
       }
     }
+  }
+}
+
+// Quantized rows move with their scales: after evictions every kept slot's K and V read back as
+// what was written for its position (q8_0, q4_0, q4_1, and q8_0 keys with q4_0 values).
+TEST(KvStorage, QuantizedRowsMoveWithTheirScales) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (KvTypes types : {KvTypes{KvType::kQ8_0}, KvTypes{KvType::kQ4_0}, KvTypes{KvType::kQ4_1}, KvTypes{KvType::kQ8_0, KvType::kQ4_0}}) {
+    const int G = 2, D = 64, n = 40, n_evict = 13;
+    KvStorage st(G, D, 48, types);
+    std::vector<float> k(static_cast<size_t>(n) * G * D), v(k.size());
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; ++t) pos[t] = 100 + t;
+    st.append(k.data(), v.data(), pos.data(), n);
+    std::vector<int> evict;
+    for (int g = 0; g < G; ++g) {
+      std::vector<int> all(n);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      all.resize(n_evict);
+      std::sort(all.begin(), all.end());
+      evict.insert(evict.end(), all.begin(), all.end());
+    }
+    st.evict(evict.data(), n_evict);
+    const KvView view = st.view();
+    std::vector<uint8_t> want(kv_row_bytes(types.k, D) + kv_row_bytes(types.v, D));
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < st.count(); ++j) {
+        const int t = st.positions(g)[j] - 100;
+        const size_t slot = static_cast<size_t>(g) * view.capacity + j;
+        kv_quantize_row(types.k, k.data() + (static_cast<size_t>(t) * G + g) * D, want.data(), D);
+        EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(view.k) + slot * view.k_row_bytes(), want.data(), view.k_row_bytes()), 0)
+            << "K of position " << t + 100 << " head " << g;
+        kv_quantize_row(types.v, v.data() + (static_cast<size_t>(t) * G + g) * D, want.data(), D);
+        EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(view.v) + slot * view.v_row_bytes(), want.data(), view.v_row_bytes()), 0)
+            << "V of position " << t + 100 << " head " << g;
+      }
   }
 }
 

@@ -25,6 +25,8 @@ json run_settings(const std::string& task, const std::string& policy, const Sess
           {"policy", policy.empty() ? kv_policy_name(so.cache.policy) : policy},
           {"kv_policy", kv_policy_name(so.cache.policy)},
           {"budget", so.cache.budget},
+          {"kv_type", kv_dtype_name(so.cache.dtype)},
+          {"kv_type_v", kv_dtype_name(kv_v_dtype(so.cache))},
           {"ctx", ctx},
           {"threads", so.threads},
           {"prefill_chunk", so.prefill_chunk}};
