@@ -294,6 +294,7 @@ def main():
             ("KV budget over the context", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o", "budget": 99999}}, KEY, 400, "kv.budget"),
             ("KV budget wrong type", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o", "budget": "big"}}, KEY, 400, "kv.budget"),
             ("unknown KV setting", "POST", "/v1/chat/completions", {**chat, "kv": {"colour": 1}}, KEY, 400, "colour"),
+            ("unknown KV row type", "POST", "/v1/chat/completions", {**chat, "kv": {"type_v": "q9"}}, KEY, 400, "kv.type_v"),
             ("prompt over the limit", "POST", "/v1/completions", {"prompt": "word " * 2000, "max_tokens": 1}, KEY, 400, "exceed"),
             ("completion without prompt", "POST", "/v1/completions", {"max_tokens": 1}, KEY, 400, "prompt"),
             ("missing API key", "POST", "/v1/chat/completions", chat, None, 401, "API key"),
