@@ -290,6 +290,20 @@ TEST(KvPolicy, ChunkedPrefillPeakIsBudgetPlusChunk) {
 }
 
 // Eviction drops exactly the named rows and moves each survivor with its position and values.
+// For each of G heads, n_evict distinct slots of [0, n), ascending (KvStorage::evict's layout).
+std::vector<int> random_evictions(int G, int n, int n_evict, std::mt19937& rng) {
+  std::vector<int> evict;
+  for (int g = 0; g < G; ++g) {
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(n_evict);
+    std::sort(all.begin(), all.end());
+    evict.insert(evict.end(), all.begin(), all.end());
+  }
+  return evict;
+}
+
 TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
   std::mt19937 rng(4);
   for (auto type : {KvType::kF32, KvType::kF16}) {
@@ -306,15 +320,7 @@ TEST(KvStorage, EvictKeepsRowsWithTheirPositions) {
         }
       }
       st.append(k.data(), v.data(), pos.data(), n);
-      std::vector<int> evict;
-      for (int g = 0; g < G; ++g) {
-        std::vector<int> all(n);
-        std::iota(all.begin(), all.end(), 0);
-        std::shuffle(all.begin(), all.end(), rng);
-        all.resize(n_evict);
-        std::sort(all.begin(), all.end());
-        evict.insert(evict.end(), all.begin(), all.end());
-      }
+      const std::vector<int> evict = random_evictions(G, n, n_evict, rng);
       st.evict(evict.data(), n_evict);
       ASSERT_EQ(st.count(), n - n_evict);
       const KvView view = st.view();
@@ -350,15 +356,7 @@ TEST(KvStorage, QuantizedRowsMoveWithTheirScales) {
     std::vector<int32_t> pos(n);
     for (int t = 0; t < n; ++t) pos[t] = 100 + t;
     st.append(k.data(), v.data(), pos.data(), n);
-    std::vector<int> evict;
-    for (int g = 0; g < G; ++g) {
-      std::vector<int> all(n);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng);
-      all.resize(n_evict);
-      std::sort(all.begin(), all.end());
-      evict.insert(evict.end(), all.begin(), all.end());
-    }
+    const std::vector<int> evict = random_evictions(G, n, n_evict, rng);
     st.evict(evict.data(), n_evict);
     const KvView view = st.view();
     std::vector<uint8_t> want(kv_row_bytes(types.k, D) + kv_row_bytes(types.v, D));

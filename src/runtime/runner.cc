@@ -115,8 +115,8 @@ void check_token_ids(std::span<const int> tokens, int V, const char* op) {
 CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_in, const SessionOptions& o) {
   CacheConfig cache = cache_in;
   cache.max_tokens = sequence_max_tokens(c, cache);
-  if (o.device != Device::kCpu && (cache.dtype == KvDType::kQ8_0 || cache.dtype == KvDType::kQ4_0 || cache.dtype == KvDType::kQ4_1 ||
-                                   kv_v_dtype(cache) != cache.dtype))
+  const KvTypes types = kv_types(cache);
+  if (o.device != Device::kCpu && (kv_quantized(types.k) || kv_quantized(types.v) || types.k != types.v))
     throw Error(std::string(cache.dtype != kv_v_dtype(cache) ? "--kv-type-v " : "--kv-type ") + kv_dtype_name(kv_v_dtype(cache)) +
                 ": the CUDA backend stores K and V as f16 or f32, both of one type (8- and 4-bit rows run on --device cpu)");
   // the config is checked here, once (CachePlan holds only valid ones); a device keeps K and V in

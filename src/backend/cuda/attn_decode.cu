@@ -34,8 +34,6 @@ __host__ __device__ constexpr int dec_max_warps() {
   constexpr int D = LPK * 16 / static_cast<int>(sizeof(KT));
   return GMAX <= 4 && sizeof(float) * 8 * GMAX * (2 + D) <= 2 * kDecStages * kDecTileBytes ? 8 : 4;
 }
-// Splits of at most this many keys take the most warps.
-constexpr int kDecShortSplit = 64;
 
 template <typename KT>
 __device__ inline void load16(const KT* p, float* f);

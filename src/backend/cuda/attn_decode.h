@@ -25,6 +25,9 @@ struct KvRowWrite {
 // same table: it holds no count, only where the counts are); the step's rows, row b of sequence
 // b, and the scratch per row are in DecodeRows.
 constexpr int kMaxBatchSeqs = 256;
+// Splits of at most this many keys take the most warps (where the shape allows 8): a batch groups
+// its sequences by it, so each gets its lone launch's warps.
+constexpr int kDecShortSplit = 64;
 struct DecodeSeq {
   void* k;                // the layer's K, V [G][capacity][D] f16, positions and mass [G][capacity]
   void* v;

@@ -325,7 +325,7 @@ class CudaBackend final : public Backend {
       const int splits = std::max(1, std::min({(4 * sms_) / G, (v.capacity + a.min_keys - 1) / a.min_keys, kMaxSplits}));
       const KeyRange kr = key_range(v.count, splits, a.min_keys);
       most = std::max(most, kr.splits);
-      BatchGroup& grp = batch_groups_[kr.chunk <= kDecShortChunk ? 0 : 1];
+      BatchGroup& grp = batch_groups_[kr.chunk <= kDecShortSplit ? 0 : 1];
       const AttentionProbe* p = c[i].probe;
       const bool add = p != nullptr && p->mass != nullptr;
       float* mass = writes ? c[i].write.arrays->mass : nullptr;
@@ -620,7 +620,6 @@ class CudaBackend final : public Backend {
     int n = 0, most = 1, chunk = 0;
   };
   BatchGroup batch_groups_[2];
-  static constexpr int kDecShortChunk = 64;  // attn_decode.cu's kDecShortSplit
   int evict_g_ = 0;
   std::vector<PendingMass> pending_mass_;
   // per layer (its mass array) while masses are deferred: the kept scores and the max/sum
