@@ -12,6 +12,10 @@ bad="$(awk -F'|' '/^\| (gemv|gemm|rms|add|rope|silu|attn|kv_)/ { if (!($4 + 0 > 
 if [ "$rows" -eq 38 ] && [ -z "$bad" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $rows op rows (expected 38); rows without a time or bandwidth: $bad"; fi
 if err="$("$bin" --depths 0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --depths 0 accepted"
 elif grep -q -- '--depths: expected positive integers' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
+if err="$("$bin" --batch 1,600 --chunk 512 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --batch 600 over --chunk 512 accepted"
+elif grep -q -- '--batch: 600 rows exceed --chunk 512' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
+if err="$("$bin" --batch 0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --batch 0 accepted"
+elif grep -q -- '--batch: expected positive integers' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --config /nonexistent.json 2>&1)"; then fail=$((fail + 1)); echo "FAILED: a missing config accepted"
 elif grep -q 'nonexistent.json' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --frobnicate 2>&1)"; then fail=$((fail + 1)); echo "FAILED: an unknown flag accepted"

@@ -35,6 +35,7 @@ expect_error "--temp" generate -m "$m" --tokenizer "$tok" -p hi --temp -1
 expect_error "--top-p" generate -m "$m" --tokenizer "$tok" -p hi --top-p 0
 expect_error "--min-p" generate -m "$m" --tokenizer "$tok" -p hi --min-p 2
 expect_error "--kv-type" generate -m "$m" --tokenizer "$tok" -p hi --kv-type f8
+expect_error "--kv-type-k: unknown value 'q2'" generate -m "$m" --tokenizer "$tok" -p hi --kv-type-k q2
 expect_error "--kv-type-v: unknown value 'q9' (expected one of: f16, f32, q8_0, q4_0, q4_1)" generate -m "$m" --tokenizer "$tok" -p hi --kv-type-v q9
 # 8- and 4-bit rows are blocks of 32 along the head dim: stories260K's head dim is 8
 expect_error "--kv-type q8_0: blocks of 32 along the head dim need a head dim that is a multiple of 32 (the model's is 8)" generate -m "$m" --tokenizer "$tok" -p hi --kv-type q8_0
