@@ -591,6 +591,7 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
 struct BatchVsAlone {
   int differ = 0, rows = 0, first = -1;  // sequence steps whose logits are not the same bits
   double max_rel = 0, argmax_agree = 0;   // the largest difference over the logits' scale
+  int64_t replays = 0;                    // the batch's steps replayed as one CUDA graph
 };
 BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int steps, bool evicting) {
   auto config = [evicting](int i) {
@@ -606,6 +607,7 @@ BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int
   };
   const int V = m.config().vocab_size;
   Engine lone(m, so, 1), batch(m, so, B);
+  const int64_t replays0 = batch.device_graph_replays();
   std::vector<SequenceId> a, b;
   for (int i = 0; i < B; ++i) a.push_back(lone.add_sequence(config(i))), b.push_back(batch.add_sequence(config(i)));
   std::vector<int> tok(B);
@@ -631,8 +633,11 @@ BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int
   }
   r.max_rel /= std::max(1.0, scale);
   r.argmax_agree = double(agree) / r.rows;
-  std::printf("%s, batch %d%s: %d of %d sequence steps differ from the sequence alone (max %.3g of the scale, argmax agree %.3f)\n",
-              m.config().name.c_str(), B, so.batch_invariant ? ", batch-invariant" : "", r.differ, r.rows, r.max_rel, r.argmax_agree);
+  r.replays = batch.device_graph_replays() - replays0;
+  std::printf("%s, batch %d%s: %d of %d sequence steps differ from the sequence alone (max %.3g of the scale, argmax agree %.3f); "
+              "%lld of %d batch steps replayed as a graph\n",
+              m.config().name.c_str(), B, so.batch_invariant ? ", batch-invariant" : "", r.differ, r.rows, r.max_rel, r.argmax_agree,
+              static_cast<long long>(r.replays), steps);
   return r;
 }
 std::vector<std::unique_ptr<Model>> batch_models() {
@@ -667,7 +672,9 @@ TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
 // own summation order for each batch size): a sequence's logits in a batch stay within bf16's
 // rounding of its lone ones (the tolerance of Bf16ModeWithinItsTolerance) and pick the same
 // token on most steps; full and window caches (with h2o and squeeze a rounding difference of the
-// mass may move a near-tie's survivor, after which the two runs hold different tokens).
+// mass may move a near-tie's survivor, after which the two runs hold different tokens). The
+// cuBLAS products are recorded with the step's kernels, so the batch's steps replay as graphs
+// (all but the two first of each launch list: the window caches start evicting at 5 budgets).
 TEST_F(Cuda, DecodeBatchWithinItsTolerance) {
   SessionOptions so;
   so.device = Device::kCuda;
@@ -676,6 +683,7 @@ TEST_F(Cuda, DecodeBatchWithinItsTolerance) {
       const BatchVsAlone r = batch_vs_alone(*m, so, B, 60, false);
       EXPECT_LE(r.max_rel, 0.05) << "batch " << B;
       EXPECT_GE(r.argmax_agree, 0.9) << "batch " << B;
+      EXPECT_GE(r.replays, 60 / 2) << "batch " << B;
     }
 }
 

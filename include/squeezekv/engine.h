@@ -60,6 +60,8 @@ class Engine {
   int prefill_chunk() const;
   const Model& model() const;
   std::string device_description() const;
+  // Steps (or other repeated launch lists) the device replayed as one CUDA graph; 0 on the CPU.
+  int64_t device_graph_replays() const;
 
  private:
   struct Impl;

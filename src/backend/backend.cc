@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 
 #include <cstdlib>
+#include <vector>
 
 #include "core/enum_table.h"
 #include "squeezekv/error.h"
@@ -14,6 +15,18 @@ namespace squeezekv {
 namespace {
 const EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
 }  // namespace
+
+namespace {
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) : mem_(bytes, 0) { data_ = mem_.data(), bytes_ = bytes; }
+
+ private:
+  std::vector<unsigned char> mem_;
+};
+}  // namespace
+
+std::unique_ptr<Buffer> Backend::alloc_host(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
 Device parse_device(const std::string& name) { return parse_enum("--device", name, kDevices); }
 const char* device_name(Device d) { return enum_name(d, kDevices); }
@@ -48,15 +61,17 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
   co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");
   co.batch_attention = !off("SQUEEZEKV_CUDA_BATCH_ATTN");
-  // a decode batch's products (CudaOptions::BatchProducts): cuBLAS, or with --batch-invariant the
-  // GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=blas|gemv|mma chooses one for measurements
-  co.batch = o.batch_invariant ? CudaOptions::BatchProducts::kGemv : CudaOptions::BatchProducts::kBlas;
+  // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,
+  // or with --batch-invariant the GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=tuned|blas|
+  // gemv|mma chooses one for measurements
+  co.batch = o.batch_invariant ? CudaOptions::BatchProducts::kGemv : CudaOptions::BatchProducts::kTuned;
   if (const char* e = std::getenv("SQUEEZEKV_CUDA_BATCH")) {
     const std::string v = e;
-    if (v == "blas") co.batch = CudaOptions::BatchProducts::kBlas;
+    if (v == "tuned") co.batch = CudaOptions::BatchProducts::kTuned;
+    else if (v == "blas") co.batch = CudaOptions::BatchProducts::kBlas;
     else if (v == "gemv") co.batch = CudaOptions::BatchProducts::kGemv;
     else if (v == "mma") co.batch = CudaOptions::BatchProducts::kMma;
-    else throw Error("SQUEEZEKV_CUDA_BATCH: expected blas, gemv or mma, got '" + v + "'");
+    else throw Error("SQUEEZEKV_CUDA_BATCH: expected tuned, blas, gemv or mma, got '" + v + "'");
   }
   return make_cuda_backend(co);
 #else

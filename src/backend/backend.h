@@ -56,9 +56,13 @@ class Backend {
   // A line for reports: the device and its settings ("cpu, 2 threads").
   virtual std::string describe() const = 0;
 
-  // Memory. alloc returns zeroed memory of at least `bytes`; upload/download copy between host
-  // memory and this backend's, and return once the copy is complete.
+  // Memory. alloc returns zeroed memory of at least `bytes`; upload copies host memory into this
+  // backend's and returns once src may be reused (the copy comes before any later work);
+  // download copies this backend's memory to the host and returns once the bytes are there.
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Zeroed host memory that this backend copies to and from fastest (a device's: page-locked),
+  // for what travels every step (logits). By default plain host memory.
+  virtual std::unique_ptr<Buffer> alloc_host(size_t bytes);
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within this backend's memory

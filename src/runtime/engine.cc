@@ -78,6 +78,7 @@ std::vector<LayerStats> Engine::kv_stats(SequenceId id) const {
 int Engine::sequences() const { return static_cast<int>(impl_->seqs.size()); }
 int Engine::max_batch() const { return impl_->max_batch; }
 int Engine::prefill_chunk() const { return impl_->runner.prefill_chunk(); }
+int64_t Engine::device_graph_replays() const { return impl_->runner.backend().graph_replays(); }
 const Model& Engine::model() const { return impl_->runner.model(); }
 std::string Engine::device_description() const { return impl_->runner.backend().describe(); }
 

@@ -298,9 +298,9 @@ std::span<const float> Runner::logits(int first_row, int n, bool independent_row
   const float* h = xn_->as<float>() + static_cast<size_t>(first_row) * c.dim;
   if (independent_rows && n > 1) backend_->matmul_rows(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
   else backend_->matmul(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
-  logits_.resize(n * V);
-  backend_->download(logits_.data(), logits_dev_->data(), n * V * sizeof(float));
-  return {logits_.data(), logits_.size()};
+  if (!logits_host_ || logits_host_->bytes() < n * V * sizeof(float)) logits_host_ = backend_->alloc_host(n * V * sizeof(float));
+  backend_->download(logits_host_->data(), logits_dev_->data(), n * V * sizeof(float));
+  return {logits_host_->as<float>(), n * V};
 }
 
 int64_t Runner::matrix_bytes() const {

@@ -120,7 +120,7 @@ class Runner {
   std::vector<AttentionProbe> probes_;                                  // [segments]
   std::vector<LayerCache::Mark> marks_;                                  // [segments] rows held before this layer's append
   std::vector<AttentionCall> calls_;                                    // [segments]
-  std::vector<float> logits_;
+  std::unique_ptr<Buffer> logits_host_;  // [n][V] f32, the backend's fastest host memory
 };
 
 }  // namespace squeezekv

@@ -1,5 +1,5 @@
 // Decode attention (attn_decode.h) and the merge of split partials (attn_common.cuh).
-// Flash-decoding for T = 1: grid (G, splits), WARPS warps (dec_max_warps). The block streams its split's K/V
+// Flash-decoding for T = 1: grid (G, splits), kDecWarps warps. The block streams its split's K/V
 // rows through shared memory in tiles of 8 KB of K and 8 KB of V, kDecStages tiles in flight
 // (cp.async: the copies run while the warps compute on an earlier tile, so enough bytes are on
 // their way to keep HBM busy). The grp query heads of kv head g ride together, so each row is read
@@ -18,6 +18,8 @@
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 
 namespace squeezekv::cuda {
@@ -25,15 +27,15 @@ namespace {
 
 constexpr int kDecStages = 3;
 constexpr int kDecTileBytes = 8192;  // of K (and as much of V) per tile
-// The most warps a block may have: 8 for up to 4 query heads a kv head where the warps' partial
-// outputs fit the stages' memory for the merge (with 8 heads the registers would leave one block
-// an SM), else 4. Short splits take the 8 (their blocks are latency-bound: more warps hide the
-// score reductions' shuffles), long ones 4 (fewer per-tile steps); see launch_decode_one.
-template <typename KT, int LPK, int GMAX>
-__host__ __device__ constexpr int dec_max_warps() {
-  constexpr int D = LPK * 16 / static_cast<int>(sizeof(KT));
-  return GMAX <= 4 && sizeof(float) * 8 * GMAX * (2 + D) <= 2 * kDecStages * kDecTileBytes ? 8 : 4;
-}
+// Warps of a block, and blocks an SM holds: 4 and, for up to 4 query heads a kv head, 4 (at most
+// 128 registers a thread; 8 heads would spill: 2 blocks, as many registers as they need). Measured on
+// the H200 (docs/raw/2026-12-01-h200-batch-step/run-b.sh): a decode batch of 64 sequences'
+// attention at depth 512 took 131 us with 8 warps for short splits (128 registers with spills:
+// 2 blocks an SM), 142 us with 4 warps at 156 registers (3 blocks), 101 us with these; at depth
+// 4096 940, 1034 and 665 us. One sequence alone: 11.1 / 13.0 us at depth 512, 22.7 / 19.1 us at 4096.
+constexpr int kDecWarps = 4;
+template <int GMAX>
+constexpr int kDecBlocksPerSm = GMAX <= 4 ? 4 : 2;
 
 template <typename KT>
 __device__ inline void load16(const KT* p, float* f);
@@ -59,38 +61,54 @@ __host__ __device__ constexpr size_t dec_smem_bytes(int row_bytes) {
   return static_cast<size_t>(kDecStages) * (2 * kDecTileBytes + dec_tile_keys(row_bytes) * sizeof(int32_t));
 }
 
-// One block's work of one sequence's decode attention: kv head g, split `split` (k_attn_decode's
-// for a lone sequence, k_attn_decode_batch's for each of a batch: the same arithmetic, so a
-// sequence's results do not depend on the batch). GMAX: the most query heads per kv head this
-// instantiation serves (a.grp <= GMAX). One split (kr.splits == 1): the output and ml directly,
-// else the split's partials.
-template <typename KT, int LPK, int GMAX, int WARPS>
+// Whether a block's warps can merge a split's partials in one stage's K and V tiles (the stage just
+// consumed), so that the next split's copies stay in flight in the other stages meanwhile: then a
+// block may take several splits. Otherwise the merge takes the stages' whole memory, free only
+// after the block's last tile, and a block takes one split.
+template <int D, int GMAX>
+__host__ __device__ constexpr bool dec_merge_in_stage() {
+  return (kDecWarps / 2) * GMAX * D * static_cast<int>(sizeof(float)) <= kDecTileBytes;
+}
+
+// One block's work of one sequence's decode attention: kv head g, splits [split0, split0 + nsplit)
+// of its keys, one after another through one copy pipeline (k_attn_decode takes one split a block,
+// k_attn_decode_batch several: every split gets the same arithmetic either way, so a sequence's
+// results depend neither on the batch nor on how its splits share blocks). GMAX: the most query
+// heads per kv head this instantiation serves (a.grp <= GMAX). One split in all (kr.splits == 1):
+// the output and ml directly, else each split's partials.
+template <typename KT, int LPK, int GMAX>
 __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
                                              const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w, int g,
-                                             int split, unsigned char* dsm) {
-  constexpr int kDecWarps = WARPS;
+                                             int split0, int nsplit, unsigned char* dsm) {
   constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
   constexpr int D = LPK * EPV;
   constexpr int KPW = 32 / LPK;         // rows a warp covers per step
   constexpr int ROW = D * sizeof(KT);   // bytes of a row
   constexpr int TILE = dec_tile_keys(ROW);
   static_assert(TILE % (kDecWarps * KPW) == 0, "a tile splits evenly over the warps");
+  constexpr bool kInStage = dec_merge_in_stage<D, GMAX>();
+  static_assert(sizeof(float) * kDecWarps * GMAX * D <= 2 * kDecStages * kDecTileBytes, "the merge fits the stages");
   constexpr int STEPS = TILE / (kDecWarps * KPW);  // key groups a warp takes per tile
   unsigned char* sk = dsm;                                  // [stage][TILE][ROW]
   unsigned char* sv = dsm + kDecStages * kDecTileBytes;     // [stage][TILE][ROW]
   int32_t* sp = reinterpret_cast<int32_t*>(dsm + 2 * kDecStages * kDecTileBytes);  // [stage][TILE]
+  __shared__ float s_ml[kDecWarps * GMAX * 2];              // [warp][GMAX][2] for the merge
 
   const int grp = a.grp;
   const KeyRange kr = key_range(kv, a);
-  if (split >= kr.splits) return;
-  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
+  if (split0 >= kr.splits) return;
+  if constexpr (!kInStage) nsplit = 1;  // the launcher gives such blocks one split
+  const int split_end = min(kr.splits, split0 + nsplit);
+  // tiles: every split but the range's last has chunk keys (only the last of all may be shorter)
+  const int per_split = (kr.chunk + TILE - 1) / TILE;
+  const int last_keys = min(kr.N, split_end * kr.chunk) - (split_end - 1) * kr.chunk;
+  const int n_tiles = (split_end - 1 - split0) * per_split + (last_keys + TILE - 1) / TILE;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / LPK, part = lane % LPK;
   const int qp = q_pos[0];
   const unsigned char* Kg = static_cast<const unsigned char*>(kv.k) + static_cast<size_t>(g) * kv.capacity * ROW;
   const unsigned char* Vg = static_cast<const unsigned char*>(kv.v) + static_cast<size_t>(g) * kv.capacity * ROW;
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
-  const int n_tiles = (end - begin + TILE - 1) / TILE;
-  if (w.k != nullptr && end == kr.N) {  // this split holds the new row: it goes in first
+  if (w.k != nullptr && split_end == kr.splits) {  // the last split holds the new row: it goes in first
     const size_t slot = static_cast<size_t>(g) * kv.capacity + kr.N - 1;
     KT* K = static_cast<KT*>(w.K);
     KT* V = static_cast<KT*>(w.V);
@@ -107,10 +125,19 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
     __threadfence_block();
     __syncthreads();  // the block's copies below read the row
   }
-  // issues the copies of tile t (rows past `end` are not copied; their slots are never read)
-  auto issue = [&](int t) {
-    if (t < n_tiles) {
-      const int j0 = begin + t * TILE, rows = min(TILE, end - j0), st = t % kDecStages;
+  // tile u of the block: split split0 + u / per_split, its keys [j0, j0 + rows)
+  auto tile_at = [&](int u, int& j0, int& rows) {
+    const int s = split0 + u / per_split;
+    const int end = min(kr.N, (s + 1) * kr.chunk);
+    j0 = s * kr.chunk + (u % per_split) * TILE;
+    rows = min(TILE, end - j0);
+  };
+  // issues the copies of tile u (rows past the split's end are not copied; their slots are never read)
+  auto issue = [&](int u) {
+    if (u < n_tiles) {
+      int j0, rows;
+      tile_at(u, j0, rows);
+      const int st = u % kDecStages;
       for (int c = threadIdx.x; c < rows * (ROW / 16); c += blockDim.x) {
         __pipeline_memcpy_async(sk + st * kDecTileBytes + c * 16, Kg + static_cast<size_t>(j0) * ROW + c * 16, 16);
         __pipeline_memcpy_async(sv + st * kDecTileBytes + c * 16, Vg + static_cast<size_t>(j0) * ROW + c * 16, 16);
@@ -122,20 +149,26 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
 
   float qv[GMAX][EPV], m[GMAX], l[GMAX], acc[GMAX][EPV];
 #pragma unroll
-  for (int r = 0; r < GMAX; ++r) {
-    m[r] = -INFINITY, l[r] = 0.0f;
+  for (int r = 0; r < GMAX; ++r)
 #pragma unroll
-    for (int e = 0; e < EPV; ++e) {
-      qv[r][e] = r < grp ? q[static_cast<size_t>(g * grp + r) * D + part * EPV + e] * a.scale : 0.0f;
-      acc[r][e] = 0.0f;
-    }
-  }
+    for (int e = 0; e < EPV; ++e) qv[r][e] = r < grp ? q[static_cast<size_t>(g * grp + r) * D + part * EPV + e] * a.scale : 0.0f;
   for (int t = 0; t < kDecStages - 1; ++t) issue(t);
-  for (int t = 0; t < n_tiles; ++t) {
-    issue(t + kDecStages - 1);
-    __pipeline_wait_prior(kDecStages - 1);  // this thread's copies of tile t have landed
+  for (int u = 0; u < n_tiles; ++u) {
+    if (u % per_split == 0) {  // a split begins: its own softmax
+#pragma unroll
+      for (int r = 0; r < GMAX; ++r) {
+        m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPV; ++e) acc[r][e] = 0.0f;
+      }
+    }
+    issue(u + kDecStages - 1);
+    __pipeline_wait_prior(kDecStages - 1);  // this thread's copies of tile u have landed
     __syncthreads();                          // and everyone's
-    const int st = t % kDecStages, j0 = begin + t * TILE;
+    const int st = u % kDecStages;
+    int j0, rows;
+    tile_at(u, j0, rows);
+    const int end = j0 + rows;
     const unsigned char* kt = sk + st * kDecTileBytes;
     const unsigned char* vt = sv + st * kDecTileBytes;
     const int32_t* pt = sp + st * TILE;
@@ -194,65 +227,75 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
         for (int e = 0; e < EPV; ++e) acc[r][e] += p * vf[e];
       }
     }
-    __syncthreads();  // the stage is refilled by a later issue()
-  }
-  // the warp's row groups share one max per head: sum their sums and outputs
+    __syncthreads();  // the stage is refilled by a later issue() (after this split's merge, if it ends here)
+    if (u + 1 < n_tiles && (u + 1) % per_split != 0) continue;
+    // the split ends: the warp's row groups share one max per head: sum their sums and outputs
 #pragma unroll
-  for (int r = 0; r < GMAX; ++r) {
+    for (int r = 0; r < GMAX; ++r) {
 #pragma unroll
-    for (int o = LPK; o < 32; o <<= 1) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
+      for (int o = LPK; o < 32; o <<= 1) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
 #pragma unroll
-      for (int e = 0; e < EPV; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
+        for (int e = 0; e < EPV; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
+      }
     }
-  }
-  // the block's warps (the stages' memory, free now): each puts its max, sum and output there;
-  // then per head the merge
-  float* s_ml = reinterpret_cast<float*>(dsm);               // [warp][GMAX][2]
-  float* s_acc = s_ml + kDecWarps * GMAX * 2;                // [warp][GMAX][D]
-  static_assert(sizeof(float) * kDecWarps * GMAX * (2 + D) <= 2 * kDecStages * kDecTileBytes, "merge fits the stages");
+    // the block's warps: each puts its max and sum in s_ml and its output [GMAX][D] where
+    // warp_acc says: in the stage just used (the first half of the warps in its K tile, the rest
+    // in its V tile: the other stages' copies stay in flight), or where none is in flight any more
+    auto warp_acc = [&](int wi) -> float* {
+      if constexpr (kInStage)
+        return reinterpret_cast<float*>(wi < kDecWarps / 2 ? sk + st * kDecTileBytes : sv + st * kDecTileBytes) +
+               (wi % (kDecWarps / 2)) * GMAX * D;
+      else
+        return reinterpret_cast<float*>(dsm) + wi * GMAX * D;
+    };
+    float* s_acc = warp_acc(warp);
 #pragma unroll
-  for (int r = 0; r < GMAX; ++r) {
-    if (lane == 0) s_ml[(warp * GMAX + r) * 2] = m[r], s_ml[(warp * GMAX + r) * 2 + 1] = l[r];
-    if (sub == 0)
+    for (int r = 0; r < GMAX; ++r) {
+      if (lane == 0) s_ml[(warp * GMAX + r) * 2] = m[r], s_ml[(warp * GMAX + r) * 2 + 1] = l[r];
+      if (sub == 0)
 #pragma unroll
-      for (int e = 0; e < EPV; ++e) s_acc[(warp * GMAX + r) * D + part * EPV + e] = acc[r][e];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < grp * D; i += blockDim.x) {
-    const int r = i / D, d = i % D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, s_ml[(w * GMAX + r) * 2]);
-    float L = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDecWarps; ++w) {
-      const float mw = s_ml[(w * GMAX + r) * 2];
-      if (mw == -INFINITY) continue;
-      const float c = __expf(mw - M);
-      L += s_ml[(w * GMAX + r) * 2 + 1] * c;
-      o += s_acc[(w * GMAX + r) * D + d] * c;
+        for (int e = 0; e < EPV; ++e) s_acc[r * D + part * EPV + e] = acc[r][e];
     }
-    const size_t h = static_cast<size_t>(g) * grp + r;  // rows: T * H with T = 1
-    if (kr.splits == 1) {  // one split: the final output, no merge
-      out[h * D + d] = L > 0.0f ? o / L : 0.0f;
-      if (d == 0) ml[2 * h] = M, ml[2 * h + 1] = L;
-    } else {
-      const size_t prow = static_cast<size_t>(split) * a.H + h;
-      part_acc[prow * D + d] = o;
-      if (d == 0) part_ml[2 * prow] = M, part_ml[2 * prow + 1] = L;
+    __syncthreads();
+    const int split = split0 + u / per_split;
+    for (int i = threadIdx.x; i < grp * D; i += blockDim.x) {
+      const int r = i / D, d = i % D;
+      float M = -INFINITY;
+#pragma unroll
+      for (int w2 = 0; w2 < kDecWarps; ++w2) M = fmaxf(M, s_ml[(w2 * GMAX + r) * 2]);
+      float L = 0.0f, o = 0.0f;
+#pragma unroll
+      for (int w2 = 0; w2 < kDecWarps; ++w2) {
+        const float mw = s_ml[(w2 * GMAX + r) * 2];
+        if (mw == -INFINITY) continue;
+        const float c = __expf(mw - M);
+        const float* wa = warp_acc(w2);
+        L += s_ml[(w2 * GMAX + r) * 2 + 1] * c;
+        o += wa[r * D + d] * c;
+      }
+      const size_t h = static_cast<size_t>(g) * grp + r;  // rows: T * H with T = 1
+      if (kr.splits == 1) {  // one split: the final output, no merge
+        out[h * D + d] = L > 0.0f ? o / L : 0.0f;
+        if (d == 0) ml[2 * h] = M, ml[2 * h + 1] = L;
+      } else {
+        const size_t prow = static_cast<size_t>(split) * a.H + h;
+        part_acc[prow * D + d] = o;
+        if (d == 0) part_ml[2 * prow] = M, part_ml[2 * prow + 1] = L;
+      }
     }
+    __syncthreads();  // the merge has read the stage and s_ml before the next split's copies and merge
   }
 }
 
 // A lone sequence: grid (G, splits).
-template <typename KT, int LPK, int GMAX, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+template <typename KT, int LPK, int GMAX>
+__global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                                                                  const float* q, const int32_t* q_pos, KvView kv, AttnShape a,
                                                                  KvRowWrite w) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
-  decode_block<KT, LPK, GMAX, WARPS>(out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, dsm);
+  decode_block<KT, LPK, GMAX>(out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, 1, dsm);
 }
 
 // Sequence z of the table b (its layer's arrays, the step's row s.row of r): its view, its
@@ -264,11 +307,12 @@ __device__ inline KvView batch_view(const DecodeSeq& s, const AttnShape& a) {
   return kv;
 }
 
-// A decode batch: grid (G, the most splits of the group, sequences of the group); block z does
-// split y of kv head x of sequence b.s[z], exactly as k_attn_decode does it for that sequence
-// alone. Block (0, 0) records what the merge and the mass need of the sequence (r.info).
-template <typename KT, int LPK, int GMAX, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) k_attn_decode_batch(DecodeBatch b, DecodeRows r, AttnShape a) {
+// A decode batch: grid (G, the group's most splits / per_block, sequences of the group); block
+// (x, y, z) does splits [y * per_block, (y + 1) * per_block) of kv head x of sequence b.s[z], each
+// exactly as k_attn_decode does it for that sequence alone. Block (0, 0) records what the merge
+// and the mass need of the sequence (r.info).
+template <typename KT, int LPK, int GMAX>
+__global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_decode_batch(DecodeBatch b, DecodeRows r, AttnShape a, int per_block) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
   const DecodeSeq& s = b.s[blockIdx.z];
@@ -284,9 +328,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_attn_decode_batch(DecodeBatch b,
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
     r.info[row] = DecodeInfo{s.add_mass ? s.mass : nullptr, *s.count, s.splits, s.capacity};
   float* scores = s.add_mass ? r.scores + row * r.score_stride : nullptr;
-  decode_block<KT, LPK, GMAX, WARPS>(r.out + row * HD, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride,
+  decode_block<KT, LPK, GMAX>(r.out + row * HD, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride,
                                      r.part_ml + row * r.part_ml_stride, scores, r.q + row * HD, r.q_pos + row, kv, as, w,
-                                     blockIdx.x, blockIdx.y, dsm);
+                                     blockIdx.x, blockIdx.y * per_block, per_block, dsm);
 }
 
 // The policies' mass of kv head g's keys in one split, from the kept scores sc [G][GMAX][cap] and
@@ -322,64 +366,59 @@ __global__ void k_attn_mass_batch(bool mass_max, DecodeRows r, AttnShape a) {
 }
 
 
-template <int LPK, int GMAX, int WARPS>
-void launch_batch_warps(Launcher& L, dim3 grid, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
+// A batch's blocks: each takes as many of its sequence's splits as keep about fill_blocks blocks
+// (where the warps' merge lets a block take several: dec_merge_in_stage), so a batch of short
+// sequences runs few long blocks instead of many blocks of one 64-key split each.
+template <int LPK, int GMAX>
+void launch_batch_one(Launcher& L, int G, int most, int seqs, int fill_blocks, const DecodeBatch& b, const DecodeRows& r,
+                      const AttnShape& a) {
   constexpr size_t smem = dec_smem_bytes(LPK * 16);
   static bool attribute_set = false;
   if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_decode_batch<__half, LPK, GMAX, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)),
+    check(cudaFuncSetAttribute(k_attn_decode_batch<__half, LPK, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "decode attention smem");
     attribute_set = true;
   }
-  L.launch(k_attn_decode_batch<__half, LPK, GMAX, WARPS>, grid, WARPS * 32, smem, b, r, a);
-}
-template <int LPK, int GMAX>
-void launch_batch_one(Launcher& L, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
-  if constexpr (dec_max_warps<__half, LPK, GMAX>() == 8)
-    if (chunk <= kDecShortSplit) return launch_batch_warps<LPK, GMAX, 8>(L, grid, b, r, a);
-  launch_batch_warps<LPK, GMAX, 4>(L, grid, b, r, a);
+  int per_block = 1;
+  if constexpr (dec_merge_in_stage<LPK * 8, GMAX>()) {
+    const int blocks = std::max(1, fill_blocks / (G * seqs));  // per kv head and sequence
+    per_block = (most + blocks - 1) / blocks;
+  }
+  const dim3 grid(G, (most + per_block - 1) / per_block, seqs);
+  L.launch(k_attn_decode_batch<__half, LPK, GMAX>, grid, kDecWarps * 32, smem, b, r, a, per_block);
 }
 template <int GMAX>
-void launch_batch_type(Launcher& L, int lpk, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
+void launch_batch_type(Launcher& L, int lpk, int G, int most, int seqs, int fill_blocks, const DecodeBatch& b, const DecodeRows& r,
+                       const AttnShape& a) {
   switch (lpk) {
-    case 4: launch_batch_one<4, GMAX>(L, chunk, grid, b, r, a); break;
-    case 8: launch_batch_one<8, GMAX>(L, chunk, grid, b, r, a); break;
-    case 16: launch_batch_one<16, GMAX>(L, chunk, grid, b, r, a); break;
-    default: launch_batch_one<32, GMAX>(L, chunk, grid, b, r, a); break;
+    case 4: launch_batch_one<4, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
+    case 8: launch_batch_one<8, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
+    case 16: launch_batch_one<16, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
+    default: launch_batch_one<32, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
   }
 }
 
-template <typename KT, int LPK, int GMAX, int WARPS>
-void launch_decode_warps(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
-                         const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
+template <typename KT, int LPK, int GMAX>
+void launch_decode_one(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+                       const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   constexpr size_t smem = dec_smem_bytes(LPK * 16);
   static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
   if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_decode<KT, LPK, GMAX, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+    check(cudaFuncSetAttribute(k_attn_decode<KT, LPK, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "decode attention smem");
     attribute_set = true;
   }
-  L.launch(k_attn_decode<KT, LPK, GMAX, WARPS>, grid, WARPS * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-}
-
-// chunk: the keys of a split (this step's, from the host's N)
-template <typename KT, int LPK, int GMAX>
-void launch_decode_one(Launcher& L, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
-                       const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
-  if constexpr (dec_max_warps<KT, LPK, GMAX>() == 8)
-    if (chunk <= kDecShortSplit) return launch_decode_warps<KT, LPK, GMAX, 8>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  launch_decode_warps<KT, LPK, GMAX, 4>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  L.launch(k_attn_decode<KT, LPK, GMAX>, grid, kDecWarps * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
 }
 
 template <typename KT, int GMAX>
-void launch_decode_type(Launcher& L, int lpk, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
+void launch_decode_type(Launcher& L, int lpk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                    const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   switch (lpk) {
-    case 4: launch_decode_one<KT, 4, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
-    case 8: launch_decode_one<KT, 8, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
-    case 16: launch_decode_one<KT, 16, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
-    default: launch_decode_one<KT, 32, GMAX>(L, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 4: launch_decode_one<KT, 4, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 8: launch_decode_one<KT, 8, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    case 16: launch_decode_one<KT, 16, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
+    default: launch_decode_one<KT, 32, GMAX>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w); break;
   }
 }
 
@@ -440,13 +479,13 @@ void launch_attn_merge(Launcher& L, float* out, float* ml_out, const float* part
   L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml_out, part_acc, part_ml, rows, kv, a);
 }
 
-void launch_attn_decode(Launcher& L, int lpk, int gmax, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
+void launch_attn_decode(Launcher& L, int lpk, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
                         float* scores, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   const bool f16 = kv.type == KvType::kF16;
-  if (f16 && gmax == 4) launch_decode_type<__half, 4>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else if (f16) launch_decode_type<__half, 8>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else if (gmax == 4) launch_decode_type<float, 4>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else launch_decode_type<float, 8>(L, lpk, chunk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  if (f16 && gmax == 4) launch_decode_type<__half, 4>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  else if (f16) launch_decode_type<__half, 8>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  else if (gmax == 4) launch_decode_type<float, 4>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  else launch_decode_type<float, 8>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
   if (!a.direct) launch_attn_merge(L, out, ml, part_acc, part_ml, a.H, kv, a);
 }
 
@@ -456,10 +495,10 @@ void launch_attn_mass(Launcher& L, int gmax, dim3 grid, float* mass, int64_t str
   else L.launch(k_attn_mass<8>, grid, 256, 0, mass, stride, mass_max, scores, ml, kv, a);
 }
 
-void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r,
-                              const AttnShape& a) {
-  if (gmax == 4) launch_batch_type<4>(L, lpk, chunk, grid, b, r, a);
-  else launch_batch_type<8>(L, lpk, chunk, grid, b, r, a);
+void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int fill_blocks, const DecodeBatch& b,
+                              const DecodeRows& r, const AttnShape& a) {
+  if (gmax == 4) launch_batch_type<4>(L, lpk, a.G, most, seqs, fill_blocks, b, r, a);
+  else launch_batch_type<8>(L, lpk, a.G, most, seqs, fill_blocks, b, r, a);
 }
 
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a) {

@@ -25,9 +25,6 @@ struct KvRowWrite {
 // same table: it holds no count, only where the counts are); the step's rows, row b of sequence
 // b, and the scratch per row are in DecodeRows.
 constexpr int kMaxBatchSeqs = 256;
-// Splits of at most this many keys take the most warps (where the shape allows 8): a batch groups
-// its sequences by it, so each gets its lone launch's warps.
-constexpr int kDecShortSplit = 64;
 struct DecodeSeq {
   void* k;                // the layer's K, V [G][capacity][D] f16, positions and mass [G][capacity]
   void* v;
@@ -63,12 +60,12 @@ struct DecodeRows {
 };
 static_assert(sizeof(DecodeRows) == 13 * 8, "DecodeRows: no padding (a recorded kernel argument)");
 
-// The decode attention of groups of a batch's rows: grid (G, the group's most splits, its
-// sequences), warps chosen from chunk as launch_attn_decode chooses them (every sequence of the
-// group with the same choice); then, once for all rows, launch_attn_merge_batch and, with mass,
-// launch_attn_mass_batch.
-void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int chunk, dim3 grid, const DecodeBatch& b, const DecodeRows& r,
-                              const AttnShape& a);
+// The decode attention of a batch's rows (its `seqs` sequences, their most splits `most`), each
+// split as launch_attn_decode runs it, a block taking several splits of its sequence where that
+// keeps about fill_blocks blocks (the device's resident blocks); then, once for all rows,
+// launch_attn_merge_batch and, with mass, launch_attn_mass_batch.
+void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int fill_blocks, const DecodeBatch& b,
+                              const DecodeRows& r, const AttnShape& a);
 // Merges rows [0, rows) where their sequence's keys took more than one split.
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a);
 // grid (G, most splits, rows): the mass of the rows whose sequences add one.
@@ -78,7 +75,7 @@ void launch_attn_mass_batch(Launcher& L, int gmax, dim3 grid, bool mass_max, con
 // splits' partials part_acc/part_ml, merged here; scores (or null): the scaled logits kept for the
 // mass, [G][gmax][capacity]. lpk: lanes a K/V row takes (D * value bytes / 16: 4, 8, 16 or 32);
 // gmax: 4 or 8, at least grp; w: the step's new row, written first (w.k null: none).
-void launch_attn_decode(Launcher& L, int lpk, int gmax, int chunk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
+void launch_attn_decode(Launcher& L, int lpk, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
                         float* scores, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w);
 // The step's mass from the kept scores and ml: mass[g][j] += sum over the group's heads of p, / grp
 // (mass_max: the max). grid as the attention's.

@@ -3,7 +3,7 @@
 // (a decode step's new KV row, its mass, its evictions) until a later kernel can do it on the way.
 // The kernels live in the files of their jobs, each reached through the launch_* functions of its
 // header: launcher.h (recording, CUDA-graph replay), norm.h, elementwise.h, gemv.h (decode
-// products), gemm.h (prompt products on cuBLAS), attn_prefill.h and attn_mma.h (prompt attention on
+// products), gemm.h (prompt products on cuBLAS), gemm_lt.h (a decode batch's, on cuBLASLt), attn_prefill.h and attn_mma.h (prompt attention on
 // the CUDA and the tensor cores), attn_decode.h (one query token), kv_rows.h (write, move, evict).
 // Every launch goes through the Launcher, which replays a repeated launch list (a decode step) as
 // one CUDA graph, each kernel's start overlapping the previous one's end (docs/DESIGN.md, "A decode
@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -31,6 +32,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemm_rows.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kv_rows.h"
@@ -81,6 +83,10 @@ class CudaBackend final : public Backend {
     };
     check(cublasCreate(&blas_), "cublasCreate");
     check(cublasSetStream(blas_, launcher_->stream()), "cublasSetStream");
+    // a workspace of its own, so that a product captured into a graph allocates nothing
+    blas_workspace_ = alloc(kBlasWorkspaceBytes);
+    check(cublasSetWorkspace(blas_, blas_workspace_->data(), kBlasWorkspaceBytes), "cublasSetWorkspace");
+    lt_ = std::make_unique<LtProducts>(*launcher_, blas_workspace_->data(), kBlasWorkspaceBytes);
     // the exact test mode must not round through TF32
     check(cublasSetMathMode(blas_, opt_.f32_weights ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   }
@@ -91,12 +97,16 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(launcher_->stream());
     } catch (...) {
     }
+    lt_.reset();
     cublasDestroy(blas_);
+    stage_.reset();
+    blas_workspace_.reset();
   }
 
   Device kind() const override { return Device::kCuda; }
   std::string describe() const override {
-    const char* batch = opt_.batch == CudaOptions::BatchProducts::kBlas   ? ", batches by cublas"
+    const char* batch = opt_.batch == CudaOptions::BatchProducts::kTuned  ? ", batches by tuned cublasLt"
+                        : opt_.batch == CudaOptions::BatchProducts::kBlas ? ", batches by cublas"
                         : opt_.batch == CudaOptions::BatchProducts::kGemv ? ", batch-invariant"
                                                                           : ", batches by gemm_rows";
     return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights" + (opt_.graphs ? "" : ", no graphs") + batch;
@@ -104,11 +114,28 @@ class CudaBackend final : public Backend {
   bool host_visible() const override { return false; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, launcher_); }
-  // Copies wait for the device: the recorded launches go first, then the copy, on the one stream.
-  // (any memory may be a mass array: a deferred mass goes first)
+  std::unique_ptr<Buffer> alloc_host(size_t bytes) override { return std::make_unique<PinnedBuffer>(bytes); }
+  // Copies are ordered on the one stream after the recorded launches (a deferred mass first: any
+  // memory may be a mass array). An upload of up to kStageBytes / 4 goes through the pinned
+  // staging area and does not wait: the host bytes are copied there and the device copy queued
+  // (a decode step's per-sequence counts, positions and embedding rows: dozens of small copies
+  // that each waited for the device before); the area is reused from its start once the stream
+  // has been waited for. Larger uploads, downloads and copies wait.
   void upload(void* dst, const void* src, size_t bytes) override {
     flush_mass();
-    sync_copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload");
+    if (bytes == 0) return;
+    if (bytes > kStageBytes / 4) return sync_copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload");
+    if (!stage_) stage_ = std::make_unique<PinnedBuffer>(kStageBytes);
+    if (stage_used_ + bytes > kStageBytes) {  // full: wait until the device has read it
+      launcher_->flush();
+      check(cudaStreamSynchronize(launcher_->stream()), "upload");
+      stage_used_ = 0;
+    }
+    unsigned char* at = stage_->as<unsigned char>() + stage_used_;
+    std::memcpy(at, src, bytes);
+    launcher_->flush();
+    check(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, launcher_->stream()), "upload");
+    stage_used_ += (bytes + 255) / 256 * 256;
   }
   void download(void* dst, const void* src, size_t bytes) override {
     flush_mass();
@@ -272,7 +299,7 @@ class CudaBackend final : public Backend {
   }
 
   // A decode batch (one row per sequence, the rows of the step in order, as the forward pass
-  // makes them): the rows' writes and attention in one launch per warp choice, then one merge and
+  // makes them): the rows' writes and attention in one launch, then one merge and
   // one mass launch, every sequence with its lone launch's splits and arithmetic. Where the calls
   // do not have that shape, one after another.
   void attention_batch(AttentionCall* calls, int n) override {
@@ -311,29 +338,24 @@ class CudaBackend final : public Backend {
       }
       cap_max = std::max(cap_max, v.capacity);
     }
-    // each sequence's splits as its lone launch has them (attention_decode), its group by the
-    // warps its key chunk takes there
+    // each sequence's splits as its lone launch has them (attention_decode)
     AttnShape a{};
     a.T = 1, a.H = H, a.G = G, a.grp = H / G, a.D = D, a.N = 0, a.cap = 0, a.qt = 1, a.direct = 0;
     a.min_keys = kMinDecodeSplitKeys;
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int gmax = a.grp <= 4 ? 4 : 8;
     int most = 1;
-    batch_groups_[0].n = batch_groups_[1].n = 0;
     for (int i = 0; i < n; ++i) {
       const KvView& v = c[i].kv;
       const int splits = std::max(1, std::min({(4 * sms_) / G, (v.capacity + a.min_keys - 1) / a.min_keys, kMaxSplits}));
       const KeyRange kr = key_range(v.count, splits, a.min_keys);
       most = std::max(most, kr.splits);
-      BatchGroup& grp = batch_groups_[kr.chunk <= kDecShortSplit ? 0 : 1];
       const AttentionProbe* p = c[i].probe;
       const bool add = p != nullptr && p->mass != nullptr;
       float* mass = writes ? c[i].write.arrays->mass : nullptr;
       if (add) mass = p->mass;
-      grp.t.s[grp.n++] = DecodeSeq{const_cast<void*>(v.k), const_cast<void*>(v.v), const_cast<int32_t*>(v.pos), mass, v.count_dev,
-                                   v.capacity, splits, i, add ? 1 : 0};
-      grp.most = grp.n == 1 ? kr.splits : std::max(grp.most, kr.splits);
-      grp.chunk = kr.chunk;
+      batch_.s[i] = DecodeSeq{const_cast<void*>(v.k), const_cast<void*>(v.v), const_cast<int32_t*>(v.pos), mass, v.count_dev,
+                              v.capacity, splits, i, add ? 1 : 0};
       if (add || writes) flush_mass(mass);  // a mass this layer still owes comes first
     }
     pending_row_ = KvRowWrite{};
@@ -348,11 +370,8 @@ class CudaBackend final : public Backend {
                        any_mass ? batch_scores_->as<float>() : nullptr, batch_info_->as<DecodeInfo>(), c0.q, c0.q_pos,
                        writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride};
     Launcher& L = *launcher_;
-    for (BatchGroup& grp : batch_groups_) {
-      if (grp.n == 0) continue;
-      std::fill(grp.t.s + grp.n, grp.t.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
-      launch_attn_decode_batch(L, lpk, gmax, grp.chunk, dim3(G, grp.most, grp.n), grp.t, r, a);
-    }
+    std::fill(batch_.s + n, batch_.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
+    launch_attn_decode_batch(L, lpk, gmax, most, n, 4 * sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
     if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, most, n), mass_max, r, a);
     return true;
@@ -476,7 +495,7 @@ class CudaBackend final : public Backend {
     KvRowWrite w;
     if (pending_row_.k != nullptr && pending_row_.K == kv.k && dev_n && L.take_back(&pending_row_)) w = pending_row_;
     pending_row_ = KvRowWrite{};
-    launch_attn_decode(L, lpk, gmax, kr.chunk, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    launch_attn_decode(L, lpk, gmax, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
     if (use_mass) {
       const PendingMass pm_rec{probe->mass, scores, ml, stride, probe->reduce == MassReduce::kMax, gmax, view.count, grid, kv, a};
       if (defer) pending_mass_.push_back(pm_rec);
@@ -574,10 +593,10 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // A decode batch of more than kGemvRows rows on the tensor cores (opt_.batch kBlas or kMma): x
-  // converted to bf16 once for all parts, one cuBLAS product or gemm_rows launch per part (no
-  // RoPE: the caller's). False, launching nothing, where the path does not serve the parts
-  // (kGemv, few rows, not bf16; gemm_rows: columns not a multiple of kGemmRowsK).
+  // A decode batch of more than kGemvRows rows on the tensor cores (opt_.batch kTuned, kBlas or
+  // kMma): x converted to bf16 once for all parts, one product per part (no RoPE: the caller's).
+  // False, launching nothing, where the path does not serve the parts (kGemv, few rows, not
+  // bf16; gemm_rows: columns not a multiple of kGemmRowsK).
   bool batch_rows(const MatmulPart* parts, int n, const float* x, int64_t T) {
     if (opt_.batch == CudaOptions::BatchProducts::kGemv || T <= kGemvRows) return false;
     const int64_t C = parts[0].w->cols;
@@ -587,12 +606,23 @@ class CudaBackend final : public Backend {
       gemm_parts(parts, n, x, T);
       return true;
     }
-    if (C % kGemmRowsK != 0) return false;
+    if (opt_.batch == CudaOptions::BatchProducts::kMma && C % kGemmRowsK != 0) return false;
     grow(xb_, static_cast<size_t>(T) * C * 2);
     launch_to_bf16(*launcher_, xb_->as<__nv_bfloat16>(), x, T * C);
-    for (int i = 0; i < n; ++i)
-      launch_gemm_rows(*launcher_, parts[i].out, xb_->as<__nv_bfloat16>(), reinterpret_cast<const __nv_bfloat16*>(parts[i].w->data),
-                       parts[i].bias, static_cast<int>(T), static_cast<int>(parts[i].w->rows), static_cast<int>(C));
+    for (int i = 0; i < n; ++i) {
+      const MatmulPart& p = parts[i];
+      const auto* W = reinterpret_cast<const __nv_bfloat16*>(p.w->data);
+      const int R = static_cast<int>(p.w->rows);
+      if (opt_.batch == CudaOptions::BatchProducts::kMma) {
+        launch_gemm_rows(*launcher_, p.out, xb_->as<__nv_bfloat16>(), W, p.bias, static_cast<int>(T), R, static_cast<int>(C));
+        continue;
+      }
+      if (lt_->product(p.out, xb_->as<__nv_bfloat16>(), W, R, static_cast<int>(T), static_cast<int>(C))) {
+        if (p.bias != nullptr) launch_add_bias(*launcher_, p.out, p.bias, T * R, R);
+      } else {  // no cuBLASLt algorithm for the shape: cuBLAS's own (x is converted already)
+        gemm(blas_, *launcher_, &p, 1, x, T, xb_->as<__nv_bfloat16>());
+      }
+    }
     return true;
   }
 
@@ -609,17 +639,13 @@ class CudaBackend final : public Backend {
     launcher_->flush();
     check(cudaMemcpyAsync(dst, src, bytes, kind, launcher_->stream()), what);
     check(cudaStreamSynchronize(launcher_->stream()), what);
+    stage_used_ = 0;  // every staged upload has landed
   }
 
   CudaOptions opt_;
   KvRowWrite pending_row_;  // the last kv_write, while the decode attention may still take it over
   EvictBatch evicts_{};     // the evictions of the last launch, while it may take one layer more
-  // a decode batch's sequences by the warps their lone launch takes (short key chunks: more)
-  struct BatchGroup {
-    DecodeBatch t;
-    int n = 0, most = 1, chunk = 0;
-  };
-  BatchGroup batch_groups_[2];
+  DecodeBatch batch_{};  // a decode batch's table (the launch's argument)
   int evict_g_ = 0;
   std::vector<PendingMass> pending_mass_;
   // per layer (its mass array) while masses are deferred: the kept scores and the max/sum
@@ -631,6 +657,9 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Launcher> launcher_;  // shared with every buffer (a free issues what still uses it)
   std::string name_;
   cublasHandle_t blas_ = nullptr;
+  static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;  // as NVIDIA advises for Hopper
+  std::unique_ptr<Buffer> blas_workspace_;  // cuBLAS's and cuBLASLt's (one stream: never both at once)
+  std::unique_ptr<LtProducts> lt_;
   void grow(std::unique_ptr<Buffer>& b, size_t bytes) {
     if (!b || b->bytes() < bytes) b = alloc(bytes);
   }
@@ -640,6 +669,9 @@ class CudaBackend final : public Backend {
   // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
   std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;
   std::vector<float> host_rows_;              // embedding rows on their way up
+  static constexpr size_t kStageBytes = size_t{16} << 20;
+  std::unique_ptr<Buffer> stage_;             // pinned: staged uploads (upload)
+  size_t stage_used_ = 0;
   double bandwidth_ = 0.0;
 };
 

@@ -16,14 +16,17 @@ struct CudaOptions {
   bool mma_mass = true;      // a prompt chunk's mass (sum) on the tensor cores after k_attn_mma
   // How a decode batch of more than 4 rows multiplies (bf16 activations on the tensor cores, or
   // the GEMV's f32 rows):
-  //   kBlas: cuBLAS (the default: the fastest measured; it picks its algorithm by the batch, so a
-  //          row's sums, and its logits within bf16's rounding, may depend on what shares it);
+  //   kTuned: cuBLASLt, each shape's algorithm the fastest of its heuristic's candidates, timed
+  //          at the shape's first product (gemm_lt.h; the default). The algorithm depends on the
+  //          batch, so a row's sums, and its logits within bf16's rounding, may depend on what
+  //          shares it;
+  //   kBlas: cuBLAS's own choice of algorithm (cublasGemmEx, as prompt chunks), for comparison;
   //   kGemv: 4-row GEMV launches, each row with a lone row's arithmetic (--batch-invariant on:
   //          a sequence's tokens the same bits in any batch; the weights read once per 4 rows);
   //   kMma:  gemm_rows.h (each row's sums the same in every batch of more than 4 rows; measured
   //          slower than cuBLAS, for comparison).
-  enum class BatchProducts : uint8_t { kBlas, kGemv, kMma };
-  BatchProducts batch = BatchProducts::kBlas;
+  enum class BatchProducts : uint8_t { kTuned, kBlas, kGemv, kMma };
+  BatchProducts batch = BatchProducts::kTuned;
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its
   // lone arithmetic); off: one sequence after another
   bool batch_attention = true;

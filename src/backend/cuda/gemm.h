@@ -1,4 +1,4 @@
-// Products of prompt chunks on cuBLAS.
+// Products on cuBLAS: prompt chunks, and a decode batch's rows past the GEMV's few.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

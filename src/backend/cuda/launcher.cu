@@ -1,4 +1,4 @@
-// Launcher and DeviceBuffer (launcher.h): recording, graph capture and replay, take-back.
+// Launcher, DeviceBuffer and PinnedBuffer (launcher.h): recording, graph capture and replay, take-back.
 #include "backend/cuda/launcher.h"
 
 #include <algorithm>
@@ -53,6 +53,10 @@ void Launcher::issue() {
   pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl[0].val.programmaticStreamSerializationAllowed = 1;
   for (const Rec& r : recs_) {
+    if (r.host != nullptr) {
+      r.host(sig_.data() + arg_off_[r.first_arg], stream_);
+      continue;
+    }
     void* args[kMaxArgs];
     for (uint32_t i = 0; i < r.n_args; ++i) args[i] = sig_.data() + arg_off_[r.first_arg + i];
     cudaLaunchConfig_t cfg{};
@@ -100,5 +104,13 @@ DeviceBuffer::~DeviceBuffer() {
   }
   cudaFree(data_);
 }
+
+PinnedBuffer::PinnedBuffer(size_t bytes) {
+  bytes_ = bytes;
+  check(cudaMallocHost(&data_, std::max<size_t>(bytes, 16)), "cudaMallocHost");
+  std::memset(data_, 0, std::max<size_t>(bytes, 16));
+}
+
+PinnedBuffer::~PinnedBuffer() { cudaFreeHost(data_); }
 
 }  // namespace squeezekv::cuda

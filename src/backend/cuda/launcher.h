@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,8 +20,8 @@ struct Same {
   using type = T;
 };
 
-// The kernel launches of one stream. Launches are recorded until the host next needs the device
-// (a copy, a library call, a free), then issued: directly, or, when the same launches with the
+// The kernel launches of one stream, and library calls that issue work on it (cuBLAS products:
+// call()). Launches are recorded until the host next needs the device (a copy, a free), then issued: directly, or, when the same launches with the
 // same arguments, byte for byte, came before, as one launch of the CUDA graph captured from them.
 // A decode step repeats its launches exactly once the counts that grow with every token are read
 // from device memory (KvView::count_dev), so from its third step on a whole step is one graph
@@ -41,12 +42,26 @@ class Launcher {
   void launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, typename Same<P>::type... args) {
     static_assert(sizeof...(P) <= kMaxArgs, "Launcher: too many kernel arguments");
     Rec r{reinterpret_cast<const void*>(fn), grid, block, static_cast<unsigned>(smem), static_cast<uint32_t>(arg_off_.size()),
-          static_cast<uint32_t>(sizeof...(P))};
+          static_cast<uint32_t>(sizeof...(P)), nullptr};
     put(&r.fn, sizeof(r.fn), 8);
     put(&r.grid, sizeof(dim3), 4);
     put(&r.block, sizeof(dim3), 4);
     put(&r.smem, sizeof(unsigned), 4);
     (arg_off_.push_back(put(&args, sizeof(P), alignof(P))), ...);
+    recs_.push_back(r);
+  }
+
+  // Records fn(&args, stream): a library call that issues its own work on the stream (a cuBLAS
+  // product), run when the launches are issued and, inside a captured graph, captured with them.
+  // The arguments' bytes (all of them, padding zeroed by the caller) are part of the record, as
+  // a kernel's are.
+  using HostCall = void (*)(const void* args, cudaStream_t stream);
+  template <class A>
+  void call(HostCall fn, const A& args) {
+    static_assert(std::is_trivially_copyable_v<A>, "Launcher::call: arguments are copied as bytes");
+    Rec r{nullptr, dim3(0), dim3(0), 0, static_cast<uint32_t>(arg_off_.size()), 1, fn};
+    put(&fn, sizeof(fn), 8);
+    arg_off_.push_back(put(&args, sizeof(A), alignof(A)));
     recs_.push_back(r);
   }
 
@@ -77,10 +92,11 @@ class Launcher {
   static constexpr size_t kMaxGraphs = 8;
   static constexpr size_t kMaxArgs = 24;
   struct Rec {
-    const void* fn;
+    const void* fn;  // the kernel, or null for a call
     dim3 grid, block;
     unsigned smem;
     uint32_t first_arg, n_args;
+    HostCall host;   // a call's function
   };
   struct Graph {
     uint64_t hash;
@@ -125,6 +141,13 @@ class DeviceBuffer final : public Buffer {
 
  private:
   std::shared_ptr<Launcher> launcher_;
+};
+
+// Page-locked host memory (the device copies it at full speed, and asynchronously). Zeroed.
+class PinnedBuffer final : public Buffer {
+ public:
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer() override;
 };
 
 }  // namespace squeezekv::cuda

@@ -1,0 +1,133 @@
+// A decode batch's products on cuBLASLt with each shape's fastest algorithm (gemm_lt.h).
+#include "backend/cuda/gemm_lt.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/common.cuh"
+
+namespace squeezekv::cuda {
+
+struct LtProducts::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+namespace {
+
+constexpr int kAlgos = 8;       // the heuristic's first candidates that are timed
+constexpr int kRuns = 3;        // timed runs of each (the median)
+constexpr size_t kL2Flush = size_t{128} << 20;  // written before each timed run: past the L2
+
+// One recorded product (no padding: every byte is set).
+struct LtCall {
+  cublasLtHandle_t lt;
+  const LtProducts::Plan* plan;
+  const void* w;  // [R][C] bf16
+  const void* x;  // [B][C] bf16
+  float* out;     // [B][R]
+  void* ws;
+  uint64_t ws_bytes;
+};
+static_assert(sizeof(LtCall) == 7 * 8, "LtCall: no padding (recorded bytes)");
+
+void run(const LtCall& g, const cublasLtMatmulAlgo_t& algo, cudaStream_t st) {
+  const float one = 1.0f, zero = 0.0f;
+  check(cublasLtMatmul(g.lt, g.plan->op, &one, g.w, g.plan->a, g.x, g.plan->b, &zero, g.out, g.plan->c, g.out, g.plan->c, &algo, g.ws,
+                       g.ws_bytes, st),
+        "cublasLtMatmul");
+}
+void run_recorded(const void* p, cudaStream_t st) {
+  const LtCall& g = *static_cast<const LtCall*>(p);
+  run(g, g.plan->algo, st);
+}
+
+}  // namespace
+
+LtProducts::LtProducts(Launcher& L, void* workspace, size_t workspace_bytes) : L_(L), ws_(workspace), ws_bytes_(workspace_bytes) {
+  check(cublasLtCreate(&lt_), "cublasLtCreate");
+}
+
+LtProducts::~LtProducts() {
+  plans_.clear();
+  if (lt_) cublasLtDestroy(lt_);
+}
+
+bool LtProducts::product(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, int R, int B, int C) {
+  Plan* p = plan(out, xb, W, R, B, C);
+  if (p == nullptr) return false;
+  LtCall g;
+  std::memset(&g, 0, sizeof g);
+  g.lt = lt_, g.plan = p, g.w = W, g.x = xb, g.out = out, g.ws = ws_, g.ws_bytes = ws_bytes_;
+  L_.call(run_recorded, g);
+  return true;
+}
+
+LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, int R, int B, int C) {
+  auto& slot = plans_[{R, B, C}];
+  if (slot) return slot->ok ? slot.get() : nullptr;
+  slot = std::make_unique<Plan>();
+  Plan& p = *slot;
+  // column-major view: out (R x B, ld R) = W^T-as-stored (C x R, transposed) x x (C x B)
+  check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "cublasLt transa");
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n), "cublasLt transb");
+  check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, C, R, C), "cublasLt layout");
+  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, C, B, C), "cublasLt layout");
+  check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, R, B, R), "cublasLt layout");
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLt preference");
+  const uint64_t ws = ws_bytes_;
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "cublasLt preference");
+  cublasLtMatmulHeuristicResult_t found[kAlgos];
+  int n_found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, kAlgos, found, &n_found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || n_found == 0) return nullptr;
+  // time each candidate on the real operands, in stream order after what is recorded (its
+  // output is written again by the recorded product), each run after 128 MB written elsewhere
+  L_.flush();
+  const cudaStream_t st = L_.stream();
+  void* flush = nullptr;
+  check(cudaMalloc(&flush, kL2Flush), "cudaMalloc (product timing)");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  float best = 0.0f;
+  for (int i = 0; i < n_found; ++i) {
+    if (found[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    std::vector<float> ms;
+    bool fails = false;
+    for (int r = 0; r <= kRuns && !fails; ++r) {  // run 0 warms up
+      check(cudaMemsetAsync(flush, r, kL2Flush, st), "memset (product timing)");
+      check(cudaEventRecord(e0, st), "event");
+      const float one = 1.0f, zero = 0.0f;
+      fails = cublasLtMatmul(lt_, p.op, &one, W, p.a, xb, p.b, &zero, out, p.c, out, p.c, &found[i].algo, ws_, ws_bytes_, st) !=
+              CUBLAS_STATUS_SUCCESS;
+      check(cudaEventRecord(e1, st), "event");
+      check(cudaEventSynchronize(e1), "event");
+      float t = 0.0f;
+      check(cudaEventElapsedTime(&t, e0, e1), "event");
+      if (r > 0) ms.push_back(t);
+    }
+    if (fails) continue;
+    std::sort(ms.begin(), ms.end());
+    if (!p.ok || ms[ms.size() / 2] < best) p.algo = found[i].algo, best = ms[ms.size() / 2], p.ok = true;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(flush);
+  return p.ok ? &p : nullptr;
+}
+
+}  // namespace squeezekv::cuda

@@ -1,0 +1,44 @@
+// A decode batch's products on cuBLASLt, each shape with the algorithm that ran it fastest: the
+// batch's matrices are wide and its rows few (B of 8-256), where cuBLAS's default choice leaves
+// most SMs idle on the narrow ones (k, v: 14% of the copy bandwidth at 64 rows). Each (R, B, C)
+// is timed once, at its first product, over the algorithms cuBLASLt's heuristic offers (split-K
+// among them), with the weights out of L2 as in a real step; the fastest is kept for the
+// backend's life, so a run's products are the same bits step after step (not from one process
+// to the next: the timing chooses).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "backend/cuda/launcher.h"
+
+namespace squeezekv::cuda {
+
+class LtProducts {
+ public:
+  // workspace: device memory the algorithms may use (recorded products share it: one stream).
+  LtProducts(Launcher& L, void* workspace, size_t workspace_bytes);
+  ~LtProducts();
+  LtProducts(const LtProducts&) = delete;
+  LtProducts& operator=(const LtProducts&) = delete;
+
+  // out[B][R] = xb[B][C] @ W[R][C]^T, bf16 inputs, f32 sums and output, recorded in L. False
+  // (nothing recorded) where cuBLASLt offers no algorithm for the shape.
+  bool product(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, int R, int B, int C);
+
+  struct Plan;  // one shape's descriptors and chosen algorithm
+
+ private:
+  Plan* plan(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, int R, int B, int C);
+
+  Launcher& L_;
+  cublasLtHandle_t lt_ = nullptr;
+  void* ws_;
+  size_t ws_bytes_;
+  std::map<std::tuple<int, int, int>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace squeezekv::cuda
