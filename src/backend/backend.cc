@@ -46,7 +46,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.f32_weights = o.f32_device_weights;
   co.graphs = o.cuda_graphs;
   // for measurements: SQUEEZEKV_CUDA_PDL=0 launches every kernel after the previous one has finished,
-  // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_FUSE_KV=0
+  // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_MMA_DECODE=0
+  // decode attention, SQUEEZEKV_CUDA_FUSE_KV=0
   // writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
   // step's mass right after its attention, SQUEEZEKV_CUDA_MMA_MASS=0 sums a prompt chunk's mass on
   // the CUDA cores, SQUEEZEKV_CUDA_BATCH_ATTN=0 runs a decode batch's attention one sequence
@@ -57,6 +58,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   };
   co.pdl = !off("SQUEEZEKV_CUDA_PDL");
   co.mma_attention = !off("SQUEEZEKV_CUDA_MMA");
+  co.mma_decode = !off("SQUEEZEKV_CUDA_MMA_DECODE");
   co.fuse_kv_write = !off("SQUEEZEKV_CUDA_FUSE_KV");
   co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
   co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");

@@ -298,39 +298,16 @@ __global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_
   decode_block<KT, LPK, GMAX>(out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, 1, dsm);
 }
 
-// Sequence z of the table b (its layer's arrays, the step's row s.row of r): its view, its
-// shape (its own splits) and where its rows and scratch are.
-__device__ inline KvView batch_view(const DecodeSeq& s, const AttnShape& a) {
-  KvView kv;
-  kv.k = s.k, kv.v = s.v, kv.pos = s.pos, kv.count_dev = s.count, kv.count = 0;
-  kv.capacity = s.capacity, kv.n_kv_heads = a.G, kv.head_dim = a.D, kv.type = kv.v_type = KvType::kF16;
-  return kv;
-}
-
-// A decode batch: grid (G, the group's most splits / per_block, sequences of the group); block
-// (x, y, z) does splits [y * per_block, (y + 1) * per_block) of kv head x of sequence b.s[z], each
-// exactly as k_attn_decode does it for that sequence alone. Block (0, 0) records what the merge
-// and the mass need of the sequence (r.info).
+// A decode batch: grid (G, the batch's most splits / per_block, sequences); block (x, y, z) does
+// splits [y * per_block, (y + 1) * per_block) of kv head x of sequence b.s[z], each exactly as
+// k_attn_decode does it for that sequence alone (batch_block: its view and rows).
 template <typename KT, int LPK, int GMAX>
 __global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_decode_batch(DecodeBatch b, DecodeRows r, AttnShape a, int per_block) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
-  const DecodeSeq& s = b.s[blockIdx.z];
-  const size_t row = s.row, HD = static_cast<size_t>(a.H) * a.D;
-  AttnShape as = a;
-  as.splits = s.splits;
-  const KvView kv = batch_view(s, as);
-  KvRowWrite w;
-  if (r.k_new != nullptr) {
-    w.K = s.k, w.V = s.v, w.P = s.pos, w.M = s.mass;
-    w.k = r.k_new + row * a.G * a.D, w.v = r.v_new + row * a.G * a.D, w.pos = r.q_pos + row;
-  }
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
-    r.info[row] = DecodeInfo{s.add_mass ? s.mass : nullptr, *s.count, s.splits, s.capacity};
-  float* scores = s.add_mass ? r.scores + row * r.score_stride : nullptr;
-  decode_block<KT, LPK, GMAX>(r.out + row * HD, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride,
-                                     r.part_ml + row * r.part_ml_stride, scores, r.q + row * HD, r.q_pos + row, kv, as, w,
-                                     blockIdx.x, blockIdx.y * per_block, per_block, dsm);
+  const BatchBlock k = batch_block(b, r, a);
+  decode_block<KT, LPK, GMAX>(k.out, k.ml, k.part_acc, k.part_ml, k.scores, k.q, k.q_pos, k.kv, k.a, k.w, blockIdx.x,
+                              blockIdx.y * per_block, per_block, dsm);
 }
 
 // The policies' mass of kv head g's keys in one split, from the kept scores sc [G][GMAX][cap] and
@@ -366,11 +343,11 @@ __global__ void k_attn_mass_batch(bool mass_max, DecodeRows r, AttnShape a) {
 }
 
 
-// A batch's blocks: each takes as many of its sequence's splits as keep about fill_blocks blocks
-// (where the warps' merge lets a block take several: dec_merge_in_stage), so a batch of short
+// A batch's blocks: each takes as many of its sequence's splits as keep the SMs' resident blocks
+// busy (where the warps' merge lets a block take several: dec_merge_in_stage), so a batch of short
 // sequences runs few long blocks instead of many blocks of one 64-key split each.
 template <int LPK, int GMAX>
-void launch_batch_one(Launcher& L, int G, int most, int seqs, int fill_blocks, const DecodeBatch& b, const DecodeRows& r,
+void launch_batch_one(Launcher& L, int G, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
                       const AttnShape& a) {
   constexpr size_t smem = dec_smem_bytes(LPK * 16);
   static bool attribute_set = false;
@@ -381,20 +358,20 @@ void launch_batch_one(Launcher& L, int G, int most, int seqs, int fill_blocks, c
   }
   int per_block = 1;
   if constexpr (dec_merge_in_stage<LPK * 8, GMAX>()) {
-    const int blocks = std::max(1, fill_blocks / (G * seqs));  // per kv head and sequence
+    const int blocks = std::max(1, kDecBlocksPerSm<GMAX> * sms / (G * seqs));  // per kv head and sequence
     per_block = (most + blocks - 1) / blocks;
   }
   const dim3 grid(G, (most + per_block - 1) / per_block, seqs);
   L.launch(k_attn_decode_batch<__half, LPK, GMAX>, grid, kDecWarps * 32, smem, b, r, a, per_block);
 }
 template <int GMAX>
-void launch_batch_type(Launcher& L, int lpk, int G, int most, int seqs, int fill_blocks, const DecodeBatch& b, const DecodeRows& r,
+void launch_batch_type(Launcher& L, int lpk, int G, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
                        const AttnShape& a) {
   switch (lpk) {
-    case 4: launch_batch_one<4, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
-    case 8: launch_batch_one<8, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
-    case 16: launch_batch_one<16, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
-    default: launch_batch_one<32, GMAX>(L, G, most, seqs, fill_blocks, b, r, a); break;
+    case 4: launch_batch_one<4, GMAX>(L, G, most, seqs, sms, b, r, a); break;
+    case 8: launch_batch_one<8, GMAX>(L, G, most, seqs, sms, b, r, a); break;
+    case 16: launch_batch_one<16, GMAX>(L, G, most, seqs, sms, b, r, a); break;
+    default: launch_batch_one<32, GMAX>(L, G, most, seqs, sms, b, r, a); break;
   }
 }
 
@@ -495,10 +472,10 @@ void launch_attn_mass(Launcher& L, int gmax, dim3 grid, float* mass, int64_t str
   else L.launch(k_attn_mass<8>, grid, 256, 0, mass, stride, mass_max, scores, ml, kv, a);
 }
 
-void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int fill_blocks, const DecodeBatch& b,
+void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
                               const DecodeRows& r, const AttnShape& a) {
-  if (gmax == 4) launch_batch_type<4>(L, lpk, a.G, most, seqs, fill_blocks, b, r, a);
-  else launch_batch_type<8>(L, lpk, a.G, most, seqs, fill_blocks, b, r, a);
+  if (gmax == 4) launch_batch_type<4>(L, lpk, a.G, most, seqs, sms, b, r, a);
+  else launch_batch_type<8>(L, lpk, a.G, most, seqs, sms, b, r, a);
 }
 
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a) {

@@ -60,11 +60,42 @@ struct DecodeRows {
 };
 static_assert(sizeof(DecodeRows) == 13 * 8, "DecodeRows: no padding (a recorded kernel argument)");
 
+// What block (x, y, z) of a batch launch needs of its sequence b.s[z] (its layer's arrays, the
+// step's row s.row of r): its view, its shape (its own splits), its new row to write, and where
+// its rows and scratch are. Block (0, 0, z) records what the merge and the mass need (r.info).
+struct BatchBlock {
+  KvView kv;
+  AttnShape a;
+  KvRowWrite w;
+  float *out, *ml, *part_acc, *part_ml, *scores;
+  const float* q;
+  const int32_t* q_pos;
+};
+__device__ inline BatchBlock batch_block(const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
+  const DecodeSeq& s = b.s[blockIdx.z];
+  const size_t row = s.row, HD = static_cast<size_t>(a.H) * a.D;
+  BatchBlock k;
+  k.a = a;
+  k.a.splits = s.splits;
+  k.kv.k = s.k, k.kv.v = s.v, k.kv.pos = s.pos, k.kv.count_dev = s.count, k.kv.count = 0;
+  k.kv.capacity = s.capacity, k.kv.n_kv_heads = a.G, k.kv.head_dim = a.D, k.kv.type = k.kv.v_type = KvType::kF16;
+  if (r.k_new != nullptr) {
+    k.w.K = s.k, k.w.V = s.v, k.w.P = s.pos, k.w.M = s.mass;
+    k.w.k = r.k_new + row * a.G * a.D, k.w.v = r.v_new + row * a.G * a.D, k.w.pos = r.q_pos + row;
+  }
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+    r.info[row] = DecodeInfo{s.add_mass ? s.mass : nullptr, *s.count, s.splits, s.capacity};
+  k.out = r.out + row * HD, k.ml = r.ml + row * 2 * a.H, k.part_acc = r.part_acc + row * r.part_stride;
+  k.part_ml = r.part_ml + row * r.part_ml_stride, k.scores = s.add_mass ? r.scores + row * r.score_stride : nullptr;
+  k.q = r.q + row * HD, k.q_pos = r.q_pos + row;
+  return k;
+}
+
 // The decode attention of a batch's rows (its `seqs` sequences, their most splits `most`), each
 // split as launch_attn_decode runs it, a block taking several splits of its sequence where that
-// keeps about fill_blocks blocks (the device's resident blocks); then, once for all rows,
+// keeps about as many blocks as the device's `sms` SMs hold at once; then, once for all rows,
 // launch_attn_merge_batch and, with mass, launch_attn_mass_batch.
-void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int fill_blocks, const DecodeBatch& b,
+void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
                               const DecodeRows& r, const AttnShape& a);
 // Merges rows [0, rows) where their sequence's keys took more than one split.
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a);

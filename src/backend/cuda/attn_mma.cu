@@ -29,11 +29,6 @@ __host__ __device__ constexpr size_t mma_smem_bytes() {
   return sizeof(__half) * (kMmaRows + 4 * kMmaKeys) * (D + 8) + sizeof(int32_t) * 2 * kMmaKeys;
 }
 
-__device__ inline uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 // What k_attn_mma and k_attn_mma_mass share, so both compute S = Q K^T with the same bits.
 // One tile's copies into stage st: K (and V when sv is given) rows j0.. (past N: zeros, a finite
 // V row times P = 0) and their positions (past N: INT_MAX, masked), then one commit.
@@ -76,20 +71,6 @@ __device__ inline void mma_load_q(uint32_t (&qa)[D / 16][4], __half* sq, const f
     ldsm_x4(qa[ks], sq + (rb + rr + (mi & 1) * 8) * LD + ks * 16 + (mi >> 1) * 8);
   }
 }
-// s[4] = the warp's 16 rows against keys nt * 8.. nt * 8 + 7 of the tile kt [kMmaKeys][D + 8].
-template <int D>
-__device__ inline void mma_scores(float* s, const uint32_t (&qa)[D / 16][4], const __half* kt, int nt, int lane) {
-  constexpr int LD = D + 8;
-  s[0] = s[1] = s[2] = s[3] = 0.0f;
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ks += 2) {
-    uint32_t b[4];  // b[0..1]: k-step ks, b[2..3]: ks + 1
-    ldsm_x4(b, kt + (nt * 8 + lane % 8) * LD + ks * 16 + (lane / 8) * 8);
-    mma_f16(s, qa[ks], b);
-    mma_f16(s, qa[ks + 1], b + 2);
-  }
-}
-
 template <int D>
 __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* ml, const float* q, const int32_t* q_pos, KvView kv,
                                                              AttnShape a) {

@@ -4,7 +4,7 @@
 // The kernels live in the files of their jobs, each reached through the launch_* functions of its
 // header: launcher.h (recording, CUDA-graph replay), norm.h, elementwise.h, gemv.h (decode
 // products), gemm.h (prompt products on cuBLAS), gemm_lt.h (a decode batch's, on cuBLASLt), attn_prefill.h and attn_mma.h (prompt attention on
-// the CUDA and the tensor cores), attn_decode.h (one query token), kv_rows.h (write, move, evict).
+// the CUDA and the tensor cores), attn_decode.h and attn_decode_mma.h (one query token), kv_rows.h (write, move, evict).
 // Every launch goes through the Launcher, which replays a repeated launch list (a decode step) as
 // one CUDA graph, each kernel's start overlapping the previous one's end (docs/DESIGN.md, "A decode
 // step replays as one CUDA graph").
@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attn_common.cuh"
 #include "backend/cuda/attn_decode.h"
+#include "backend/cuda/attn_decode_mma.h"
 #include "backend/cuda/attn_mma.h"
 #include "backend/cuda/attn_prefill.h"
 #include "backend/cuda/common.cuh"
@@ -371,7 +372,8 @@ class CudaBackend final : public Backend {
                        writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride};
     Launcher& L = *launcher_;
     std::fill(batch_.s + n, batch_.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
-    launch_attn_decode_batch(L, lpk, gmax, most, n, 4 * sms_, batch_, r, a);
+    if (mma_decode(c0.kv, a.grp)) launch_attn_decode_mma_batch(L, gmax, most, n, sms_, batch_, r, a);
+    else launch_attn_decode_batch(L, lpk, gmax, most, n, sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
     if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, most, n), mass_max, r, a);
     return true;
@@ -495,7 +497,8 @@ class CudaBackend final : public Backend {
     KvRowWrite w;
     if (pending_row_.k != nullptr && pending_row_.K == kv.k && dev_n && L.take_back(&pending_row_)) w = pending_row_;
     pending_row_ = KvRowWrite{};
-    launch_attn_decode(L, lpk, gmax, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    if (mma_decode(kv, grp)) launch_attn_decode_mma(L, gmax, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
+    else launch_attn_decode(L, lpk, gmax, grid, out, ml, pa, pm, scores, q, q_pos, kv, a, w);
     if (use_mass) {
       const PendingMass pm_rec{probe->mass, scores, ml, stride, probe->reduce == MassReduce::kMax, gmax, view.count, grid, kv, a};
       if (defer) pending_mass_.push_back(pm_rec);
@@ -503,6 +506,9 @@ class CudaBackend final : public Backend {
     }
     return true;
   }
+  // Whether a decode step's attention runs on the tensor cores (attn_decode_mma.h): a lone
+  // sequence and a batch choose alike, so a sequence's bits do not depend on the batch.
+  bool mma_decode(const KvView& kv, int grp) const { return opt_.mma_decode && decode_mma_serves(kv, grp); }
   // A decode step's mass from the kept scores (k_attn_mass), now.
   void launch_mass(const PendingMass& p) {
     launch_attn_mass(*launcher_, p.gmax, p.grid, p.mass, p.stride, p.mass_max, p.scores, p.ml, p.kv, p.a);

@@ -11,6 +11,7 @@ struct CudaOptions {
   bool graphs = true;        // repeated launch lists (decode steps) replayed as CUDA graphs
   bool pdl = true;           // programmatic dependent launch: a kernel starts while the one before finishes
   bool mma_attention = true; // prompt attention on the tensor cores where the shape allows
+  bool mma_decode = true;    // decode attention on the tensor cores where the shape allows
   bool fuse_kv_write = true; // a decode step's new KV row written by its attention kernel
   bool defer_mass = true;    // a decode step's mass added by the layer's eviction kernel
   bool mma_mass = true;      // a prompt chunk's mass (sum) on the tensor cores after k_attn_mma
