@@ -759,6 +759,27 @@ TEST(Attention, TiledMatchesRowReference) {
 // (plus the f16 rounding of the block's scale and minimum): q8_0 max|x| / 254, q4_1 (max - min) /
 // 30, q4_0 |max| / 16 but a whole step |max| / 8 at the extreme opposite the scale's (its grid
 // runs from -8 to 7); a row of zeros stays zeros; f16 and f32 rows as before.
+// The key rotation (kv_rotate) is orthonormal on every head dim the block types allow: it keeps
+// dot products and norms, and it moves the values (not the identity).
+TEST(KvRows, RotationKeepsDotProducts) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  for (int D : {32, 64, 96, 128, 160, 256}) {
+    std::vector<float> a(D), b(D);
+    for (float& x : a) x = nd(rng);
+    for (float& x : b) x = nd(rng);
+    std::vector<float> ra = a, rb = b;
+    kv_rotate(ra.data(), D);
+    kv_rotate(rb.data(), D);
+    double dot = 0, rdot = 0, n = 0, rn = 0, moved = 0;
+    for (int d = 0; d < D; ++d)
+      dot += a[d] * b[d], rdot += ra[d] * rb[d], n += a[d] * a[d], rn += ra[d] * ra[d], moved += std::fabs(ra[d] - a[d]);
+    EXPECT_NEAR(rdot, dot, 1e-4 * std::sqrt(n) * D) << "D " << D;
+    EXPECT_NEAR(rn, n, 1e-4 * n) << "D " << D;
+    EXPECT_GT(moved, 0.1 * D) << "D " << D;
+  }
+}
+
 TEST(KvRows, QuantizedRowsWithinHalfAStep) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 2.0f);

@@ -45,6 +45,11 @@ struct KvArrays {
   int G = 0, D = 0, capacity = 0;
   const int32_t* count_dev = nullptr;  // [1] the rows held once this step's are in (KvView::count_dev), or null
   KvType v_type = KvType::kF16;
+  // [G][D] for a kv_rotates_keys type: subtracted from every key before its rotation, so that a
+  // channel's common offset does not coarsen the 4-bit blocks (q.k - q.offset differs from q.k by
+  // the same amount for every key of a query: the softmax, and so every output and mass, is the
+  // same). Set from the rows of the first write into an empty cache; null: none.
+  float* k_offset = nullptr;
   size_t row_bytes() const { return kv_row_bytes(type, D); }      // K's
   size_t v_row_bytes() const { return kv_row_bytes(v_type, D); }
 };

@@ -109,4 +109,22 @@ float kv_row_value(KvType t, const void* row, int d) {
   return 0.0f;
 }
 
+void kv_rotate(float* x, int D) {
+  const int B = D & -D;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(B));
+  constexpr uint64_t kSigns = 0x9E3779B97F4A7C15ull;  // dim i of a block flips where bit i % 64 is set
+  for (int b0 = 0; b0 < D; b0 += B) {
+    float* v = x + b0;
+    for (int i = 0; i < B; ++i)
+      if ((kSigns >> (i % 64)) & 1) v[i] = -v[i];
+    for (int len = 1; len < B; len <<= 1)
+      for (int i = 0; i < B; i += 2 * len)
+        for (int j = i; j < i + len; ++j) {
+          const float a = v[j], c = v[j + len];
+          v[j] = a + c, v[j + len] = a - c;
+        }
+    for (int i = 0; i < B; ++i) v[i] *= scale;
+  }
+}
+
 }  // namespace squeezekv

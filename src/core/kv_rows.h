@@ -17,5 +17,12 @@ void kv_quantize_row(KvType t, const float* x, void* dst, int D);
 void kv_dequantize_row(KvType t, const void* src, float* x, int D);
 // Value d of one stored row (the attention reference's per-element read).
 float kv_row_value(KvType t, const void* row, int d);
+// x [D] <- R x in place, R orthonormal: a randomized Walsh-Hadamard transform (fixed signs, then
+// the Hadamard butterflies, scaled by 1/sqrt(B)) on each block of B dims, B the largest power of
+// two dividing D. Keys of a kv_rotates_keys type are stored as R k and met by R q, so q.k is
+// unchanged while a channel of large values spreads over its block before the block is
+// quantized (QuaRot's idea, Ashkboos et al. 2024, applied per row so that eviction still moves
+// self-contained rows).
+void kv_rotate(float* x, int D);
 
 }  // namespace squeezekv

@@ -14,6 +14,9 @@ namespace squeezekv {
 // moves its scales, so eviction's compaction needs nothing else.
 enum class KvType : uint8_t { kF16, kF32, kQ8_0, kQ4_0, kQ4_1 };
 inline bool kv_quantized(KvType t) { return t != KvType::kF16 && t != KvType::kF32; }
+// Whether keys of this type are stored rotated (core/kv_rows.h kv_rotate, the queries rotated
+// alike before they meet them): the 4-bit types, whose blocks an outlier channel would coarsen.
+inline bool kv_rotates_keys(KvType t) { return t == KvType::kQ4_0 || t == KvType::kQ4_1; }
 // Bytes of a value for f16/f32 (the device kernels' types; 0 for the block types).
 inline size_t kv_type_bytes(KvType t) { return t == KvType::kF16 ? 2 : t == KvType::kF32 ? 4 : 0; }
 // Bytes of one row of D values (D a multiple of 32 for the block types).

@@ -14,6 +14,7 @@ KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvTypes types, 
     : G_(n_kv_heads), D_(head_dim), capacity_(capacity), types_(types),
       own_backend_(backend == nullptr ? make_cpu_backend(1) : nullptr),
       backend_(backend == nullptr ? own_backend_.get() : backend) {
+  if (kv_rotates_keys(types_.k)) k_offset_ = backend_->alloc(static_cast<size_t>(G_) * D_ * sizeof(float));
   allocate();
   live_.assign(static_cast<size_t>(G_), 0);
 }
@@ -24,7 +25,8 @@ void KvStorage::allocate() {
   v_ = backend_->alloc(rows * kv_row_bytes(types_.v, D_));
   pos_ = backend_->alloc(rows * sizeof(int32_t));
   mass_ = backend_->alloc(rows * sizeof(float));
-  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), types_.k, G_, D_, capacity_, count_dev_, types_.v};
+  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), types_.k, G_, D_, capacity_, count_dev_, types_.v,
+             k_offset_ ? k_offset_->as<float>() : nullptr};
   if (backend_->host_visible()) {
     pos_host_ = arrays_.pos;
     mass_host_ = arrays_.mass;

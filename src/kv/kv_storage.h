@@ -137,6 +137,7 @@ class KvStorage {
   int32_t newest_ = -1;
   std::vector<int> live_;  // [G] rows held per head
   std::unique_ptr<Buffer> k_, v_, pos_, mass_;  // the backend's arrays (KvArrays)
+  std::unique_ptr<Buffer> k_offset_;             // [G][D] (KvArrays::k_offset), kept across set_capacity
   KvArrays arrays_;
   mutable std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible
   mutable std::vector<float> mass_mirror_;

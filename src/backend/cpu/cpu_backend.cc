@@ -117,15 +117,38 @@ class CpuBackend final : public Backend {
     // scratch grows to the largest step seen (once per capacity change), never per step
     const size_t need = static_cast<size_t>(cpu::attention_scratch_floats(T, H, kv.capacity));
     if (scratch_.size() < need) scratch_.resize(need);
+    if (kv_rotates_keys(kv.type)) q = rotate_queries(q, T * H, kv.head_dim, 0);
     cpu::attention(out, q, q_pos, T, H, kv, probe, scratch_.data());
   }
   void attention_batch(AttentionCall* calls, int n) override {
     use_threads();
     for (int i = 0; i < n; ++i) write_rows(calls[i]);
-    size_t need = 0;
-    for (int i = 0; i < n; ++i) need += static_cast<size_t>(cpu::attention_scratch_floats(calls[i].T, calls[i].H, calls[i].kv.capacity));
+    size_t need = 0, rows = 0;
+    for (int i = 0; i < n; ++i) {
+      need += static_cast<size_t>(cpu::attention_scratch_floats(calls[i].T, calls[i].H, calls[i].kv.capacity));
+      if (kv_rotates_keys(calls[i].kv.type)) rows += static_cast<size_t>(calls[i].T) * calls[i].H * calls[i].kv.head_dim;
+    }
     if (scratch_.size() < need) scratch_.resize(need);
-    cpu::attention_batch(calls, n, scratch_.data());
+    if (rows == 0) return cpu::attention_batch(calls, n, scratch_.data());
+    // the calls whose keys are rotated meet rotated queries (their own copies, side by side)
+    batch_calls_.assign(calls, calls + n);
+    if (rotated_q_.size() < rows) rotated_q_.resize(rows);
+    size_t at = 0;
+    for (AttentionCall& c : batch_calls_) {
+      if (!kv_rotates_keys(c.kv.type)) continue;
+      c.q = rotate_queries(c.q, c.T * c.H, c.kv.head_dim, at);
+      at += static_cast<size_t>(c.T) * c.H * c.kv.head_dim;
+    }
+    cpu::attention_batch(batch_calls_.data(), n, scratch_.data());
+  }
+  // rows [n][D] of queries rotated as their keys were (kv_rotate), into rotated_q_ from `at`.
+  const float* rotate_queries(const float* q, int64_t n, int D, size_t at) {
+    if (rotated_q_.size() < at + static_cast<size_t>(n) * D) rotated_q_.resize(at + static_cast<size_t>(n) * D);
+    float* dst = rotated_q_.data() + at;
+    std::copy(q, q + n * D, dst);
+#pragma omp parallel for schedule(static) if (n >= 64)
+    for (int64_t r = 0; r < n; ++r) kv_rotate(dst + r * D, D);
+    return dst;
   }
 
   void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
@@ -136,6 +159,20 @@ class CpuBackend final : public Backend {
         const size_t slot = static_cast<size_t>(g) * a.capacity + at + r;
         const float* ks = k + (static_cast<size_t>(r) * G + g) * D;
         const float* vs = v + (static_cast<size_t>(r) * G + g) * D;
+        if (kv_rotates_keys(a.type)) {  // R (k - offset): kv_rotate, KvArrays::k_offset
+          rotated_.assign(ks, ks + D);
+          if (float* off = a.k_offset != nullptr ? a.k_offset + static_cast<size_t>(g) * D : nullptr) {
+            if (at == 0 && r == 0) {  // the first rows into an empty cache: their mean
+              std::fill(off, off + D, 0.0f);
+              for (int t = 0; t < T; ++t)
+                for (int d = 0; d < D; ++d) off[d] += k[(static_cast<size_t>(t) * G + g) * D + d];
+              for (int d = 0; d < D; ++d) off[d] /= static_cast<float>(T);
+            }
+            for (int d = 0; d < D; ++d) rotated_[d] -= off[d];
+          }
+          kv_rotate(rotated_.data(), D);
+          ks = rotated_.data();
+        }
         kv_quantize_row(a.type, ks, static_cast<uint8_t*>(a.k) + slot * kb, D);
         kv_quantize_row(a.v_type, vs, static_cast<uint8_t*>(a.v) + slot * vb, D);
         a.pos[slot] = rows_pos[r];
@@ -176,6 +213,9 @@ class CpuBackend final : public Backend {
   int threads_;
   bool tile8_;                  // int8 decode: Q4_0/Q4_1/Q8_0/IQ4_NL matrices as 8-row tiles
   std::vector<float> scratch_;  // attention
+  std::vector<float> rotated_;  // a key row on its way into a rotated type [D]
+  std::vector<float> rotated_q_;  // queries meeting rotated keys [rows][D]
+  std::vector<AttentionCall> batch_calls_;  // a batch's calls with their rotated queries
 };
 
 }  // namespace

@@ -3,8 +3,10 @@
 // (a decode step's new KV row, its mass, its evictions) until a later kernel can do it on the way.
 // The kernels live in the files of their jobs, each reached through the launch_* functions of its
 // header: launcher.h (recording, CUDA-graph replay), norm.h, elementwise.h, gemv.h (decode
-// products), gemm.h (prompt products on cuBLAS), gemm_lt.h (a decode batch's, on cuBLASLt), attn_prefill.h and attn_mma.h (prompt attention on
-// the CUDA and the tensor cores), attn_decode.h and attn_decode_mma.h (one query token), kv_rows.h (write, move, evict).
+// products), gemm.h (prompt products on cuBLAS), gemm_lt.h (a decode batch's, on cuBLASLt),
+// attn_prefill.h and attn_mma.h (prompt attention on the CUDA and the tensor cores), attn_decode.h
+// and attn_decode_mma.h (one query token, on the CUDA and the tensor cores), kv_rows.h (write,
+// move, evict).
 // Every launch goes through the Launcher, which replays a repeated launch list (a decode step) as
 // one CUDA graph, each kernel's start overlapping the previous one's end (docs/DESIGN.md, "A decode
 // step replays as one CUDA graph").
