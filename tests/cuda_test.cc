@@ -271,7 +271,7 @@ TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
 // CUDA-core kernel (SQUEEZEKV_CUDA_MMA_DECODE=0) in f32 within 1e-4 (output) and 1e-5 (mass); the
 // tensor-core kernel where it serves (f16, head dims 64 and 128, up to 8 heads a kv head) rounds
 // q and p to f16 as the prompt kernel does: within 1e-3 and 1e-4 (seen on the H200: 3.3e-4 and
-// 3.5e-5), and it must be the one that ran (its bits differ from the CUDA cores').
+// 3.5e-5), and it must be the one that ran (its bits differ from the CUDA cores' past one key).
 TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
@@ -311,7 +311,7 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
             ++on_mma;
             const double mo = max_diff(a.out, b.out), mm = max_diff(a.mass, b.mass);
             worst_mma_out = std::max(worst_mma_out, mo), worst_mma_mass = std::max(worst_mma_mass, mm);
-            EXPECT_NE(b.out, c.out) << what << ": the tensor-core kernel did not run";
+            if (N > 1) EXPECT_NE(b.out, c.out) << what << ": the tensor-core kernel did not run";  // one key: v itself in both
             EXPECT_LE(mo, 1e-3) << what;
             EXPECT_LE(mm, 1e-4) << what;
           }
