@@ -47,8 +47,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.graphs = o.cuda_graphs;
   // for measurements: SQUEEZEKV_CUDA_PDL=0 launches every kernel after the previous one has finished,
   // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_MMA_DECODE=0
-  // decode attention, SQUEEZEKV_CUDA_FUSE_KV=0
-  // writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
+  // decode attention, SQUEEZEKV_CUDA_FUSE_KV=0 writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
   // step's mass right after its attention, SQUEEZEKV_CUDA_MMA_MASS=0 sums a prompt chunk's mass on
   // the CUDA cores, SQUEEZEKV_CUDA_BATCH_ATTN=0 runs a decode batch's attention one sequence
   // after another

@@ -21,8 +21,9 @@ struct Same {
 };
 
 // The kernel launches of one stream, and library calls that issue work on it (cuBLAS products:
-// call()). Launches are recorded until the host next needs the device (a copy, a free), then issued: directly, or, when the same launches with the
-// same arguments, byte for byte, came before, as one launch of the CUDA graph captured from them.
+// call()). Launches are recorded until the host next needs the device (a download, a waiting
+// copy, a free), then issued: directly, or, when the same launches with the same arguments, byte
+// for byte, came before, as one launch of the CUDA graph captured from them.
 // A decode step repeats its launches exactly once the counts that grow with every token are read
 // from device memory (KvView::count_dev), so from its third step on a whole step is one graph
 // launch instead of ~14 launches a layer (docs/DESIGN.md "A decode step replays as one CUDA graph"). A graph
