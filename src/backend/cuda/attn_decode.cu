@@ -18,8 +18,6 @@
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 
-#include <algorithm>
-
 #include "backend/cuda/common.cuh"
 
 namespace squeezekv::cuda {
@@ -357,10 +355,7 @@ void launch_batch_one(Launcher& L, int G, int most, int seqs, int sms, const Dec
     attribute_set = true;
   }
   int per_block = 1;
-  if constexpr (dec_merge_in_stage<LPK * 8, GMAX>()) {
-    const int blocks = std::max(1, kDecBlocksPerSm<GMAX> * sms / (G * seqs));  // per kv head and sequence
-    per_block = (most + blocks - 1) / blocks;
-  }
+  if constexpr (dec_merge_in_stage<LPK * 8, GMAX>()) per_block = splits_per_block(most, G, seqs, kDecBlocksPerSm<GMAX> * sms);
   const dim3 grid(G, (most + per_block - 1) / per_block, seqs);
   L.launch(k_attn_decode_batch<__half, LPK, GMAX>, grid, kDecWarps * 32, smem, b, r, a, per_block);
 }

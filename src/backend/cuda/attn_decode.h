@@ -91,6 +91,14 @@ __device__ inline BatchBlock batch_block(const DecodeBatch& b, const DecodeRows&
   return k;
 }
 
+// How a batch launch's blocks share a kv head's splits (both decode kernels): the splits a block
+// takes so that about `resident` blocks (what the device holds at once) cover the batch's seqs
+// sequences of G kv heads and at most `most` splits each; the grid's y is ceil(most / that).
+inline int splits_per_block(int most, int G, int seqs, int resident) {
+  const int blocks = resident / (G * seqs) > 1 ? resident / (G * seqs) : 1;  // per kv head and sequence
+  return (most + blocks - 1) / blocks;
+}
+
 // The decode attention of a batch's rows (its `seqs` sequences, their most splits `most`), each
 // split as launch_attn_decode runs it, a block taking several splits of its sequence where that
 // keeps about as many blocks as the device's `sms` SMs hold at once; then, once for all rows,

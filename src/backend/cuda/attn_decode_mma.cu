@@ -15,7 +15,6 @@
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 
-#include <algorithm>
 #include <climits>
 
 #include "backend/cuda/common.cuh"
@@ -239,8 +238,7 @@ template <int D, int GMAX>
 void launch_batch(Launcher& L, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
   static bool attribute_set = false;
   if (!attribute_set) set_smem(k_attn_decode_mma_batch<D, GMAX>, mma_dec_smem_bytes<D>()), attribute_set = true;
-  const int blocks = std::max(1, kMmaDecBlocksPerSm * sms / (a.G * seqs));  // per kv head and sequence
-  const int per_block = (most + blocks - 1) / blocks;
+  const int per_block = splits_per_block(most, a.G, seqs, kMmaDecBlocksPerSm * sms);
   const dim3 grid(a.G, (most + per_block - 1) / per_block, seqs);
   L.launch(k_attn_decode_mma_batch<D, GMAX>, grid, 32, mma_dec_smem_bytes<D>(), b, r, a, per_block);
 }

@@ -40,15 +40,22 @@ struct LtCall {
 };
 static_assert(sizeof(LtCall) == 7 * 8, "LtCall: no padding (recorded bytes)");
 
-void run(const LtCall& g, const cublasLtMatmulAlgo_t& algo, cudaStream_t st) {
+LtCall make_call(cublasLtHandle_t lt, const LtProducts::Plan* plan, const void* w, const void* x, float* out, void* ws,
+                 uint64_t ws_bytes) {
+  LtCall g;
+  std::memset(&g, 0, sizeof g);
+  g.lt = lt, g.plan = plan, g.w = w, g.x = x, g.out = out, g.ws = ws, g.ws_bytes = ws_bytes;
+  return g;
+}
+// The product with one algorithm (the chosen one, or a candidate being timed).
+cublasStatus_t lt_matmul(const LtCall& g, const cublasLtMatmulAlgo_t& algo, cudaStream_t st) {
   const float one = 1.0f, zero = 0.0f;
-  check(cublasLtMatmul(g.lt, g.plan->op, &one, g.w, g.plan->a, g.x, g.plan->b, &zero, g.out, g.plan->c, g.out, g.plan->c, &algo, g.ws,
-                       g.ws_bytes, st),
-        "cublasLtMatmul");
+  return cublasLtMatmul(g.lt, g.plan->op, &one, g.w, g.plan->a, g.x, g.plan->b, &zero, g.out, g.plan->c, g.out, g.plan->c, &algo, g.ws,
+                        g.ws_bytes, st);
 }
 void run_recorded(const void* p, cudaStream_t st) {
   const LtCall& g = *static_cast<const LtCall*>(p);
-  run(g, g.plan->algo, st);
+  check(lt_matmul(g, g.plan->algo, st), "cublasLtMatmul");
 }
 
 }  // namespace
@@ -65,10 +72,7 @@ LtProducts::~LtProducts() {
 bool LtProducts::product(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, int R, int B, int C) {
   Plan* p = plan(out, xb, W, R, B, C);
   if (p == nullptr) return false;
-  LtCall g;
-  std::memset(&g, 0, sizeof g);
-  g.lt = lt_, g.plan = p, g.w = W, g.x = xb, g.out = out, g.ws = ws_, g.ws_bytes = ws_bytes_;
-  L_.call(run_recorded, g);
+  L_.call(run_recorded, make_call(lt_, p, W, xb, out, ws_, ws_bytes_));
   return true;
 }
 
@@ -103,6 +107,7 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
+  const LtCall g = make_call(lt_, &p, W, xb, out, ws_, ws_bytes_);
   float best = 0.0f;
   for (int i = 0; i < n_found; ++i) {
     if (found[i].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -111,9 +116,7 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
     for (int r = 0; r <= kRuns && !fails; ++r) {  // run 0 warms up
       if (flush != nullptr) check(cudaMemsetAsync(flush, r, kL2Flush, st), "memset (product timing)");
       check(cudaEventRecord(e0, st), "event");
-      const float one = 1.0f, zero = 0.0f;
-      fails = cublasLtMatmul(lt_, p.op, &one, W, p.a, xb, p.b, &zero, out, p.c, out, p.c, &found[i].algo, ws_, ws_bytes_, st) !=
-              CUBLAS_STATUS_SUCCESS;
+      fails = lt_matmul(g, found[i].algo, st) != CUBLAS_STATUS_SUCCESS;
       check(cudaEventRecord(e1, st), "event");
       check(cudaEventSynchronize(e1), "event");
       float t = 0.0f;
