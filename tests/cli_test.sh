@@ -53,6 +53,12 @@ expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memo
 expect_error "--max-memory" bench --dummy "$(dirname "$0")/../bench/configs/llama-3.1-8b.json" --max-memory 1G  # refused before allocating 16 GB
 # a build without the CUDA backend, or a machine without a GPU, says so (this test runs without one)
 if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
+# a build with the CUDA backend refuses a measurement switch's unknown value, naming it, before any device work
+case "$("$bin" generate -m "$m" --tokenizer "$tok" -p hi --device cuda 2>&1 < /dev/null)" in
+  *"has no CUDA backend"*) ;;
+  *) SQUEEZEKV_CUDA_BATCH=bogus expect_error "SQUEEZEKV_CUDA_BATCH: expected tuned, blas, gemv or mma, got 'bogus'" \
+       generate -m "$m" --tokenizer "$tok" -p hi --device cuda ;;
+esac
 expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi
 expect_error "not both" generate --dummy /nonexistent/config.json -m "$m" -p hi
 big="$(mktemp --suffix=.json)"
