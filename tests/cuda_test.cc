@@ -755,5 +755,73 @@ TEST_F(Cuda, GraphReplayEqualsDirectLaunches) {
   }
 }
 
+// Engine::copy_sequence on the device: the copy (made after the prompt, the original then
+// removed) continues with exactly the original's logits, for caches that keep everything, evict on
+// the device every step (h2o) and hold a squeeze schedule; the KV pool has a default size on a
+// device (what was free after the weights, less the reserve) and counts the copies.
+TEST_F(Cuda, CopiedSequenceContinuesBitForBit) {
+  const auto m = Model::load(test::tinystories());
+  const int V = m->config().vocab_size;
+  SessionOptions so;
+  so.device = Device::kCuda;
+  so.prefill_chunk = 16;
+  Engine engine(*m, so, 2);
+  EXPECT_GT(engine.kv_pool().limit, 0);
+  const std::vector<int> ids = prompt(*m, 40), next = prompt(*m, 12);
+  for (KvPolicy policy : {KvPolicy::kFull, KvPolicy::kH2O, KvPolicy::kSqueeze}) {
+    CacheConfig c;
+    c.max_tokens = 128;
+    c.policy = policy;
+    c.budget = policy == KvPolicy::kFull ? 0 : 24;
+    auto run = [&](bool copy) {
+      SequenceId s = engine.add_sequence(c);
+      for (int at = 0; at < 40; at += 16) engine.prefill(s, std::span<const int>(ids).subspan(at, std::min(16, 40 - at)), 40);
+      if (copy) {
+        const SequenceId t = engine.copy_sequence(s);
+        const KvPoolUsage u = engine.kv_pool();
+        EXPECT_EQ(u.sequences_budgeted + u.sequences_full, 2);
+        EXPECT_LE(u.reserved, u.limit);
+        engine.remove_sequence(s);
+        s = t;
+      }
+      std::vector<float> out;
+      for (int t : next) {
+        const auto l = engine.decode(std::span<const SequenceId>(&s, 1), std::span<const int>(&t, 1));
+        out.insert(out.end(), l.begin(), l.end());
+      }
+      engine.remove_sequence(s);
+      return out;
+    };
+    const std::vector<float> want = run(false), got = run(true);
+    ASSERT_EQ(got.size(), want.size());
+    int differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0) << kv_policy_name(policy) << ": " << differ << " of " << got.size() << " logits (" << next.size() << " x " << V << ")";
+  }
+  EXPECT_EQ(engine.kv_pool().reserved, 0);
+}
+
+// A freed device buffer's block goes back to the backend's cache (no cudaFree, which would wait
+// for the whole device) and the next buffer of the same rounded size takes it; the cached bytes
+// count as free memory.
+TEST_F(Cuda, FreedBlocksAreReused) {
+  auto be = make_backend({Device::kCuda});
+  const size_t bytes = (size_t{64} << 20) + 12345;
+  void* first = nullptr;
+  {
+    auto a = be->alloc(bytes);
+    first = a->data();
+  }
+  const Backend::MemoryInfo cached = be->memory();
+  auto b = be->alloc(bytes - 1000);  // rounds to the same 2 MiB multiple
+  EXPECT_EQ(b->data(), first);
+  const Backend::MemoryInfo taken = be->memory();
+  EXPECT_GE(cached.free - taken.free, static_cast<int64_t>(bytes) - (int64_t{4} << 20));
+  // zeroed like a new buffer
+  std::vector<unsigned char> host(4096, 1);
+  be->download(host.data(), b->data(), host.size());
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](unsigned char x) { return x == 0; }));
+}
+
 }  // namespace
 }  // namespace squeezekv

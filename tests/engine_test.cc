@@ -163,6 +163,64 @@ TEST(Engine, DecodeRowsEqualLoneRowsBitForBit) {
   }
 }
 
+// A copied sequence (Engine::copy_sequence) is the original's continuation, bit for bit, under
+// every policy: copied after its prompt (the schedule fixed, rows evicted) or in the middle of it
+// (squeeze's schedule and kvzip's scoring still to come), with the original removed at once so
+// nothing is shared.
+TEST(Engine, CopiedSequenceContinuesBitForBit) {
+  const Model& m = smollm();
+  const int V = m.config().vocab_size;
+  SessionOptions o = options(DecodeActivations::kF32);
+  o.prefill_chunk = 8;
+  Engine engine(m, o, 2);
+  const std::vector<int> prompt =
+      m.tokenizer().encode("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed", true);
+  const std::vector<int> next = {42, 1000, 7, 300, 12, 9, 77, 5000, 3, 640};
+  CacheConfig pyramid = cache_of(KvPolicy::kPyramidKV, 12);
+  pyramid.snapkv_window = 4;
+  const std::vector<CacheConfig> configs = {cache_of(KvPolicy::kFull, 0), cache_of(KvPolicy::kH2O, 10), cache_of(KvPolicy::kWindow, 10),
+                                            cache_of(KvPolicy::kSqueeze, 10), snapkv(12, 4), pyramid, cache_of(KvPolicy::kKvzip, 10)};
+  const int P = static_cast<int>(prompt.size());
+  ASSERT_GT(P, 16);
+  // runs the prompt's chunks [from, to) of sequence s
+  auto prefill = [&](SequenceId s, int from, int to) {
+    for (int at = from; at < to; at += 8)
+      engine.prefill(s, std::span<const int>(prompt).subspan(at, std::min(8, to - at)), P);
+  };
+  for (const CacheConfig& c : configs)
+    for (const int copy_at : {8, P}) {  // in the prompt, after it
+      const std::string what = std::string(kv_policy_name(c.policy)) + " copied at " + std::to_string(copy_at);
+      const SequenceId ref = engine.add_sequence(c);
+      prefill(ref, 0, P);
+      std::vector<float> want;
+      for (int t : next) {
+        const std::span<const float> out = engine.decode(std::span<const SequenceId>(&ref, 1), std::span<const int>(&t, 1));
+        want.insert(want.end(), out.begin(), out.end());
+      }
+      const std::vector<LayerStats> ref_stats = engine.kv_stats(ref);
+      engine.remove_sequence(ref);
+
+      const SequenceId a = engine.add_sequence(c);
+      prefill(a, 0, copy_at);
+      const SequenceId b = engine.copy_sequence(a);
+      EXPECT_EQ(engine.position(b), copy_at) << what;
+      engine.remove_sequence(a);
+      prefill(b, copy_at, P);
+      for (size_t i = 0; i < next.size(); ++i) {
+        const std::span<const float> out = engine.decode(std::span<const SequenceId>(&b, 1), std::span<const int>(&next[i], 1));
+        for (int j = 0; j < V; ++j) ASSERT_EQ(out[j], want[i * V + j]) << what << ": step " << i << " logit " << j;
+      }
+      const std::vector<LayerStats> stats = engine.kv_stats(b);
+      ASSERT_EQ(stats.size(), ref_stats.size());
+      for (size_t l = 0; l < stats.size(); ++l) {
+        EXPECT_EQ(stats[l].tokens_kept, ref_stats[l].tokens_kept) << what << ": layer " << l;
+        EXPECT_EQ(stats[l].budget, ref_stats[l].budget) << what << ": layer " << l;
+      }
+      engine.remove_sequence(b);
+    }
+  EXPECT_EQ(engine.sequences(), 0);
+}
+
 TEST(Scheduler, CancelAndStopFreeTheirSequences) {
   const Model& m = smollm();
   SessionOptions o = options(DecodeActivations::kInt8);
@@ -306,6 +364,63 @@ TEST(MaxMemory, RefusesWhatDoesNotFitAndQueuesWhatWill) {
   EXPECT_EQ(reasons[0], "length");
   EXPECT_EQ(reasons[1], "length");
   EXPECT_EQ(engine.sequences(), 0);
+}
+
+// --kv-memory: the KV pool admits sequences by the bytes their caches take in the backend's
+// memory (CachePlan::pool_bytes), copies included; Engine::kv_pool() reports it; a sequence that
+// could never fit is told so (alone), one that will fit once another goes is not.
+TEST(KvMemory, ThePoolAdmitsBySlabs) {
+  const Model& m = smollm();
+  SessionOptions so = options(DecodeActivations::kF32);
+  so.prefill_chunk = 64;
+  const CacheConfig small = cache_of(KvPolicy::kH2O, 32), full = cache_of(KvPolicy::kFull, 0);
+  const int64_t slab = CacheBuilder::plan(m.config(), small, 64, false).pool_bytes();
+  const int64_t whole = CacheBuilder::plan(m.config(), full, 64, false).pool_bytes();
+  ASSERT_GT(slab, 0);
+  ASSERT_LT(2 * slab, whole);
+  so.kv_memory = 2 * slab + slab / 2;  // two budgeted sequences, not three; never a full one
+  Engine engine(m, so, 4);
+  EXPECT_EQ(engine.kv_pool().limit, so.kv_memory);
+  const SequenceId a = engine.add_sequence(small);
+  engine.prefill(a, m.tokenizer().encode("Once upon a time", true));
+  const SequenceId b = engine.copy_sequence(a);
+  KvPoolUsage u = engine.kv_pool();
+  EXPECT_EQ(u.reserved, 2 * slab);
+  EXPECT_EQ(u.sequences_budgeted, 2);
+  EXPECT_EQ(u.sequences_full, 0);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      if (attempt == 0) engine.add_sequence(small);
+      else engine.copy_sequence(a);
+      ADD_FAILURE() << "a third sequence over the pool was accepted";
+    } catch (const MemoryLimitError& e) {
+      EXPECT_FALSE(e.alone());
+      EXPECT_NE(std::string(e.what()).find("--kv-memory"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    engine.add_sequence(full);
+    ADD_FAILURE() << "a full cache larger than the pool was accepted";
+  } catch (const MemoryLimitError& e) {
+    EXPECT_TRUE(e.alone()) << e.what();
+  }
+  engine.remove_sequence(a);
+  engine.remove_sequence(b);
+  EXPECT_EQ(engine.kv_pool().reserved, 0);
+  // a share of the free memory resolves to a size; one outside (0, 1] is refused naming the flag
+  so.kv_memory = 0;
+  so.kv_memory_fraction = 0.5;
+  EXPECT_GT(Engine(m, so, 1).kv_pool().limit, 0);
+  so.kv_memory_fraction = 1.5;
+  try {
+    Engine e(m, so, 1);
+    ADD_FAILURE() << "a share of 1.5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-memory"), std::string::npos) << e.what();
+  }
+  // the CPU's default: no pool beyond --max-memory
+  so.kv_memory_fraction = 0.0;
+  EXPECT_EQ(Engine(m, so, 1).kv_pool().limit, 0);
 }
 
 }  // namespace

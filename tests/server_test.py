@@ -267,6 +267,50 @@ def main():
         check(generated < 16 * 300 - 8 * 200, f"the leavers stopped early ({generated:.0f} tokens generated in all)")
         check(srv2.stop() == 0, "squeeze server exits 0 on SIGTERM")
 
+        # 3b. the KV pool (--kv-memory) with room for two budgeted sequences under --parallel 8: all
+        # 8 requests finish with one text, never more than two hold slabs at once, the pool's bytes
+        # stay within its size and are all back afterwards; a full cache that can never fit is
+        # refused with a message naming the flag, and the server keeps serving
+        slab = (BUDGET + CHUNK) * row_bytes * (1 + 8 / (4 * 64))  # f16 K and V (head dim 64), position and mass
+        pool = 5 << 20
+        check(2 * slab <= pool < 3 * slab, f"a pool of {pool} bytes holds two slabs of {slab:.0f} bytes, not three")
+        srv3 = Server("--parallel", "8", "--kv-policy", "squeeze", "--kv-budget", str(BUDGET), "--kv-memory", str(pool))
+        c3 = openai.OpenAI(base_url=srv3.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        most = {"seqs": 0, "used": 0}
+        watching = threading.Event()
+
+        def watch():
+            while not watching.is_set():
+                m3 = srv3.metrics()
+                most["seqs"] = max(most["seqs"], m3['squeezekv_kv_pool_sequences{kind="budgeted"}'])
+                most["used"] = max(most["used"], m3["squeezekv_kv_pool_used_bytes"])
+                time.sleep(0.01)
+
+        texts = [None] * 8
+
+        def pooled(i):
+            texts[i] = ask(c3, long_prompt, 30, None, False, True)[0]
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        ts = [threading.Thread(target=pooled, args=(i,)) for i in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        m3 = wait_idle(srv3)
+        watching.set()
+        watcher.join()
+        check(texts[0] and all(t == texts[0] for t in texts), f"8 requests through a pool of two slabs finish with one text ({texts[:2]!r})")
+        check(m3["squeezekv_kv_pool_bytes"] == pool, f"/metrics gives the pool's size ({m3['squeezekv_kv_pool_bytes']:.0f})")
+        check(0 < most["seqs"] <= 2, f"at most two sequences held slabs at once ({most['seqs']:.0f})")
+        check(0 < most["used"] <= pool, f"the pool's used bytes stayed within it ({most['used']:.0f} <= {pool})")
+        check(m3["squeezekv_kv_pool_used_bytes"] == 0, "the pool is empty once the requests are done")
+        status, body, _ = srv3.raw("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "kv": {"policy": "full"}})
+        check(status == 500 and "--kv-memory" in body, f"a full cache larger than the pool is refused naming --kv-memory ({status} {body[:160]})")
+        check(ask(c3, "hi", 2, None, False, False)[0] is not None, "the server keeps serving after it")
+        check(srv3.stop() == 0, "pooled server exits 0 on SIGTERM")
+
         # 4. bad requests: status, message, and the server keeps serving
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         cases = [

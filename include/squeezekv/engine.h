@@ -30,6 +30,15 @@ struct KvUsage {
   int64_t full = 0;  // f16 bytes of the same tokens without eviction
 };
 
+// The KV pool (SessionOptions::kv_memory): what the sequences' K and V arrays may take in the
+// device's memory and what they take now.
+struct KvPoolUsage {
+  int64_t limit = 0;           // bytes (0: no limit)
+  int64_t reserved = 0;        // bytes the live sequences' caches allocate
+  int sequences_budgeted = 0;  // sequences held to a budget: fixed slabs of budget + one chunk rows
+  int sequences_full = 0;      // full-cache sequences: their whole --ctx reserved
+};
+
 class Engine {
  public:
   // options: device, threads, prefill chunk and decode arithmetic for every sequence (options.cache
@@ -40,6 +49,11 @@ class Engine {
   // A new sequence with its own caches (cache validated first: Error naming the flag).
   SequenceId add_sequence(const CacheConfig& cache);
   void remove_sequence(SequenceId id);
+  // A new sequence that is a deep copy of `id` (its caches, squeeze schedule, position): it
+  // continues exactly as `id` would, bit for bit, and counts against --max-memory and the KV
+  // memory like any new sequence (MemoryLimitError when it does not fit). For a prompt shared by
+  // many sequences (and for the bench, which fills B sequences to a depth with one prefill).
+  SequenceId copy_sequence(SequenceId id);
 
   // Runs up to prefill_chunk() prompt tokens of one sequence; returns the logits [V] of its last row.
   // prompt_end: the position where the whole prompt ends, when it is given in chunks (0: with
@@ -56,6 +70,7 @@ class Engine {
   int context_limit(const CacheConfig& cache) const;
   std::vector<LayerStats> kv_stats(SequenceId id) const;
   int sequences() const;
+  KvPoolUsage kv_pool() const;
   int max_batch() const;
   int prefill_chunk() const;
   const Model& model() const;

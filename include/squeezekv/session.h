@@ -39,6 +39,15 @@ struct SessionOptions {
   // --max-memory: the bytes the run may hold (weights as stored, a step's activations, every
   // sequence's KV cache at the capacity it allocates); checked before allocating; 0: no limit
   int64_t max_memory = 0;
+  // --kv-memory: the bytes every sequence's K and V arrays together may take in the backend's
+  // memory (the KV pool: a sequence is admitted only when its caches fit beside the others'; a
+  // budgeted sequence takes fixed slabs of budget + one prefill chunk rows per layer, a full-cache
+  // one its whole --ctx). 0: on a device, what is free once the weights and a step's activations
+  // are in, less a reserve (the larger of 1 GiB and 5% of the device) for the library workspaces
+  // and a squeeze schedule's re-layout; on the CPU no limit beyond --max-memory.
+  // kv_memory_fraction in (0, 1]: that share of the memory free then, instead of a size.
+  int64_t kv_memory = 0;
+  double kv_memory_fraction = 0.0;
   int prefill_chunk = 512;    // rows per prefill step
   DecodeActivations decode_activations = DecodeActivations::kF32;
   CacheConfig cache;

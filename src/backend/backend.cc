@@ -1,6 +1,8 @@
 // Device names and the choice of backend: the one file that knows every backend of the build.
 #include "backend/backend.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <vector>
 
@@ -27,6 +29,11 @@ class HostBuffer final : public Buffer {
 }  // namespace
 
 std::unique_ptr<Buffer> Backend::alloc_host(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+Backend::MemoryInfo Backend::memory() const {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  return {static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * page, static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * page};
+}
 
 Device parse_device(const std::string& name) { return parse_enum("--device", name, kDevices); }
 const char* device_name(Device d) { return enum_name(d, kDevices); }

@@ -155,6 +155,12 @@ class Backend {
   // *newest_dev - n_recent + 1 instead (the same value; a replayed step reads it there).
   virtual void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from,
                             const int32_t* newest_dev = nullptr, int n_recent = 0) = 0;
+  // The backend's memory: bytes free now (a device's cached free blocks count as free) and in all.
+  struct MemoryInfo {
+    int64_t free = 0, total = 0;
+  };
+  // By default the host's (available and physical memory).
+  virtual MemoryInfo memory() const;
   // The device's copy bandwidth in bytes/s (read + written), measured once; 0 where not measured.
   virtual double copy_bandwidth() { return 0.0; }
   // How many times a recorded launch list was replayed as a whole (a device's CUDA graphs; 0 on

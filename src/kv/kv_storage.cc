@@ -196,6 +196,33 @@ void KvStorage::set_capacity(int capacity) {
   }
 }
 
+void KvStorage::copy_from(const KvStorage& src) {
+  assert(src.G_ == G_ && src.D_ == D_ && src.types_.k == types_.k && src.types_.v == types_.v);
+  if (src.backend_ != backend_) throw Error("kv cache: a copy must live on the source's backend");
+  src.sync_to_host();
+  if (capacity_ != src.capacity_) {
+    count_ = 0;  // nothing of this storage's rows is kept
+    capacity_ = src.capacity_;
+    allocate();
+  }
+  const size_t rows = static_cast<size_t>(G_) * capacity_;
+  backend_->copy(k_->data(), src.k_->data(), rows * kv_row_bytes(types_.k, D_));
+  backend_->copy(v_->data(), src.v_->data(), rows * kv_row_bytes(types_.v, D_));
+  backend_->copy(pos_->data(), src.pos_->data(), rows * sizeof(int32_t));
+  backend_->copy(mass_->data(), src.mass_->data(), rows * sizeof(float));
+  if (k_offset_) backend_->copy(k_offset_->data(), src.k_offset_->data(), static_cast<size_t>(G_) * D_ * sizeof(float));
+  if (!backend_->host_visible()) {
+    std::copy_n(src.pos_host_, rows, pos_host_);
+    std::copy_n(src.mass_host_, rows, mass_host_);
+  }
+  pos_stale_ = mass_stale_ = false;
+  count_ = src.count_;
+  live_ = src.live_;
+  newest_ = src.newest_;
+  last_appended_ = src.last_appended_;
+  newest_dev_ = nullptr;  // the source's step pointer means nothing here
+}
+
 KvView KvStorage::view() const {
   KvView v;
   v.type = types_.k;

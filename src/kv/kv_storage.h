@@ -66,6 +66,10 @@ class KvStorage {
   // Re-lays the arrays for a new capacity (>= count), keeping the held rows. A deep copy: called
   // once per schedule change, never per step.
   void set_capacity(int capacity);
+  // Makes this storage a deep copy of src (same heads, head dim and row types; the capacity
+  // follows src's): rows, positions, mass and key offset, copied within the backend's memory.
+  // The count binding (bind_device_count) stays this storage's own.
+  void copy_from(const KvStorage& src);
   KvView view() const;
   // The held rows less the slots `ev` names (per head): a view whose evicted slots carry kDeadPos,
   // so attention over it is attention over the others alone. The positions are copied into a

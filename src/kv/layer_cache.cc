@@ -76,6 +76,14 @@ void LayerCache::reset() {
   last_step_rows_ = 0;
 }
 
+void LayerCache::copy_from(const LayerCache& src, SqueezeCoordinator* coordinator) {
+  assert(src.layer_ == layer_ && src.max_step_rows_ == max_step_rows_ && src.max_tokens_ == max_tokens_);
+  policy_ = src.policy_->clone(coordinator);
+  storage_.copy_from(src.storage_);
+  tokens_seen_ = src.tokens_seen_;
+  last_step_rows_ = src.last_step_rows_;
+}
+
 LayerStats LayerCache::stats() const {
   LayerStats s;
   s.layer = layer_;

@@ -67,6 +67,9 @@ class LayerCache {
   // Ends the pass: the policy evicts by the scores it gathered.
   void end_scoring();
   void reset();
+  // Makes this layer a deep copy of src (a layer of the same plan): its rows, its policy's state
+  // (a coordinated policy now reports to `coordinator`) and its counters.
+  void copy_from(const LayerCache& src, SqueezeCoordinator* coordinator);
   LayerStats stats() const;
   const KvStorage& storage() const { return storage_; }
   void bind_device_count(const int32_t* count_dev) { storage_.bind_device_count(count_dev); }
@@ -98,6 +101,9 @@ struct SequenceCache {
   // Before a step that appends T rows to every layer: each layer's count once they are in.
   void stage_step(int T);
   void reset();
+  // Makes these caches a deep copy of src (built from the same plan on the same backend): the
+  // coordinator's reports and schedule, then every layer (Engine::copy_sequence).
+  void copy_from(const SequenceCache& src);
   // Ends a step of every layer: first each policy hears the step (squeeze reports to the
   // coordinator), then each layer compacts. input_end: the tokens seen when the caller's
   // current input ends.
@@ -121,13 +127,15 @@ class CachePlan {
   int max_tokens() const { return max_tokens_; }
   int max_step_rows() const { return max_step_rows_; }
   int64_t bytes() const { return bytes_; }
+  // The part of bytes() in the backend's memory (K, V, positions and mass): what the KV pool holds.
+  int64_t pool_bytes() const { return pool_bytes_; }
 
  private:
   friend class CacheBuilder;
   CachePlan() = default;
   CacheConfig cfg_;
   int max_tokens_ = 0, max_step_rows_ = 0;
-  int64_t bytes_ = 0;
+  int64_t bytes_ = 0, pool_bytes_ = 0;
 };
 
 class CacheBuilder {

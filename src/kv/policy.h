@@ -16,6 +16,8 @@
 
 namespace squeezekv {
 
+class SqueezeCoordinator;
+
 // What the end of a step tells every layer's policy (before any layer compacts).
 struct StepInfo {
   int rows = 0;              // rows appended this step (> 1 for a prefill chunk)
@@ -77,6 +79,9 @@ class EvictionPolicy {
   const ScoringPass* scoring() const { return const_cast<EvictionPolicy*>(this)->scoring(); }
 
   virtual void reset() {}
+  // A copy of this policy with all its state, for a copied sequence (Engine::copy_sequence); a
+  // coordinated policy reports to `coordinator` (the copy's own) instead of the original's.
+  virtual std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator* coordinator) const = 0;
 };
 
 // Keeps everything: the reference every other policy must match when its budget does not bind.
@@ -85,6 +90,7 @@ class FullPolicy final : public EvictionPolicy {
   explicit FullPolicy(int capacity) : capacity_(capacity) {}
   int budget() const override { return capacity_; }
   bool select(const KvStorage&, int, Eviction&) override { return false; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<FullPolicy>(*this); }
 
  private:
   int capacity_;

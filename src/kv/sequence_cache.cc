@@ -1,6 +1,7 @@
 // The caches of one sequence (layer_cache.h: SequenceCache) and how they are planned and built
 // (CacheBuilder): the config validated once, into a CachePlan, which the builder trusts.
 #include <algorithm>
+#include <cassert>
 
 #include "kv/layer_cache.h"
 #include "squeezekv/error.h"
@@ -11,6 +12,12 @@ namespace squeezekv {
 void SequenceCache::reset() {
   for (LayerCache& l : layers) l.reset();
   if (coordinator) coordinator->reset();
+}
+
+void SequenceCache::copy_from(const SequenceCache& src) {
+  assert(src.layers.size() == layers.size() && (src.coordinator == nullptr) == (coordinator == nullptr));
+  if (coordinator) *coordinator = *src.coordinator;
+  for (size_t l = 0; l < layers.size(); ++l) layers[l].copy_from(src.layers[l], coordinator.get());
 }
 
 void SequenceCache::stage_step(int T) {
@@ -61,6 +68,7 @@ CachePlan CacheBuilder::plan(const ModelConfig& model, const CacheConfig& cfg, i
     const auto policy = info.make(ctx);
     const int cap = LayerCache::capacity_for(*policy, max_step_rows, p.max_tokens_);
     p.bytes_ += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, host_mirror);
+    p.pool_bytes_ += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, false);
   }
   return p;
 }

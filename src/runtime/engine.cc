@@ -22,6 +22,12 @@ struct Engine::Impl {
     if (batch < 1) throw Error("engine: the batch must hold at least 1 sequence, got " + std::to_string(batch));
     return std::max(o.prefill_chunk, batch);  // the runner checks the chunk
   }
+  // What the live sequences' caches hold, for --max-memory and the KV pool.
+  KvHeld held() const {
+    KvHeld h;
+    for (const auto& [id, q] : seqs) h.bytes += q->kv_bytes, h.pool += q->pool_bytes;
+    return h;
+  }
   SequenceState& get(SequenceId id) {
     auto it = seqs.find(id);
     if (it == seqs.end()) throw Error("engine: no sequence " + std::to_string(id));
@@ -34,12 +40,18 @@ Engine::Engine(const Model& model, const SessionOptions& options, int max_batch)
 Engine::~Engine() = default;
 
 SequenceId Engine::add_sequence(const CacheConfig& cache) {
-  int64_t held = 0;  // the live sequences' caches, for --max-memory
-  for (const auto& [id, q] : impl_->seqs) held += q->kv_bytes;
-  auto s = std::make_unique<SequenceState>(impl_->runner.new_sequence(cache, held));
+  auto s = std::make_unique<SequenceState>(impl_->runner.new_sequence(cache, impl_->held()));
   const SequenceId id = impl_->next_id++;
   impl_->seqs.emplace(id, std::move(s));
   return id;
+}
+
+SequenceId Engine::copy_sequence(SequenceId id) {
+  const SequenceState& src = impl_->get(id);
+  auto s = std::make_unique<SequenceState>(impl_->runner.copy_sequence(src, impl_->held()));
+  const SequenceId copy = impl_->next_id++;
+  impl_->seqs.emplace(copy, std::move(s));
+  return copy;
 }
 
 void Engine::remove_sequence(SequenceId id) { impl_->seqs.erase(id); }
@@ -76,6 +88,13 @@ std::vector<LayerStats> Engine::kv_stats(SequenceId id) const {
   return out;
 }
 int Engine::sequences() const { return static_cast<int>(impl_->seqs.size()); }
+KvPoolUsage Engine::kv_pool() const {
+  KvPoolUsage u;
+  u.limit = impl_->runner.kv_pool();
+  u.reserved = impl_->held().pool;
+  for (const auto& [id, q] : impl_->seqs) ++(q->config.policy == KvPolicy::kFull ? u.sequences_full : u.sequences_budgeted);
+  return u;
+}
 int Engine::max_batch() const { return impl_->max_batch; }
 int Engine::prefill_chunk() const { return impl_->runner.prefill_chunk(); }
 int64_t Engine::device_graph_replays() const { return impl_->runner.backend().graph_replays(); }

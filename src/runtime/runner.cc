@@ -71,6 +71,9 @@ Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m
   if (opt_.prefill_chunk < 1) throw Error("--prefill-chunk: must be at least 1, got " + std::to_string(opt_.prefill_chunk));
   if (max_rows_ < 1) throw Error("runner: a step must hold at least 1 row, got " + std::to_string(max_rows_));
   if (opt_.max_memory < 0) throw Error("--max-memory: must be positive, got " + std::to_string(opt_.max_memory));
+  if (opt_.kv_memory < 0) throw Error("--kv-memory: must be positive, got " + std::to_string(opt_.kv_memory));
+  if (!(opt_.kv_memory_fraction >= 0.0 && opt_.kv_memory_fraction <= 1.0))
+    throw Error("--kv-memory: a share of the free memory must be in (0, 1], got " + std::to_string(opt_.kv_memory_fraction));
   const int64_t weights = m.weight_summary().total_bytes, scratch = scratch_bytes(c, max_rows_);
   base_bytes_ = weights + scratch;
   if (opt_.max_memory > 0 && base_bytes_ > opt_.max_memory)
@@ -95,11 +98,25 @@ Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m
   x_in_ = floats(T * E);
   rows_pos_ = backend_->alloc(T * sizeof(int32_t));
   logits_dev_ = floats(c.vocab_size);
+  kv_pool_ = resolve_kv_pool();
   rows_pos_host_.resize(T);
   rows_tok_.resize(T);
 }
 
 Runner::~Runner() = default;
+
+int64_t Runner::resolve_kv_pool() const {
+  if (opt_.kv_memory > 0) return opt_.kv_memory;
+  const bool device = !backend_->host_visible();
+  if (!device && opt_.kv_memory_fraction == 0.0) return 0;  // the CPU: --max-memory alone
+  const Backend::MemoryInfo m = backend_->memory();
+  if (opt_.kv_memory_fraction > 0.0) return std::max<int64_t>(1, static_cast<int64_t>(opt_.kv_memory_fraction * static_cast<double>(m.free)));
+  // a device's default: what is free, less room for the libraries' workspaces, the batch
+  // kernels' scratch that grows with the batch, and one layer's re-layout when a squeeze schedule
+  // is fixed (set_capacity holds the old and the new arrays at once)
+  const int64_t reserve = std::max<int64_t>(int64_t{1} << 30, m.total / 20);
+  return std::max<int64_t>(1, m.free - reserve);
+}
 
 int sequence_max_tokens(const ModelConfig& c, const CacheConfig& cache) {
   // default: the model's context, capped so a 128k-context model does not reserve tens of GB
@@ -124,12 +141,21 @@ CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_i
   return CacheBuilder::plan(c, cache, std::min(o.prefill_chunk, cache.max_tokens), o.device != Device::kCpu);
 }
 
-SequenceState Runner::new_sequence(const CachePlan& plan, int64_t other_kv_bytes) const {
+SequenceState Runner::new_sequence(const CachePlan& plan, KvHeld other) const {
+  const int64_t other_kv_bytes = other.bytes;
   const ModelConfig& c = model_.config();
   assert(plan.max_step_rows() == std::min(chunk_, plan.max_tokens()));  // a plan of this runner's options
   SequenceState s;
   s.max_tokens = plan.max_tokens();
   s.kv_bytes = plan.bytes();
+  s.pool_bytes = plan.pool_bytes();
+  if (kv_pool_ > 0 && other.pool + s.pool_bytes > kv_pool_)
+    throw MemoryLimitError("--kv-memory: this sequence's KV cache (" + mib(s.pool_bytes) + " for " + std::to_string(s.max_tokens) +
+                               " tokens)" + (other.pool > 0 ? " beside the other sequences' (" + mib(other.pool) + ")" : std::string()) +
+                               " needs " + mib(other.pool + s.pool_bytes) + ", above the KV memory of " + mib(kv_pool_) +
+                               (opt_.kv_memory > 0 ? std::string() : std::string(" (what the ") + (backend_->host_visible() ? "host" : "device") + " had free for it)") +
+                               "; lower --ctx, use an eviction policy with --kv-budget, or raise --kv-memory",
+                           s.pool_bytes > kv_pool_);
   if (opt_.max_memory > 0 && base_bytes_ + other_kv_bytes + s.kv_bytes > opt_.max_memory)
     throw MemoryLimitError("--max-memory: this sequence's KV cache (" + mib(s.kv_bytes) + " for " + std::to_string(s.max_tokens) +
                 " tokens) beside the weights and activations (" + mib(base_bytes_) + ")" +
@@ -138,6 +164,15 @@ SequenceState Runner::new_sequence(const CachePlan& plan, int64_t other_kv_bytes
                 "; lower --ctx, use an eviction policy with --kv-budget, or raise --max-memory",
                 base_bytes_ + s.kv_bytes > opt_.max_memory);
   s.caches = CacheBuilder::build(c, plan, backend_.get());
+  s.config = plan.config();
+  return s;
+}
+
+SequenceState Runner::copy_sequence(const SequenceState& src, KvHeld other) const {
+  SequenceState s = new_sequence(src.config, other);
+  s.caches.copy_from(src.caches);
+  s.pos = src.pos;
+  s.context = src.context;
   return s;
 }
 

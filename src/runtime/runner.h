@@ -24,7 +24,9 @@ struct SequenceState {
   int pos = 0;
   int max_tokens = 0;        // most tokens this sequence may see
   int64_t kv_bytes = 0;      // what its caches allocate (CachePlan::bytes), for --max-memory
+  int64_t pool_bytes = 0;    // the part in the backend's memory (CachePlan::pool_bytes), for the KV pool
   std::vector<int> context;  // the input's token ids while a policy will score by repeating it (kvzip)
+  CacheConfig config;        // what its caches were planned from (CachePlan::config)
 };
 
 // The most tokens a sequence with this cache config may see (the model's context when unset,
@@ -33,6 +35,11 @@ int sequence_max_tokens(const ModelConfig& model, const CacheConfig& cache);
 
 // Throws Error "<op>: token id X outside the vocabulary [0, V)" for the first id out of range.
 void check_token_ids(std::span<const int> tokens, int vocab_size, const char* op);
+
+// What other live sequences' caches hold: SequenceState::kv_bytes and pool_bytes, summed.
+struct KvHeld {
+  int64_t bytes = 0, pool = 0;
+};
 
 // Rows [row, row + T) of a step belong to one sequence.
 struct Segment {
@@ -58,10 +65,18 @@ class Runner {
   // A sequence with the plan's caches (a plan of this runner's options). With --max-memory its
   // caches must fit beside the weights, the scratch and `other_kv_bytes` (what the caller's other
   // live sequences hold), checked before they are allocated.
-  SequenceState new_sequence(const CachePlan& plan, int64_t other_kv_bytes = 0) const;
-  SequenceState new_sequence(const CacheConfig& cache, int64_t other_kv_bytes = 0) const {
-    return new_sequence(plan_sequence(model_.config(), cache, opt_), other_kv_bytes);
+  // Likewise its K and V must fit the KV pool (kv_pool()) beside `other.pool` bytes.
+  SequenceState new_sequence(const CachePlan& plan, KvHeld other = {}) const;
+  SequenceState new_sequence(const CacheConfig& cache, KvHeld other = {}) const {
+    return new_sequence(plan_sequence(model_.config(), cache, opt_), other);
   }
+  // A deep copy of src (a sequence of this runner): caches, coordinator, position and recorded
+  // input, allocated and checked as a new sequence of its config. The copy continues exactly as
+  // src would (the same logits, bit for bit, on the same backend).
+  SequenceState copy_sequence(const SequenceState& src, KvHeld other = {}) const;
+  // The bytes every sequence's K and V may take in the backend's memory (SessionOptions::kv_memory,
+  // resolved once the weights are in); 0: no limit.
+  int64_t kv_pool() const { return kv_pool_; }
 
   // Refuses a segment that cannot run, before any work (Error starting with op): no rows, token
   // ids outside the vocabulary, more tokens than the sequence may see, an input end beyond them.
@@ -95,10 +110,13 @@ class Runner {
   void forward(std::span<const Segment> segments, Pass pass);
   // KVzip's reconstruction pass over seq.context (kvzip.cc says what it scores).
   void score_context(SequenceState& seq);
+  // kv_pool() from the options and, when they give no size, from the memory the backend has free.
+  int64_t resolve_kv_pool() const;
 
   const Model& model_;
   SessionOptions opt_;
   int64_t base_bytes_ = 0;  // weights + scratch, for --max-memory
+  int64_t kv_pool_ = 0;     // see kv_pool()
   int max_rows_ = 0;
   int chunk_ = 0;
   Activations act_ = Activations::kF32;

@@ -4,8 +4,8 @@
 // repeated, and the cache is refilled (untimed) before every repetition. Token ids are a fixed
 // sequence, so every engine can be fed the same ones (bench/compare_llamacpp.py does).
 // With batch sizes (-b), "tg N @ d x B" times N decode steps of B sequences together (the Engine:
-// one step runs every sequence's row through each weight matrix), each filled to depth d by its
-// own chunked prefill (untimed): aggregate tok/s = B x N / time, the time a step takes, and on a
+// one step runs every sequence's row through each weight matrix), filled to depth d untimed: one
+// sequence by chunked prefill, the others deep copies of it (Engine::copy_sequence): aggregate tok/s = B x N / time, the time a step takes, and on a
 // device the roofline of that mix (the matrices once plus every sequence's held KV a step).
 #pragma once
 #include <cstdint>

@@ -86,6 +86,7 @@ class Server {
  public:
   Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_) {
     limits_.model = &model;
+    kv_pool_ = engine_.kv_pool();
     limits_.kv_defaults = o.session.cache;
     limits_.ctx = engine_.context_limit(o.session.cache);
     limits_.max_prompt = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : limits_.ctx - 1;
@@ -188,7 +189,9 @@ class Server {
         for (auto& [id, job] : live) sched_.cancel(id);
       }
       const KvUsage kv = sched_.kv_usage();
+      const KvPoolUsage pool = engine_.kv_pool();
       lk.lock();
+      kv_pool_ = pool;
       running_ = sched_.running();
       kv_bytes_ = kv.held;
       kv_full_bytes_ = kv.full;
@@ -462,6 +465,14 @@ class Server {
          "squeezekv_kv_bytes_peak " + std::to_string(kv_bytes_peak_) + "\n");
     line("squeezekv_kv_full_bytes", "f16 bytes the same sequences' tokens would take without eviction", "gauge",
          "squeezekv_kv_full_bytes " + std::to_string(kv_full_bytes_) + "\n");
+    line("squeezekv_kv_pool_bytes", "the KV pool (--kv-memory): bytes all sequences' K and V may take (0: no limit)", "gauge",
+         "squeezekv_kv_pool_bytes " + std::to_string(kv_pool_.limit) + "\n");
+    line("squeezekv_kv_pool_used_bytes", "bytes of the KV pool the live sequences' caches take (their allocated slabs)", "gauge",
+         "squeezekv_kv_pool_used_bytes " + std::to_string(kv_pool_.reserved) + "\n");
+    line("squeezekv_kv_pool_sequences", "live sequences in the KV pool, by kind (budgeted: fixed slabs; full: the whole context)",
+         "gauge",
+         "squeezekv_kv_pool_sequences{kind=\"budgeted\"} " + std::to_string(kv_pool_.sequences_budgeted) +
+             "\nsqueezekv_kv_pool_sequences{kind=\"full\"} " + std::to_string(kv_pool_.sequences_full) + "\n");
     return m;
   }
 
@@ -478,6 +489,7 @@ class Server {
   std::deque<std::shared_ptr<Job>> inbox_;
   bool stopping_ = false;
   int running_ = 0;                // the engine's running requests after its last step
+  KvPoolUsage kv_pool_;            // the engine's KV pool after its last step
   int in_flight_ = 0;              // requests accepted and not finished (running, queued or in the inbox)
   int64_t kv_bytes_ = 0, kv_full_bytes_ = 0, kv_bytes_peak_ = 0;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;

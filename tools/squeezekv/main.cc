@@ -37,6 +37,7 @@ struct CommonArgs {
   std::string cuda_graphs = "on";
   std::string batch_invariant = "off";
   std::string max_memory;
+  std::string kv_memory;
   std::string model;
   std::string dummy;
   std::string tokenizer;
@@ -87,6 +88,10 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("--max-memory", a.max_memory,
                   "most memory the run may hold: weights, activations and every KV cache, checked before allocating "
                   "(bytes, or with K, M, G: 8G); default no limit");
+  app->add_option("--kv-memory", a.kv_memory,
+                  "memory every sequence's K and V together may take (the KV pool; a sequence waits or is refused when "
+                  "its caches do not fit): a size (40G) or a share of what is free once the weights are in (0.9); "
+                  "default on a GPU: what is free less the larger of 1 GiB and 5%, on the CPU no limit beyond --max-memory");
   app->add_option("--cuda-graphs", a.cuda_graphs, "--device cuda: on (default: a decode step replays as one CUDA graph) | off");
   app->add_option("--batch-invariant", a.batch_invariant,
                   "--device cuda: off (default: a decode batch of more than 4 sequences multiplies through cuBLAS, each "
@@ -168,6 +173,23 @@ SessionOptions session_options(const CommonArgs& a) {
   so.cuda_graphs = parse_on_off("--cuda-graphs", a.cuda_graphs);
   so.batch_invariant = parse_on_off("--batch-invariant", a.batch_invariant);
   if (!a.max_memory.empty()) so.max_memory = parse_size("--max-memory", a.max_memory);
+  if (!a.kv_memory.empty()) {
+    // a plain number up to 1 is a share of the free memory, anything else a size
+    size_t used = 0;
+    double share = 0;
+    try {
+      share = std::stod(a.kv_memory, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == a.kv_memory.size() && share <= 1.0) {
+      if (!(share > 0.0))
+        throw Error("--kv-memory: '" + a.kv_memory + "' is not a size or a share of the free memory (expected 40G, or 0 < share <= 1)");
+      so.kv_memory_fraction = share;
+    } else {
+      so.kv_memory = parse_size("--kv-memory", a.kv_memory);
+    }
+  }
   if (!device_available(so.device))
     throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON on a "
                 "machine with the CUDA toolkit)");

@@ -116,7 +116,12 @@ class CudaBackend final : public Backend {
   }
   bool host_visible() const override { return false; }
 
-  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, launcher_); }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, launcher_, blocks_); }
+  MemoryInfo memory() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return {static_cast<int64_t>(free) + blocks_->cached_bytes(), static_cast<int64_t>(total)};
+  }
   std::unique_ptr<Buffer> alloc_host(size_t bytes) override { return std::make_unique<PinnedBuffer>(bytes); }
   // Copies are ordered on the one stream after the recorded launches (a deferred mass first: any
   // memory may be a mass array). An upload of up to kStageBytes / 4 goes through the pinned
@@ -666,6 +671,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   cublasHandle_t blas_ = nullptr;
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;  // as NVIDIA advises for Hopper
+  std::shared_ptr<BlockCache> blocks_ = std::make_shared<BlockCache>();  // shared with every buffer, which gives its block back here
   std::unique_ptr<Buffer> blas_workspace_;  // cuBLAS's and cuBLASLt's (one stream: never both at once)
   std::unique_ptr<LtProducts> lt_;
   void grow(std::unique_ptr<Buffer>& b, size_t bytes) {

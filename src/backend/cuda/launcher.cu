@@ -90,19 +90,62 @@ void Launcher::capture(uint64_t h) {
   check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
 }
 
-DeviceBuffer::DeviceBuffer(size_t bytes, std::shared_ptr<Launcher> launcher) : launcher_(std::move(launcher)) {
+BlockCache::~BlockCache() { release(); }
+
+size_t BlockCache::rounded(size_t bytes) {
+  const size_t unit = bytes >= (size_t{1} << 20) ? size_t{2} << 20 : 512;
+  return (std::max<size_t>(bytes, 16) + unit - 1) / unit * unit;
+}
+
+void* BlockCache::take(size_t bytes) {
+  const size_t size = rounded(bytes);
+  if (auto it = free_.find(size); it != free_.end()) {
+    void* p = it->second;
+    free_.erase(it);
+    cached_ -= static_cast<int64_t>(size);
+    return p;
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, size) != cudaSuccess) {
+    (void)cudaGetLastError();  // the failed call's error, cleared before the retry
+    release();
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    if (cudaMalloc(&p, size) != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error("cudaMalloc: out of device memory (" + std::to_string(size >> 20) + " MiB asked, " + std::to_string(free >> 20) +
+                  " MiB free of " + std::to_string(total >> 20) + ")");
+    }
+  }
+  return p;
+}
+
+void BlockCache::give(void* p, size_t bytes) {
+  const size_t size = rounded(bytes);
+  free_.emplace(size, p);
+  cached_ += static_cast<int64_t>(size);
+}
+
+void BlockCache::release() {
+  for (auto& [size, p] : free_) cudaFree(p);
+  free_.clear();
+  cached_ = 0;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, std::shared_ptr<Launcher> launcher, std::shared_ptr<BlockCache> blocks)
+    : launcher_(std::move(launcher)), blocks_(std::move(blocks)) {
   bytes_ = bytes;
-  check(cudaMalloc(&data_, std::max<size_t>(bytes, 16)), "cudaMalloc");
+  data_ = blocks_->take(bytes);
   check(cudaMemsetAsync(data_, 0, std::max<size_t>(bytes, 16), launcher_->stream()), "cudaMemset");
 }
 
 DeviceBuffer::~DeviceBuffer() {
   try {
     if (launcher_->on_free) launcher_->on_free(data_, bytes_);
-    launcher_->flush();  // launches that still use this memory go first (cudaFree then waits for them)
+    launcher_->flush();  // launches that still use this memory are issued before anything else may take it
   } catch (...) {
   }
-  cudaFree(data_);
+  blocks_->give(data_, bytes_);
 }
 
 PinnedBuffer::PinnedBuffer(size_t bytes) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -133,15 +134,42 @@ class Launcher {
   int64_t replays_ = 0;
 };
 
-// Device memory on the launcher's stream. Zeroed; the launcher's pending work is issued before
-// the memory is freed.
+// Device memory blocks kept for reuse. cudaFree waits for the whole device, so a request that
+// ends in a server would stall every running stream when its KV slabs go back: a freed block
+// returns here instead, and the next allocation of the same rounded size (the next request's
+// slabs of the same plan) takes it, with no call into the driver. The one stream orders a block's
+// last use before its next owner's first (the launcher's work is issued before a buffer goes).
+// When cudaMalloc fails, the cached blocks are freed and it is tried once more.
+// Thread safety: the backend's one host thread.
+class BlockCache {
+ public:
+  BlockCache() = default;
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+  ~BlockCache();
+  // The size a request of `bytes` takes: a multiple of 512 bytes, or of 2 MiB from 1 MiB up (the
+  // driver's own granularity for large blocks, so the rounding costs no memory there).
+  static size_t rounded(size_t bytes);
+  void* take(size_t bytes);           // a block of rounded(bytes)
+  void give(void* p, size_t bytes);   // p from take(bytes)
+  int64_t cached_bytes() const { return cached_; }
+  void release();                     // frees every cached block
+
+ private:
+  std::unordered_multimap<size_t, void*> free_;  // rounded size -> block
+  int64_t cached_ = 0;
+};
+
+// Device memory on the launcher's stream, from its block cache. Zeroed; the launcher's pending
+// work is issued before the memory goes back.
 class DeviceBuffer final : public Buffer {
  public:
-  DeviceBuffer(size_t bytes, std::shared_ptr<Launcher> launcher);
+  DeviceBuffer(size_t bytes, std::shared_ptr<Launcher> launcher, std::shared_ptr<BlockCache> blocks);
   ~DeviceBuffer() override;
 
  private:
   std::shared_ptr<Launcher> launcher_;
+  std::shared_ptr<BlockCache> blocks_;
 };
 
 // Page-locked host memory (the device copies it at full speed, and asynchronously). Zeroed.

@@ -14,6 +14,7 @@ class H2OPolicy final : public EvictionPolicy {
         adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
   bool needs_mass() const override { return true; }
   int budget() const override { return budget_; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<H2OPolicy>(*this); }
   int max_head_rows() const override { return squeezekv::max_head_rows(adaptive_, budget_); }
   std::optional<DecodeRule> decode_rule() const override {
     if (adaptive_) return std::nullopt;

@@ -19,6 +19,7 @@ class KvzipPolicy final : public EvictionPolicy, public ScoringPass {
   KvzipPolicy(const CacheConfig& c, int max_tokens, int n_kv_heads)
       : cfg_(c), max_tokens_(max_tokens), G_(n_kv_heads), adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
   bool needs_mass() const override { return phase_ != Phase::kPrompt; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<KvzipPolicy>(*this); }
   int budget() const override { return phase_ == Phase::kDecode ? cfg_.budget : max_tokens_; }
   // head-adaptive: one head may take the whole layer's rows (KVzip's bottom-k over the heads)
   int max_head_rows() const override { return adaptive_ && phase_ == Phase::kDecode ? G_ * cfg_.budget : budget(); }

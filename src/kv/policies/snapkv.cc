@@ -21,6 +21,7 @@ class SnapKVPolicy : public EvictionPolicy {
   explicit SnapKVPolicy(const CacheConfig& c) : cfg_(c), budget_(c.budget), adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
   bool needs_mass() const override { return true; }
   int mass_rows() const override { return cfg_.snapkv_window; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<SnapKVPolicy>(*this); }
   int budget() const override { return budget_; }
   int max_head_rows() const override { return squeezekv::max_head_rows(adaptive_, budget()); }
 
@@ -68,6 +69,7 @@ class PyramidKVPolicy final : public SnapKVPolicy {
   PyramidKVPolicy(const CacheConfig& c, int layer, int n_layers) : SnapKVPolicy(c), layer_(layer), n_layers_(n_layers) {}
   // Capacity planning: the tallest layer of the taper.
   int budget() const override { return decided_ ? budget_ : 2 * cfg_.budget; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<PyramidKVPolicy>(*this); }
   void reset() override {
     decided_ = false;
     budget_ = cfg_.budget;

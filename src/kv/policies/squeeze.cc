@@ -25,6 +25,11 @@ class SqueezePolicy final : public EvictionPolicy {
         meter_(c.squeeze_metric, c.snapkv_window,
                {c.budget, c.sinks, c.recent, c.head_alloc == HeadAlloc::kAdaptive}) {}
   bool needs_mass() const override { return true; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator* coordinator) const override {
+    auto p = std::make_unique<SqueezePolicy>(*this);
+    p->coord_ = coord_ != nullptr ? coordinator : nullptr;
+    return p;
+  }
   int budget() const override {
     if (coord_ != nullptr)
       if (auto b = coord_->resolved_budget(layer_)) return *b;

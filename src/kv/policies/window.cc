@@ -9,6 +9,7 @@ class WindowPolicy final : public EvictionPolicy {
  public:
   explicit WindowPolicy(const CacheConfig& c) : budget_(c.budget), sinks_(c.sinks) {}
   int budget() const override { return budget_; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<WindowPolicy>(*this); }
   std::optional<DecodeRule> decode_rule() const override { return DecodeRule{sinks_, budget_ - sinks_}; }
   bool select(const KvStorage& s, int, Eviction& out) override {
     // no scores needed: everything outside sinks and recent is evicted
