@@ -331,6 +331,15 @@ int run(const Args& args) {
       }
       bench.time("attn decode x" + std::to_string(B) + " N=" + depth, dims({B, H, D}) + " over " + dims({B, G, N, D}), B * read1,
                  4.0 * B * H * N * D, [&] { b.attention_batch(calls.data(), B); });
+      // the same with every sequence's mass (h2o, squeeze): its own mass array each
+      std::vector<AttentionProbe> probes(static_cast<size_t>(B));
+      for (int i = 0; i < B; ++i) {
+        hold.push_back(b.alloc(static_cast<size_t>(G) * cap * sizeof(float)));
+        probes[i].mass = hold.back()->as<float>(), probes[i].mass_stride = cap;
+        calls[i].probe = &probes[i];
+      }
+      bench.time("attn decode+mass x" + std::to_string(B) + " N=" + depth, dims({B, H, D}) + " over " + dims({B, G, N, D}),
+                 B * (read1 + 8.0 * G * N), 4.0 * B * H * N * D, [&] { b.attention_batch(calls.data(), B); });
     }
     AttentionProbe probe;
     probe.mass = M->as<float>(), probe.mass_stride = cap;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # squeezekv_bench_ops on the CPU at a small shape: one row per op (the decode products at 1 and 4
-# rows, a decode batch of 4 sequences' attention), each with a positive time and bandwidth; a wrong
+# rows, a decode batch of 4 sequences' attention with and without mass), each with a positive time and bandwidth; a wrong
 # flag, value or config is refused naming it.
 set -euo pipefail
 bin="$1"; src="$2"
@@ -9,7 +9,7 @@ out="$("$bin" --config "$src/bench/configs/small-llama.json" --depths 512 --chun
 echo "$out"
 rows="$(grep -cE '^\| (gemv|gemm|rmsnorm|add\+rmsnorm|rope|silu_mul|attn|kv_)' <<<"$out" || true)"
 bad="$(awk -F'|' '/^\| (gemv|gemm|rms|add|rope|silu|attn|kv_)/ { if (!($4 + 0 > 0) || !($6 + 0 > 0)) print }' <<<"$out")"
-if [ "$rows" -eq 38 ] && [ -z "$bad" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $rows op rows (expected 38); rows without a time or bandwidth: $bad"; fi
+if [ "$rows" -eq 39 ] && [ -z "$bad" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $rows op rows (expected 39); rows without a time or bandwidth: $bad"; fi
 if err="$("$bin" --depths 0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --depths 0 accepted"
 elif grep -q -- '--depths: expected positive integers' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --batch 1,600 --chunk 512 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --batch 600 over --chunk 512 accepted"

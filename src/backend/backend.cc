@@ -57,7 +57,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // decode attention, SQUEEZEKV_CUDA_FUSE_KV=0 writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
   // step's mass right after its attention, SQUEEZEKV_CUDA_MMA_MASS=0 sums a prompt chunk's mass on
   // the CUDA cores, SQUEEZEKV_CUDA_BATCH_ATTN=0 runs a decode batch's attention one sequence
-  // after another
+  // after another, SQUEEZEKV_CUDA_LAYER_SUBMIT=0 issues a step's launches together at its end
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -69,6 +69,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.defer_mass = !off("SQUEEZEKV_CUDA_DEFER_MASS");
   co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");
   co.batch_attention = !off("SQUEEZEKV_CUDA_BATCH_ATTN");
+  co.layer_submit = !off("SQUEEZEKV_CUDA_LAYER_SUBMIT");
   // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,
   // or with --batch-invariant the GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=tuned|blas|
   // gemv|mma chooses one for measurements

@@ -161,6 +161,10 @@ class Backend {
   };
   // By default the host's (available and physical memory).
   virtual MemoryInfo memory() const;
+  // A point where the device may start on the work given so far (the runner offers one after each
+  // layer): a backend that records launches (CUDA) issues them here, so the device runs a layer
+  // while the host prepares the next instead of after the whole step. By default nothing.
+  virtual void submit() {}
   // The device's copy bandwidth in bytes/s (read + written), measured once; 0 where not measured.
   virtual double copy_bandwidth() { return 0.0; }
   // How many times a recorded launch list was replayed as a whole (a device's CUDA graphs; 0 on

@@ -323,6 +323,7 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
     matmul(tmp, gate, L.w_down, nullptr);
     // x += feed-forward output; xn = its norm for the next layer (or the output head)
     b.add_rmsnorm(xn, x, tmp, l + 1 < c.n_layers ? dw_->layers[l + 1].attn_norm : dw_->out_norm, T, E, c.norm_eps);
+    b.submit();  // the device may run this layer while the host prepares the next
   }
 }
 

@@ -5,7 +5,9 @@
 // sequence, so every engine can be fed the same ones (bench/compare_llamacpp.py does).
 // With batch sizes (-b), "tg N @ d x B" times N decode steps of B sequences together (the Engine:
 // one step runs every sequence's row through each weight matrix), filled to depth d untimed: one
-// sequence by chunked prefill, the others deep copies of it (Engine::copy_sequence): aggregate tok/s = B x N / time, the time a step takes, and on a
+// sequence by chunked prefill, the others deep copies of it (Engine::copy_sequence), after one
+// untimed warm-up round of two steps for each batch size (--no-warmup: none): aggregate
+// tok/s = B x N / time, the time a step takes, and on a
 // device the roofline of that mix (the matrices once plus every sequence's held KV a step).
 #pragma once
 #include <cstdint>

@@ -312,10 +312,8 @@ __global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_
 // the final max and sum (ml [H][2]): mass[g][j] += sum over the grp heads of exp(s - M) / L, / grp
 // (or the max over them). One thread per key: no atomics, the same sums every run.
 template <int GMAX>
-__device__ __forceinline__ void mass_split(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, int cap,
-                                           const KeyRange& kr, int g, int split, int grp) {
-  if (split >= kr.splits) return;
-  const int begin = split * kr.chunk, end = min(kr.N, begin + kr.chunk);
+__device__ __forceinline__ void mass_keys(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, int cap,
+                                          int begin, int end, int g, int grp) {
   const GroupSoftmax<GMAX> sm(ml, g, grp);
   const float* sc = scores + static_cast<size_t>(g) * GMAX * cap;
   for (int j = begin + threadIdx.x; j < end; j += blockDim.x) {
@@ -324,20 +322,32 @@ __device__ __forceinline__ void mass_split(float* mass, int64_t stride, bool mas
   }
 }
 template <int GMAX>
+__device__ __forceinline__ void mass_split(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, int cap,
+                                           const KeyRange& kr, int g, int split, int grp) {
+  if (split >= kr.splits) return;
+  mass_keys<GMAX>(mass, stride, mass_max, scores, ml, cap, split * kr.chunk, min(kr.N, split * kr.chunk + kr.chunk), g, grp);
+}
+template <int GMAX>
 __global__ void k_attn_mass(float* mass, int64_t stride, bool mass_max, const float* scores, const float* ml, KvView kv,
                             AttnShape a) {
   pdl_enter();
   mass_split<GMAX>(mass, stride, mass_max, scores, ml, kv.capacity, key_range(kv, a), blockIdx.x, blockIdx.y, a.grp);
 }
-// grid (G, most splits, rows): row z's mass where its table entry asked for one (r.info).
+// grid (G, key blocks of kMassBlockKeys over the largest capacity, rows): row z's mass where its
+// table entry asked for one (r.info). The keys' probabilities need only the merged max/sum, not
+// the splits, so a block takes kMassBlockKeys keys whatever the splits were: blocks of one 64-key
+// split each left most threads idle and made the kernel launch-bound (about 100 us a layer for 128
+// sequences of 2048 keys, against 17 us of bytes).
 template <int GMAX>
 __global__ void k_attn_mass_batch(bool mass_max, DecodeRows r, AttnShape a) {
   pdl_enter();
   const size_t row = blockIdx.z;
   const DecodeInfo in = r.info[row];
   if (in.mass == nullptr) return;
-  mass_split<GMAX>(in.mass, in.capacity, mass_max, r.scores + row * r.score_stride, r.ml + row * 2 * a.H, in.capacity,
-                   key_range(in.N, in.splits, a.min_keys), blockIdx.x, blockIdx.y, a.grp);
+  const int begin = static_cast<int>(blockIdx.y) * kMassBlockKeys;
+  if (begin >= in.N) return;
+  mass_keys<GMAX>(in.mass, in.capacity, mass_max, r.scores + row * r.score_stride, r.ml + row * 2 * a.H, in.capacity, begin,
+                  min(in.N, begin + kMassBlockKeys), blockIdx.x, a.grp);
 }
 
 

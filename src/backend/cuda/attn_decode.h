@@ -40,6 +40,9 @@ struct DecodeBatch {
   DecodeSeq s[kMaxBatchSeqs];  // entries past the group's are zero
 };
 static_assert(sizeof(DecodeSeq) == 5 * 8 + 4 * 4, "DecodeSeq: no padding (a recorded kernel argument)");
+// Keys a block of the batch's mass kernel takes (launch_attn_mass_batch's grid: y = the largest
+// capacity over this).
+constexpr int kMassBlockKeys = 1024;
 // What the merge and the mass of a batch need of row b's sequence, recorded by its attention.
 struct DecodeInfo {
   float* mass;            // null: no mass
@@ -107,7 +110,7 @@ void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs
                               const DecodeRows& r, const AttnShape& a);
 // Merges rows [0, rows) where their sequence's keys took more than one split.
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a);
-// grid (G, most splits, rows): the mass of the rows whose sequences add one.
+// grid (G, the largest capacity over kMassBlockKeys, rows): the mass of the rows whose sequences add one.
 void launch_attn_mass_batch(Launcher& L, int gmax, dim3 grid, bool mass_max, const DecodeRows& r, const AttnShape& a);
 
 // grid (G, splits of chunk keys): out [H][D] and the rows' max and sum ml [H][2] (one split) or the

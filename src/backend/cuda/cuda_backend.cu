@@ -117,6 +117,9 @@ class CudaBackend final : public Backend {
   bool host_visible() const override { return false; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes, launcher_, blocks_); }
+  void submit() override {
+    if (opt_.layer_submit) launcher_->flush();
+  }
   MemoryInfo memory() const override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -382,7 +385,7 @@ class CudaBackend final : public Backend {
     if (mma_decode(c0.kv, a.grp)) launch_attn_decode_mma_batch(L, gmax, most, n, sms_, batch_, r, a);
     else launch_attn_decode_batch(L, lpk, gmax, most, n, sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
-    if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, most, n), mass_max, r, a);
+    if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, (cap_max + kMassBlockKeys - 1) / kMassBlockKeys, n), mass_max, r, a);
     return true;
   }
 

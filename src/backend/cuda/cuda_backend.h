@@ -31,6 +31,10 @@ struct CudaOptions {
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its
   // lone arithmetic); off: one sequence after another
   bool batch_attention = true;
+  // the launches recorded so far issued at every Backend::submit() (after each layer: the host
+  // records a layer while the device runs the one before, each layer's list its own graph); off:
+  // a step's launches issued together when the host first waits (its logits)
+  bool layer_submit = true;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);

@@ -90,8 +90,10 @@ class Launcher {
   std::function<void(const void*, size_t)> on_free;
 
  private:
-  static constexpr size_t kMinGraphLaunches = 16;
-  static constexpr size_t kMaxGraphs = 8;
+  static constexpr size_t kMinGraphLaunches = 6;  // a decode layer of one sequence is about 8
+  // a step issued layer by layer (Backend::submit) is a list per layer: room for a 126-layer
+  // model's, and for a few batch compositions of a smaller one
+  static constexpr size_t kMaxGraphs = 128;
   static constexpr size_t kMaxArgs = 24;
   struct Rec {
     const void* fn;  // the kernel, or null for a call
@@ -128,7 +130,7 @@ class Launcher {
   std::vector<uint32_t> arg_off_;   // offsets of every recorded argument in sig_
   std::vector<unsigned char> sig_;  // the launches: function, sizes, argument bytes
   std::vector<Graph> graphs_;
-  std::array<uint64_t, 16> seen_{};  // hashes of recent launch lists
+  std::array<uint64_t, 256> seen_{};  // hashes of recent launch lists (a step's layers' among them)
   size_t seen_next_ = 0;
   uint64_t clock_ = 0;
   int64_t replays_ = 0;
