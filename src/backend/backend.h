@@ -71,6 +71,12 @@ class Backend {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within this backend's memory
+  // height rows of width bytes within this backend's memory: row i from src + i * src_pitch to
+  // dst + i * dst_pitch (a storage re-laid for a new capacity); by default a copy() a row.
+  virtual void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height) {
+    for (size_t i = 0; i < height; ++i)
+      copy(static_cast<char*>(dst) + i * dst_pitch, static_cast<const char*>(src) + i * src_pitch, width);
+  }
   // A weight as this backend uses it: the CPU uses the stored (mapped) bytes as they are; a device
   // copies them into `keep` memory (matrices may be converted, stated by the backend; vectors,
   // 1 x n F32 norms and biases, stay f32).
@@ -162,8 +168,9 @@ class Backend {
   // By default the host's (available and physical memory).
   virtual MemoryInfo memory() const;
   // A point where the device may start on the work given so far (the runner offers one after each
-  // layer): a backend that records launches (CUDA) issues them here, so the device runs a layer
-  // while the host prepares the next instead of after the whole step. By default nothing.
+  // layer of a step of several rows): a backend that records launches (CUDA) issues them here, so
+  // the device runs a layer while the host prepares the next instead of after the whole step. By
+  // default nothing.
   virtual void submit() {}
   // The device's copy bandwidth in bytes/s (read + written), measured once; 0 where not measured.
   virtual double copy_bandwidth() { return 0.0; }

@@ -168,32 +168,26 @@ void KvStorage::evict(const Eviction& ev) {
 
 void KvStorage::set_capacity(int capacity) {
   assert(capacity >= count_);
-  // the held rows of every head, through the host, into arrays laid out for the new capacity
-  const size_t old_cap = static_cast<size_t>(capacity_), n = static_cast<size_t>(count_);
-  const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
-  std::vector<uint8_t> k(G_ * n * row), v(G_ * n * vrow);
-  std::vector<int32_t> pos(G_ * n);
-  std::vector<float> mass(G_ * n);
+  // the held rows of every head moved into arrays laid out for the new capacity, within the
+  // backend's memory (one strided copy an array; a device's rows never travel through the host)
   sync_to_host();
-  for (int g = 0; g < G_; ++g) {
-    backend_->download(k.data() + g * n * row, k_->as<uint8_t>() + g * old_cap * row, n * row);
-    backend_->download(v.data() + g * n * vrow, v_->as<uint8_t>() + g * old_cap * vrow, n * vrow);
-    std::memcpy(pos.data() + g * n, pos_host_ + g * old_cap, n * sizeof(int32_t));
-    std::memcpy(mass.data() + g * n, mass_host_ + g * old_cap, n * sizeof(float));
-  }
+  const size_t old_cap = static_cast<size_t>(capacity_), n = static_cast<size_t>(count_), G = static_cast<size_t>(G_);
+  const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
+  std::unique_ptr<Buffer> k = std::move(k_), v = std::move(v_), pos = std::move(pos_), mass = std::move(mass_);
+  std::vector<int32_t> pos_mirror = std::move(pos_mirror_);
+  std::vector<float> mass_mirror = std::move(mass_mirror_);
   capacity_ = capacity;
   allocate();
   const size_t cap = static_cast<size_t>(capacity_);
-  for (int g = 0; g < G_; ++g) {
-    backend_->upload(k_->as<uint8_t>() + g * cap * row, k.data() + g * n * row, n * row);
-    backend_->upload(v_->as<uint8_t>() + g * cap * vrow, v.data() + g * n * vrow, n * vrow);
-    backend_->upload(arrays_.pos + g * cap, pos.data() + g * n, n * sizeof(int32_t));
-    backend_->upload(arrays_.mass + g * cap, mass.data() + g * n, n * sizeof(float));
-    if (!backend_->host_visible()) {
-      std::memcpy(pos_host_ + g * cap, pos.data() + g * n, n * sizeof(int32_t));
-      std::memcpy(mass_host_ + g * cap, mass.data() + g * n, n * sizeof(float));
+  backend_->copy_rows(k_->data(), cap * row, k->data(), old_cap * row, n * row, G);
+  backend_->copy_rows(v_->data(), cap * vrow, v->data(), old_cap * vrow, n * vrow, G);
+  backend_->copy_rows(pos_->data(), cap * sizeof(int32_t), pos->data(), old_cap * sizeof(int32_t), n * sizeof(int32_t), G);
+  backend_->copy_rows(mass_->data(), cap * sizeof(float), mass->data(), old_cap * sizeof(float), n * sizeof(float), G);
+  if (!backend_->host_visible())
+    for (size_t g = 0; g < G; ++g) {
+      std::copy_n(pos_mirror.data() + g * old_cap, n, pos_host_ + g * cap);
+      std::copy_n(mass_mirror.data() + g * old_cap, n, mass_host_ + g * cap);
     }
-  }
 }
 
 void KvStorage::copy_from(const KvStorage& src) {

@@ -131,7 +131,7 @@ class CudaBackend final : public Backend {
   // staging area and does not wait: the host bytes are copied there and the device copy queued
   // (a decode step's per-sequence counts, positions and embedding rows: dozens of small copies
   // that each waited for the device before); the area is reused from its start once the stream
-  // has been waited for. Larger uploads, downloads and copies wait.
+  // has been waited for. Larger uploads and downloads wait; copies within the device do not (copy_rows).
   void upload(void* dst, const void* src, size_t bytes) override {
     flush_mass();
     if (bytes == 0) return;
@@ -152,9 +152,14 @@ class CudaBackend final : public Backend {
     flush_mass();
     sync_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "download");
   }
-  void copy(void* dst, const void* src, size_t bytes) override {
+  // Within the device the host need not wait: the stream orders the copy before any later work
+  // (and before a freed source's block is taken again).
+  void copy(void* dst, const void* src, size_t bytes) override { copy_rows(dst, bytes, src, bytes, bytes, 1); }
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height) override {
     flush_mass();
-    sync_copy(dst, src, bytes, cudaMemcpyDeviceToDevice, "copy");
+    if (width == 0 || height == 0) return;
+    launcher_->flush();
+    check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice, launcher_->stream()), "copy");
   }
   int64_t graph_replays() const override { return launcher_->replays(); }
 
