@@ -51,6 +51,12 @@ expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memo
 expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory 2K   # below the weights
 expect_error "--max-memory" generate -m "$m" --tokenizer "$tok" -p hi --max-memory 1500K --ctx 4096  # a full cache beyond it
 expect_error "--max-memory" bench --dummy "$(dirname "$0")/../bench/configs/llama-3.1-8b.json" --max-memory 1G  # refused before allocating 16 GB
+expect_error "--kv-memory" generate -m "$m" --tokenizer "$tok" -p hi --kv-memory lots
+expect_error "--kv-memory" generate -m "$m" --tokenizer "$tok" -p hi --kv-memory 0
+expect_error "--kv-memory" generate -m "$m" --tokenizer "$tok" -p hi --kv-memory -0.5
+expect_error "--kv-memory" generate -m "$m" --tokenizer "$tok" -p hi --kv-memory 100K --ctx 4096  # a full cache beyond the pool
+out="$("$bin" generate -m "$m" --tokenizer "$tok" -p "Once upon a time" -n 8 --temp 0 -t 2 --kv-memory 0.5 2>&1)"; rc=$?
+[ $rc -eq 0 ] && ok || bad "--kv-memory 0.5 (a share of the free memory) refused: $out"
 # a build without the CUDA backend, or a machine without a GPU, says so (this test runs without one)
 if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
 # a build with the CUDA backend refuses a measurement switch's unknown value, naming it, before any device work

@@ -66,6 +66,7 @@ LtProducts::LtProducts(Launcher& L, void* workspace, size_t workspace_bytes) : L
 
 LtProducts::~LtProducts() {
   plans_.clear();
+  if (flush_ != nullptr) cudaFree(flush_);
   if (lt_) cublasLtDestroy(lt_);
 }
 
@@ -102,8 +103,10 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
   // output is written again by the recorded product), each run after 128 MB written elsewhere
   L_.flush();
   const cudaStream_t st = L_.stream();
-  void* flush = nullptr;  // without room for it the runs are timed with the L2 as it is
-  if (cudaMalloc(&flush, kL2Flush) != cudaSuccess) flush = nullptr, (void)cudaGetLastError();
+  // kept for the next shape: a server meets a new batch size often, and cudaFree waits for the
+  // whole device; without room for it the runs are timed with the L2 as it is
+  if (flush_ == nullptr && cudaMalloc(&flush_, kL2Flush) != cudaSuccess) flush_ = nullptr, (void)cudaGetLastError();
+  void* flush = flush_;
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
@@ -129,7 +132,6 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  if (flush != nullptr) cudaFree(flush);
   return p.ok ? &p : nullptr;
 }
 
