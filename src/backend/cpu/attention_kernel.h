@@ -173,8 +173,8 @@ template <typename KR, typename VR>
 void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part, uint8_t* skip) {
   const int D = a.D;
   const int64_t Ns = a.N, kb = KR::bytes(D), vb = VR::bytes(D);
-  const uint8_t* k = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(job.g) * a.capacity * kb;
-  const uint8_t* v = static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(job.g) * a.capacity * vb;
+  const uint8_t* k = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(job.g) * a.kv_rows * kb;
+  const uint8_t* v = static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(job.g) * a.kv_rows * vb;
   const int32_t* pos = a.pos + static_cast<int64_t>(job.g) * a.capacity;
   const int c0 = n0 / 4, c1 = n1 / 4;  // whole quads [c0, c1); keys [4 c1, n1) are a tail
   const float* qr[kRowTile];

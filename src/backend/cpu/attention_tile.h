@@ -17,13 +17,14 @@ struct TiledArgs {
   float* out;      // [T][H*D]
   const int32_t* q_pos;  // [T]
   int H, group, D, N, capacity;
-  const void* k;       // [G][capacity] rows (the kernel's K row format)
-  const void* v;       // [G][capacity] rows (its V row format)
+  const void* k;       // [G][kv_rows] rows (the kernel's K row format)
+  const void* v;       // [G][kv_rows] rows (its V row format)
   const int32_t* pos;  // [G][capacity]
   float scale;
   int64_t mass_from;
   bool want_mass, entropy;
   bool mass_max;
+  int kv_rows;  // rows a kv head's K and V take: the capacity, or N for rows dequantized to scratch
 };
 
 // One tile of up to kRowTile rows of one kv head. Rows are (token, query head of the group) pairs,
