@@ -31,7 +31,7 @@ struct KvUsage {
 };
 
 // The KV pool (SessionOptions::kv_memory): what the sequences' K and V arrays may take in the
-// device's memory and what they take now.
+// backend's memory (a GPU's by default; the CPU's only with --kv-memory) and what they take now.
 struct KvPoolUsage {
   int64_t limit = 0;           // bytes (0: no limit)
   int64_t reserved = 0;        // bytes the live sequences' caches allocate
