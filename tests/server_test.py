@@ -307,7 +307,8 @@ def main():
         check(0 < most["used"] <= pool, f"the pool's used bytes stayed within it ({most['used']:.0f} <= {pool})")
         check(m3["squeezekv_kv_pool_used_bytes"] == 0, "the pool is empty once the requests are done")
         status, body, _ = srv3.raw("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "kv": {"policy": "full"}})
-        check(status == 500 and "--kv-memory" in body, f"a full cache larger than the pool is refused naming --kv-memory ({status} {body[:160]})")
+        check(status == 400 and "--kv-memory" in body and "invalid_request_error" in body,
+              f"a full cache larger than the pool is a 400 naming --kv-memory ({status} {body[:160]})")
         check(ask(c3, "hi", 2, None, False, False)[0] is not None, "the server keeps serving after it")
         check(srv3.stop() == 0, "pooled server exits 0 on SIGTERM")
 

@@ -50,6 +50,9 @@ struct GenerateResult {
   double generate_seconds = 0.0;
   std::string stop_reason;  // "eos", "stop", "length" (max_tokens or a full context), "cancelled" (on_text said stop), "error"
   std::string error;        // what failed, when stop_reason is "error"
+  // The request itself cannot run as asked (a cache larger than the KV memory could ever hold, a
+  // prompt that leaves no room in its context): the client's to change, not the server's fault.
+  bool request_error = false;
 };
 
 // One sequence's generation: samples from the logits of each step, stops at an end-of-generation

@@ -125,12 +125,13 @@ struct Scheduler::Impl {
 
   explicit Impl(Engine& e) : engine(e) {}
 
-  void finish(Request& q, const std::string& reason, const std::string& error = {}) {
+  void finish(Request& q, const std::string& reason, const std::string& error = {}, bool request_error = false) {
     q.gen->finish(reason);
     GenerateResult& res = q.gen->result();
     if (reason == "error") {
       res.stop_reason = "error";
       res.error = error;
+      res.request_error = request_error;
     }
     const auto now = clock::now();
     if (q.prefilled < q.r.prompt.size()) q.prompt_done = now;
@@ -208,8 +209,8 @@ bool Scheduler::step() {
       if (static_cast<int>(q->r.prompt.size()) >= m.engine.max_tokens(q->seq))
         throw Error("prompt: " + std::to_string(q->r.prompt.size()) + " tokens leave no room to generate in a context of " +
                     std::to_string(m.engine.max_tokens(q->seq)));
-    } catch (const std::exception& e) {
-      m.finish(*q, "error", e.what());
+    } catch (const std::exception& e) {  // what the request asks for cannot be had
+      m.finish(*q, "error", e.what(), true);
       continue;
     }
     m.running.push_back(std::move(q));

@@ -267,6 +267,11 @@ class Server {
     reply(res, e.status, error_body(e.what(), e.type, e.param));
   }
 
+  // A request that failed in the engine: 400 when the request itself cannot run as asked (a cache
+  // the KV memory could never hold), else 500.
+  static const char* error_type(const GenerateResult& r) { return r.request_error ? "invalid_request_error" : "server_error"; }
+  static HttpError run_error(const GenerateResult& r) { return HttpError(r.request_error ? 400 : 500, r.error, error_type(r)); }
+
   void handle(const httplib::Request& req, httplib::Response& res, RequestKind kind) {
     std::shared_ptr<Job> job;
     try {
@@ -282,7 +287,7 @@ class Server {
       std::unique_lock lk(job->m);
       if (job->cv.wait_for(lk, kPatience, [&] { return job->done; })) {
         const GenerateResult& r = job->result;
-        if (r.stop_reason == "error") return reply_error(res, HttpError(500, r.error, "server_error"));
+        if (r.stop_reason == "error") return reply_error(res, run_error(r));
         return reply(res, 200, completion(*job, r));
       }
     }
@@ -303,7 +308,7 @@ class Server {
             }
             r = job->result;
           }
-          const std::string body = r.stop_reason == "error" ? json_text(error_body(r.error, "server_error", "")) : json_text(completion(*job, r));
+          const std::string body = r.stop_reason == "error" ? json_text(error_body(r.error, error_type(r), "")) : json_text(completion(*job, r));
           sink.write(body.data(), body.size());
           sink.done();
           return true;
@@ -403,7 +408,7 @@ class Server {
             if (!send(chunk(chat ? json{{"content", p}} : json(p), nullptr))) return cancel(job);
           if (!done) return true;
           if (result.stop_reason == "error") {
-            send(error_body(result.error, "server_error", ""));
+            send(error_body(result.error, error_type(result), ""));
           } else {
             send(chunk(chat ? json::object() : json(""), finish_reason(result.stop_reason)));
             if (job->include_usage) {
