@@ -175,7 +175,7 @@ TEST(Engine, CopiedSequenceContinuesBitForBit) {
   Engine engine(m, o, 2);
   const std::vector<int> prompt =
       m.tokenizer().encode("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed", true);
-  const std::vector<int> next = {42, 1000, 7, 300, 12, 9, 77, 5000, 3, 640};
+  const std::vector<int> next = {42, 1000, 7, 300, 12, 9};  // the evicting policies' budgets bind from the prompt on
   CacheConfig pyramid = cache_of(KvPolicy::kPyramidKV, 12);
   pyramid.snapkv_window = 4;
   const std::vector<CacheConfig> configs = {cache_of(KvPolicy::kFull, 0), cache_of(KvPolicy::kH2O, 10), cache_of(KvPolicy::kWindow, 10),
@@ -187,19 +187,18 @@ TEST(Engine, CopiedSequenceContinuesBitForBit) {
     for (int at = from; at < to; at += 8)
       engine.prefill(s, std::span<const int>(prompt).subspan(at, std::min(8, to - at)), P);
   };
-  for (const CacheConfig& c : configs)
+  for (const CacheConfig& c : configs) {
+    const SequenceId ref = engine.add_sequence(c);
+    prefill(ref, 0, P);
+    std::vector<float> want;
+    for (int t : next) {
+      const std::span<const float> out = engine.decode(std::span<const SequenceId>(&ref, 1), std::span<const int>(&t, 1));
+      want.insert(want.end(), out.begin(), out.end());
+    }
+    const std::vector<LayerStats> ref_stats = engine.kv_stats(ref);
+    engine.remove_sequence(ref);
     for (const int copy_at : {8, P}) {  // in the prompt, after it
       const std::string what = std::string(kv_policy_name(c.policy)) + " copied at " + std::to_string(copy_at);
-      const SequenceId ref = engine.add_sequence(c);
-      prefill(ref, 0, P);
-      std::vector<float> want;
-      for (int t : next) {
-        const std::span<const float> out = engine.decode(std::span<const SequenceId>(&ref, 1), std::span<const int>(&t, 1));
-        want.insert(want.end(), out.begin(), out.end());
-      }
-      const std::vector<LayerStats> ref_stats = engine.kv_stats(ref);
-      engine.remove_sequence(ref);
-
       const SequenceId a = engine.add_sequence(c);
       prefill(a, 0, copy_at);
       const SequenceId b = engine.copy_sequence(a);
@@ -218,6 +217,7 @@ TEST(Engine, CopiedSequenceContinuesBitForBit) {
       }
       engine.remove_sequence(b);
     }
+  }
   EXPECT_EQ(engine.sequences(), 0);
 }
 
