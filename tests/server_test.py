@@ -85,6 +85,15 @@ class Server:
         return out
 
 
+def in_threads(fn, n):
+    """fn(0) .. fn(n - 1) at once, one thread each; returns once all have ended."""
+    ts = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def wait_idle(srv, seconds=30):
     """/metrics once no sequence is active and no KV byte held (or after `seconds`)."""
     deadline = time.time() + seconds
@@ -198,11 +207,7 @@ def main():
         poller = threading.Thread(target=poll)
         poller.start()
         t0 = time.time()
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(run, len(jobs))
         done.set()
         poller.join()
         wall = time.time() - t0
@@ -229,11 +234,7 @@ def main():
         srv2 = Server("--parallel", "8", "--kv-policy", "squeeze", "--kv-budget", str(BUDGET))
         c2 = openai.OpenAI(base_url=srv2.url + "/v1", api_key="none", max_retries=0, timeout=300)
         long_prompt = " ".join(["The sea was calm and the sky was clear over the harbour that morning."] * 12)
-        ts = [threading.Thread(target=lambda: ask(c2, long_prompt, 30, None, False, True)) for _ in range(16)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_threads(lambda _: ask(c2, long_prompt, 30, None, False, True), 16)
         m2 = srv2.metrics()
         bound2 = 8 * (BUDGET + CHUNK) * row_bytes
         check(0 < m2["squeezekv_kv_bytes_peak"] <= bound2,
@@ -253,11 +254,7 @@ def main():
                     return
             kept.append(i)
 
-        ts = [threading.Thread(target=leaver, args=(i,)) for i in range(16)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_threads(leaver, 16)
         m2 = wait_idle(srv2)
         check(len(kept) == 8, f"the 8 clients that stayed got their whole stream ({len(kept)})")
         check(m2["squeezekv_sequences_active"] == 0 and m2["squeezekv_sequences_queued"] == 0 and m2["squeezekv_kv_bytes"] == 0,
@@ -274,43 +271,39 @@ def main():
         slab = (BUDGET + CHUNK) * row_bytes * (1 + 8 / (4 * 64))  # f16 K and V (head dim 64), position and mass
         pool = 5 << 20
         check(2 * slab <= pool < 3 * slab, f"a pool of {pool} bytes holds two slabs of {slab:.0f} bytes, not three")
-        srv3 = Server("--parallel", "8", "--kv-policy", "squeeze", "--kv-budget", str(BUDGET), "--kv-memory", str(pool))
-        c3 = openai.OpenAI(base_url=srv3.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        srv_pool = Server("--parallel", "8", "--kv-policy", "squeeze", "--kv-budget", str(BUDGET), "--kv-memory", str(pool))
+        c_pool = openai.OpenAI(base_url=srv_pool.url + "/v1", api_key="none", max_retries=0, timeout=300)
         most = {"seqs": 0, "used": 0}
         watching = threading.Event()
 
         def watch():
             while not watching.is_set():
-                m3 = srv3.metrics()
-                most["seqs"] = max(most["seqs"], m3['squeezekv_kv_pool_sequences{kind="budgeted"}'])
-                most["used"] = max(most["used"], m3["squeezekv_kv_pool_used_bytes"])
+                mp = srv_pool.metrics()
+                most["seqs"] = max(most["seqs"], mp['squeezekv_kv_pool_sequences{kind="budgeted"}'])
+                most["used"] = max(most["used"], mp["squeezekv_kv_pool_used_bytes"])
                 time.sleep(0.01)
 
         texts = [None] * 8
 
         def pooled(i):
-            texts[i] = ask(c3, long_prompt, 30, None, False, True)[0]
+            texts[i] = ask(c_pool, long_prompt, 30, None, False, True)[0]
 
         watcher = threading.Thread(target=watch)
         watcher.start()
-        ts = [threading.Thread(target=pooled, args=(i,)) for i in range(8)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        m3 = wait_idle(srv3)
+        in_threads(pooled, 8)
+        mp = wait_idle(srv_pool)
         watching.set()
         watcher.join()
         check(texts[0] and all(t == texts[0] for t in texts), f"8 requests through a pool of two slabs finish with one text ({texts[:2]!r})")
-        check(m3["squeezekv_kv_pool_bytes"] == pool, f"/metrics gives the pool's size ({m3['squeezekv_kv_pool_bytes']:.0f})")
+        check(mp["squeezekv_kv_pool_bytes"] == pool, f"/metrics gives the pool's size ({mp['squeezekv_kv_pool_bytes']:.0f})")
         check(0 < most["seqs"] <= 2, f"at most two sequences held slabs at once ({most['seqs']:.0f})")
         check(0 < most["used"] <= pool, f"the pool's used bytes stayed within it ({most['used']:.0f} <= {pool})")
-        check(m3["squeezekv_kv_pool_used_bytes"] == 0, "the pool is empty once the requests are done")
-        status, body, _ = srv3.raw("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "kv": {"policy": "full"}})
+        check(mp["squeezekv_kv_pool_used_bytes"] == 0, "the pool is empty once the requests are done")
+        status, body, _ = srv_pool.raw("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "kv": {"policy": "full"}})
         check(status == 400 and "--kv-memory" in body and "invalid_request_error" in body,
               f"a full cache larger than the pool is a 400 naming --kv-memory ({status} {body[:160]})")
-        check(ask(c3, "hi", 2, None, False, False)[0] is not None, "the server keeps serving after it")
-        check(srv3.stop() == 0, "pooled server exits 0 on SIGTERM")
+        check(ask(c_pool, "hi", 2, None, False, False)[0] is not None, "the server keeps serving after it")
+        check(srv_pool.stop() == 0, "pooled server exits 0 on SIGTERM")
 
         # 4. bad requests: status, message, and the server keeps serving
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
