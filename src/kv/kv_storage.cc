@@ -166,28 +166,33 @@ void KvStorage::evict(const Eviction& ev) {
   count_ = new_extent;
 }
 
+void KvStorage::copy_rows_from(const KvArrays& from, const int32_t* pos_host, const float* mass_host, int n) {
+  const size_t G = static_cast<size_t>(G_), rows = static_cast<size_t>(n), src_cap = static_cast<size_t>(from.capacity),
+               cap = static_cast<size_t>(capacity_);
+  const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
+  backend_->copy_rows(k_->data(), cap * row, from.k, src_cap * row, rows * row, G);
+  backend_->copy_rows(v_->data(), cap * vrow, from.v, src_cap * vrow, rows * vrow, G);
+  backend_->copy_rows(pos_->data(), cap * sizeof(int32_t), from.pos, src_cap * sizeof(int32_t), rows * sizeof(int32_t), G);
+  backend_->copy_rows(mass_->data(), cap * sizeof(float), from.mass, src_cap * sizeof(float), rows * sizeof(float), G);
+  if (!backend_->host_visible())
+    for (size_t g = 0; g < G; ++g) {
+      std::copy_n(pos_host + g * src_cap, rows, pos_host_ + g * cap);
+      std::copy_n(mass_host + g * src_cap, rows, mass_host_ + g * cap);
+    }
+}
+
 void KvStorage::set_capacity(int capacity) {
   assert(capacity >= count_);
   // the held rows of every head moved into arrays laid out for the new capacity, within the
-  // backend's memory (one strided copy an array; a device's rows never travel through the host)
+  // backend's memory (a device's rows never travel through the host)
   sync_to_host();
-  const size_t old_cap = static_cast<size_t>(capacity_), n = static_cast<size_t>(count_), G = static_cast<size_t>(G_);
-  const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
-  std::unique_ptr<Buffer> k = std::move(k_), v = std::move(v_), pos = std::move(pos_), mass = std::move(mass_);
-  std::vector<int32_t> pos_mirror = std::move(pos_mirror_);
-  std::vector<float> mass_mirror = std::move(mass_mirror_);
+  const KvArrays old = arrays_;
+  const std::unique_ptr<Buffer> k = std::move(k_), v = std::move(v_), pos = std::move(pos_), mass = std::move(mass_);  // alive until copied
+  const std::vector<int32_t> pos_mirror = std::move(pos_mirror_);
+  const std::vector<float> mass_mirror = std::move(mass_mirror_);
   capacity_ = capacity;
   allocate();
-  const size_t cap = static_cast<size_t>(capacity_);
-  backend_->copy_rows(k_->data(), cap * row, k->data(), old_cap * row, n * row, G);
-  backend_->copy_rows(v_->data(), cap * vrow, v->data(), old_cap * vrow, n * vrow, G);
-  backend_->copy_rows(pos_->data(), cap * sizeof(int32_t), pos->data(), old_cap * sizeof(int32_t), n * sizeof(int32_t), G);
-  backend_->copy_rows(mass_->data(), cap * sizeof(float), mass->data(), old_cap * sizeof(float), n * sizeof(float), G);
-  if (!backend_->host_visible())
-    for (size_t g = 0; g < G; ++g) {
-      std::copy_n(pos_mirror.data() + g * old_cap, n, pos_host_ + g * cap);
-      std::copy_n(mass_mirror.data() + g * old_cap, n, mass_host_ + g * cap);
-    }
+  copy_rows_from(old, pos_mirror.data(), mass_mirror.data(), count_);
 }
 
 void KvStorage::copy_from(const KvStorage& src) {
@@ -195,20 +200,11 @@ void KvStorage::copy_from(const KvStorage& src) {
   if (src.backend_ != backend_) throw Error("kv cache: a copy must live on the source's backend");
   src.sync_to_host();
   if (capacity_ != src.capacity_) {
-    count_ = 0;  // nothing of this storage's rows is kept
     capacity_ = src.capacity_;
     allocate();
   }
-  const size_t rows = static_cast<size_t>(G_) * capacity_;
-  backend_->copy(k_->data(), src.k_->data(), rows * kv_row_bytes(types_.k, D_));
-  backend_->copy(v_->data(), src.v_->data(), rows * kv_row_bytes(types_.v, D_));
-  backend_->copy(pos_->data(), src.pos_->data(), rows * sizeof(int32_t));
-  backend_->copy(mass_->data(), src.mass_->data(), rows * sizeof(float));
+  copy_rows_from(src.arrays_, src.pos_host_, src.mass_host_, src.count_);
   if (k_offset_) backend_->copy(k_offset_->data(), src.k_offset_->data(), static_cast<size_t>(G_) * D_ * sizeof(float));
-  if (!backend_->host_visible()) {
-    std::copy_n(src.pos_host_, rows, pos_host_);
-    std::copy_n(src.mass_host_, rows, mass_host_);
-  }
   pos_stale_ = mass_stale_ = false;
   count_ = src.count_;
   live_ = src.live_;

@@ -67,7 +67,8 @@ class KvStorage {
   // once per schedule change, never per step.
   void set_capacity(int capacity);
   // Makes this storage a deep copy of src (same heads, head dim and row types; the capacity
-  // follows src's): rows, positions, mass and key offset, copied within the backend's memory.
+  // follows src's): its held rows, their positions and mass, and the key offset, copied within
+  // the backend's memory.
   // The count binding (bind_device_count) stays this storage's own.
   void copy_from(const KvStorage& src);
   KvView view() const;
@@ -129,6 +130,10 @@ class KvStorage {
 
  private:
   void allocate();
+  // Rows [0, n) of every head from `from` (arrays of this shape laid out for from.capacity, in the
+  // backend's memory; pos_host, mass_host: their host mirrors [G][from.capacity], read where that
+  // memory is not host-visible) into this storage's arrays: one strided copy an array.
+  void copy_rows_from(const KvArrays& from, const int32_t* pos_host, const float* mass_host, int n);
   int G_, D_, capacity_;
   KvTypes types_;
   std::unique_ptr<Backend> own_backend_;  // when none was given
