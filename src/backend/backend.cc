@@ -30,6 +30,14 @@ class HostBuffer final : public Buffer {
 
 std::unique_ptr<Buffer> Backend::alloc_host(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
+void Backend::prepare_weights(const WeightMatrix* in, int n, WeightMatrix* out, std::vector<std::unique_ptr<Buffer>>& keep) {
+  for (int i = 0; i < n; ++i) {
+    std::unique_ptr<Buffer> hold;
+    out[i] = prepare_weight(in[i], WeightUse::kMatrix, hold);
+    if (hold) keep.push_back(std::move(hold));
+  }
+}
+
 Backend::MemoryInfo Backend::memory() const {
   const int64_t page = sysconf(_SC_PAGESIZE);
   return {static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * page, static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * page};
@@ -57,7 +65,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // decode attention, SQUEEZEKV_CUDA_FUSE_KV=0 writes a decode step's KV row with its own kernel, SQUEEZEKV_CUDA_DEFER_MASS=0 adds a decode
   // step's mass right after its attention, SQUEEZEKV_CUDA_MMA_MASS=0 sums a prompt chunk's mass on
   // the CUDA cores, SQUEEZEKV_CUDA_BATCH_ATTN=0 runs a decode batch's attention one sequence
-  // after another, SQUEEZEKV_CUDA_LAYER_SUBMIT=0 issues a step's launches together at its end
+  // after another, SQUEEZEKV_CUDA_LAYER_SUBMIT=0 issues a step's launches together at its end,
+  // SQUEEZEKV_CUDA_JOIN=0 multiplies q, k, v (gate, up) one matrix at a time
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -70,6 +79,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.mma_mass = !off("SQUEEZEKV_CUDA_MMA_MASS");
   co.batch_attention = !off("SQUEEZEKV_CUDA_BATCH_ATTN");
   co.layer_submit = !off("SQUEEZEKV_CUDA_LAYER_SUBMIT");
+  co.join_products = !off("SQUEEZEKV_CUDA_JOIN");
   // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,
   // or with --batch-invariant the GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=tuned|blas|
   // gemv|mma chooses one for measurements

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/op_types.h"
 #include "core/kv_view.h"
@@ -82,6 +83,11 @@ class Backend {
   // 1 x n F32 norms and biases, stay f32).
   enum class WeightUse : uint8_t { kMatrix, kVector };
   virtual WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) = 0;
+  // Matrices that multiply the same input (q, k, v; gate, up), each prepared as prepare_weight
+  // does, out[n]; their memory joins `keep`. A device may lay them out one after another in one
+  // buffer (out[i + 1] starting where out[i] ends), so that its products over several of them run
+  // as one product (matmuls, matmul_swiglu). By default one prepare_weight each.
+  virtual void prepare_weights(const WeightMatrix* in, int n, WeightMatrix* out, std::vector<std::unique_ptr<Buffer>>& keep);
 
   // x[T][E] <- rows tokens[t] of the embedding table (tokens: host memory).
   virtual void embed(float* x, const WeightMatrix& table, const int32_t* tokens, int T) = 0;

@@ -51,9 +51,16 @@ struct DeviceWeights {
     output = matrix(w.output);
     out_norm = vec(w.out_norm);
     inv_freq = vec(w.inv_freq);
-    for (const LayerWeights& L : w.layers)
-      layers.push_back({vec(L.attn_norm), matrix(L.wq), matrix(L.wk), matrix(L.wv), matrix(L.wo), vec(L.bq), vec(L.bk),
-                        vec(L.bv), vec(L.ffn_norm), matrix(L.w_gate), matrix(L.w_up), matrix(L.w_down)});
+    for (const LayerWeights& L : w.layers) {
+      // q, k, v and gate, up each multiply one input: a device may lay each group out together
+      // and run its products as one
+      const WeightMatrix qkv[3] = {L.wq, L.wk, L.wv}, gate_up[2] = {L.w_gate, L.w_up};
+      WeightMatrix dqkv[3], dgate_up[2];
+      b.prepare_weights(qkv, 3, dqkv, keep);
+      b.prepare_weights(gate_up, 2, dgate_up, keep);
+      layers.push_back({vec(L.attn_norm), dqkv[0], dqkv[1], dqkv[2], matrix(L.wo), vec(L.bq), vec(L.bk), vec(L.bv),
+                        vec(L.ffn_norm), dgate_up[0], dgate_up[1], matrix(L.w_down)});
+    }
   }
 };
 

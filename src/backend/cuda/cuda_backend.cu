@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -166,32 +167,25 @@ class CudaBackend final : public Backend {
   WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
     // vectors stay f32; matrices become bf16 (f32 in the exact mode), dequantized row by row
     const bool f32 = use == WeightUse::kVector || opt_.f32_weights;
-    const size_t eb = f32 ? 4 : 2, row = static_cast<size_t>(w.cols) * eb;
-    keep = alloc(row * static_cast<size_t>(w.rows));
-    if (!f32 && w.type == DType::BF16) {  // stored as used: one copy
-      upload(keep->data(), w.data, row * static_cast<size_t>(w.rows));
-      WeightMatrix d = w;
-      d.data = keep->as<uint8_t>();
-      return d;
+    keep = alloc(device_row_bytes(w, f32) * static_cast<size_t>(w.rows));
+    return convert_weight(keep->as<uint8_t>(), w, f32);
+  }
+  // One buffer for matrices of the same columns, one after another: their joined products
+  // (joined_product) read them as one matrix.
+  void prepare_weights(const WeightMatrix* in, int n, WeightMatrix* out, std::vector<std::unique_ptr<Buffer>>& keep) override {
+    const bool f32 = opt_.f32_weights;
+    size_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      if (in[i].cols != in[0].cols) return Backend::prepare_weights(in, n, out, keep);
+      bytes += device_row_bytes(in[i], f32) * static_cast<size_t>(in[i].rows);
     }
-    constexpr int64_t kRowsPerCopy = 256;
-    std::vector<float> f(static_cast<size_t>(w.cols * kRowsPerCopy));
-    std::vector<uint16_t> b(f32 ? 0 : f.size());
-    for (int64_t r0 = 0; r0 < w.rows; r0 += kRowsPerCopy) {
-      const int64_t n = std::min(kRowsPerCopy, w.rows - r0);
-      for (int64_t i = 0; i < n; ++i) dequantize_row(w.type, w.row(r0 + i), f.data() + i * w.cols, w.cols);
-      const void* src = f.data();
-      if (!f32) {
-        for (size_t i = 0; i < static_cast<size_t>(n * w.cols); ++i) b[i] = f32_to_bf16(f[i]);
-        src = b.data();
-      }
-      upload(keep->as<uint8_t>() + static_cast<size_t>(r0) * row, src, static_cast<size_t>(n) * row);
+    std::unique_ptr<Buffer> buf = alloc(bytes);
+    uint8_t* at = buf->as<uint8_t>();
+    for (int i = 0; i < n; ++i) {
+      out[i] = convert_weight(at, in[i], f32);
+      at += out[i].row_bytes * static_cast<size_t>(out[i].rows);
     }
-    WeightMatrix d = w;
-    d.type = f32 ? DType::F32 : DType::BF16;
-    d.data = keep->as<uint8_t>();
-    d.row_bytes = row;
-    return d;
+    keep.push_back(std::move(buf));
   }
 
   void embed(float* x, const WeightMatrix& table, const int32_t* tokens, int T) override {
@@ -221,10 +215,12 @@ class CudaBackend final : public Backend {
     gemm_parts(&part, 1, x, T);
   }
 
-  // One launch for all parts where the GEMV serves them (their RoPE in its epilogue); prompt
-  // chunks: x converted to bf16 once, one cuBLAS product per part.
+  // One launch for all parts where the GEMV serves them (their RoPE in its epilogue); else one
+  // product for parts laid out together (joined_product), or x converted to bf16 once and one
+  // product per part.
   void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) override {
     if (T <= kGemvRows && launch_gemv(*launcher_, parts, n, x, static_cast<int>(T), false)) return;
+    if (joined_product(parts, n, x, T, rows, false)) return;
     if (rows == RowMode::kIndependent && T > 1) {
       if (!batch_rows(parts, n, x, T)) return Backend::matmuls(parts, n, x, T, act, rows);
     } else {
@@ -237,6 +233,7 @@ class CudaBackend final : public Backend {
                      Activations act, RowMode rows) override {
     const MatmulPart parts[2] = {{gate, &w_gate, nullptr, nullptr}, {up, &w_up, nullptr, nullptr}};
     if (T <= kGemvRows && w_gate.rows == w_up.rows && launch_gemv(*launcher_, parts, 2, x, static_cast<int>(T), true)) return;
+    if (w_gate.rows == w_up.rows && joined_product(parts, 2, x, T, rows, true)) return;
     Backend::matmul_swiglu(gate, up, x, w_gate, w_up, T, act, rows);
   }
 
@@ -647,6 +644,93 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  static size_t device_row_bytes(const WeightMatrix& w, bool f32) { return static_cast<size_t>(w.cols) * (f32 ? 4 : 2); }
+  // w in device memory at dst (device_row_bytes a row): bf16 (f32), dequantized row by row
+  WeightMatrix convert_weight(uint8_t* dst, const WeightMatrix& w, bool f32) {
+    const size_t row = device_row_bytes(w, f32);
+    WeightMatrix d = w;
+    d.type = f32 ? DType::F32 : DType::BF16;
+    d.data = dst;
+    d.row_bytes = row;
+    if (!f32 && w.type == DType::BF16) {  // stored as used: one copy
+      upload(dst, w.data, row * static_cast<size_t>(w.rows));
+      return d;
+    }
+    constexpr int64_t kRowsPerCopy = 256;
+    std::vector<float> f(static_cast<size_t>(w.cols * kRowsPerCopy));
+    std::vector<uint16_t> b(f32 ? 0 : f.size());
+    for (int64_t r0 = 0; r0 < w.rows; r0 += kRowsPerCopy) {
+      const int64_t n = std::min(kRowsPerCopy, w.rows - r0);
+      for (int64_t i = 0; i < n; ++i) dequantize_row(w.type, w.row(r0 + i), f.data() + i * w.cols, w.cols);
+      const void* src = f.data();
+      if (!f32) {
+        for (size_t i = 0; i < static_cast<size_t>(n * w.cols); ++i) b[i] = f32_to_bf16(f[i]);
+        src = b.data();
+      }
+      upload(dst + static_cast<size_t>(r0) * row, src, static_cast<size_t>(n) * row);
+    }
+    return d;
+  }
+
+  // The parts' matrices as one (prepare_weights laid them out one after another, of one type and
+  // width, every part's rows even), with their RoPE alike; nothing where they are not.
+  static std::optional<WeightMatrix> joined(const MatmulPart* parts, int n) {
+    if (n < 2 || n > kMaxSplitParts) return std::nullopt;
+    WeightMatrix w = *parts[0].w;
+    const RopeSpec* rope = nullptr;
+    for (int i = 0; i < n; ++i) {
+      const WeightMatrix& p = *parts[i].w;
+      if (p.rows % 2 != 0) return std::nullopt;
+      if (const RopeSpec* r = parts[i].rope) {
+        if (rope != nullptr && (r->pos != rope->pos || r->inv_freq != rope->inv_freq || r->D != rope->D || r->pairing != rope->pairing))
+          return std::nullopt;
+        if (p.rows % r->D != 0) return std::nullopt;
+        rope = r;
+      }
+      if (i == 0) continue;
+      if (p.type != w.type || p.cols != w.cols || p.row_bytes != w.row_bytes || p.data != w.data + static_cast<size_t>(w.rows) * w.row_bytes)
+        return std::nullopt;
+      w.rows += p.rows;
+    }
+    return w;
+  }
+
+  // The parts as one product into joined_ (a decode batch's rows through batch_rows, a prompt
+  // chunk's through cuBLAS), then split into their outputs with their biases and RoPE (swiglu:
+  // gate and up, into silu(gate) * up). False, launching nothing, where the parts are not laid
+  // out together or the batch path does not serve them: the caller multiplies part by part.
+  // H200, 8B shape: q, k and v are one product of 6144 rows, gate and up one of 28672.
+  bool joined_product(const MatmulPart* parts, int n, const float* x, int64_t T, RowMode rows, bool swiglu) {
+    if (!opt_.join_products) return false;
+    const std::optional<WeightMatrix> w = joined(parts, n);
+    if (!w) return false;
+    grow(joined_, static_cast<size_t>(T) * w->rows * sizeof(float));
+    const MatmulPart one{joined_->as<float>(), &*w, nullptr, nullptr};
+    if (rows == RowMode::kIndependent && T > 1) {
+      if (!batch_rows(&one, 1, x, T)) return false;
+    } else {
+      gemm_parts(&one, 1, x, T);
+    }
+    if (swiglu) {
+      launch_silu_mul_split(*launcher_, parts[0].out, joined_->as<float>(), T, static_cast<int>(parts[0].w->rows));
+      return true;
+    }
+    SplitRows sp;
+    std::memset(&sp, 0, sizeof sp);  // recorded bytes: every one set
+    sp.n = n;
+    for (int i = 0; i < n; ++i) {
+      sp.out[i] = parts[i].out;
+      sp.bias[i] = parts[i].bias;
+      sp.begin[i + 1] = sp.begin[i] + static_cast<int32_t>(parts[i].w->rows);
+      if (const RopeSpec* r = parts[i].rope) {
+        sp.rope[i] = 1;
+        sp.D = r->D, sp.adjacent = r->pairing == RopePairing::kAdjacent ? 1 : 0, sp.pos = r->pos, sp.inv_freq = r->inv_freq;
+      }
+    }
+    launch_split_rows(*launcher_, sp, joined_->as<float>(), T);
+    return true;
+  }
+
   // out = x @ W^T (+ bias) for every part by cuBLAS (a prompt chunk), x converted to bf16 once
   void gemm_parts(const MatmulPart* parts, int n, const float* x, int64_t T) {
     bool bf16 = false;
@@ -688,6 +772,7 @@ class CudaBackend final : public Backend {
   int sms_ = 1;
   // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
   std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_, scores_;
+  std::unique_ptr<Buffer> joined_;  // [T][rows of the joined matrices] (joined_product)
   // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
   std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;
   std::vector<float> host_rows_;              // embedding rows on their way up

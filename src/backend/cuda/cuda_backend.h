@@ -35,6 +35,9 @@ struct CudaOptions {
   // records a layer while the device runs the one before, each layer's list its own graph); off:
   // a step's launches issued together when the host first waits (its logits)
   bool layer_submit = true;
+  // products over matrices laid out together (prepare_weights: q, k, v; gate, up) as one product
+  // for a decode batch or a prompt chunk, split after; off: one product per matrix
+  bool join_products = true;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options);

@@ -47,7 +47,55 @@ __global__ void k_to_bf16(__nv_bfloat16* out, const float* x, int64_t n) {
   if (i < n) out[i] = __float2bfloat16(x[i]);
 }
 
+// grid (pairs of the joined row / kThreads, T): one thread a pair of columns (a rotation pair
+// where the part is rotated)
+__global__ void k_split_rows(SplitRows s, const float* joined) {
+  pdl_enter();
+  const int t = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;  // j: pair of the joined row
+  if (2 * j >= s.begin[s.n]) return;
+  int i = 0;
+  while (2 * j >= s.begin[i + 1]) ++i;
+  const int R = s.begin[i + 1] - s.begin[i], p = j - s.begin[i] / 2;
+  int i0 = 2 * p, i1 = 2 * p + 1, k = 0;  // k: the rotation pair within its head
+  if (s.rope[i]) {
+    const int half = s.D / 2, h = p / half;
+    k = p % half;
+    i0 = h * s.D + (s.adjacent ? 2 * k : k);
+    i1 = h * s.D + (s.adjacent ? 2 * k + 1 : k + half);
+  }
+  const float* src = joined + static_cast<size_t>(t) * s.begin[s.n] + s.begin[i];
+  float a = src[i0], b = src[i1];
+  if (s.bias[i] != nullptr) a += s.bias[i][i0], b += s.bias[i][i1];
+  if (s.rope[i]) {
+    const float ang = static_cast<float>(s.pos[t]) * s.inv_freq[k];
+    float sn, cs;
+    sincosf(ang, &sn, &cs);
+    const float ra = a * cs - b * sn, rb = b * cs + a * sn;
+    a = ra, b = rb;
+  }
+  float* out = s.out[i] + static_cast<size_t>(t) * R;
+  out[i0] = a;
+  out[i1] = b;
+}
+
+// grid (F / kThreads, T)
+__global__ void k_silu_mul_split(float* g, const float* joined, int F) {
+  pdl_enter();
+  const int t = blockIdx.y, f = blockIdx.x * blockDim.x + threadIdx.x;
+  if (f >= F) return;
+  const float* row = joined + static_cast<size_t>(t) * 2 * F;
+  const float x = row[f];
+  g[static_cast<size_t>(t) * F + f] = x / (1.0f + expf(-x)) * row[F + f];
+}
+
 }  // namespace
+
+void launch_split_rows(Launcher& L, const SplitRows& s, const float* joined, int64_t T) {
+  L.launch(k_split_rows, dim3(blocks_for(s.begin[s.n] / 2), static_cast<unsigned>(T)), kThreads, 0, s, joined);
+}
+void launch_silu_mul_split(Launcher& L, float* g, const float* joined, int64_t T, int F) {
+  L.launch(k_silu_mul_split, dim3(blocks_for(F), static_cast<unsigned>(T)), kThreads, 0, g, joined, F);
+}
 
 void launch_rope(Launcher& L, float* x, const int32_t* pos, int64_t T, int n_heads, int D, const float* inv_freq, bool adjacent) {
   L.launch(k_rope, dim3(static_cast<unsigned>(T), n_heads), std::max(32, D / 2), 0, x, pos, n_heads, D, inv_freq, adjacent ? 1 : 0);

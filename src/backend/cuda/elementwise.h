@@ -1,4 +1,5 @@
-// Element-wise kernels of the forward pass: RoPE, SwiGLU's gate, residual adds, bias, bf16 conversion.
+// Element-wise kernels of the forward pass: RoPE, SwiGLU's gate, residual adds, bias, bf16
+// conversion, and the split of a joined product into its parts.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -18,5 +19,25 @@ void launch_add(Launcher& L, float* x, const float* y, int64_t n);
 void launch_add_bias(Launcher& L, float* out, const float* bias, int64_t n, int R);
 // out[n] = bf16(x)
 void launch_to_bf16(Launcher& L, __nv_bfloat16* out, const float* x, int64_t n);
+
+// The parts of one product over matrices laid out together (q, k, v): part i is columns
+// [begin[i], begin[i + 1]) of the joined rows, [T][begin[n]]. Passed by value (a kernel argument).
+constexpr int kMaxSplitParts = 4;
+struct SplitRows {
+  float* out[kMaxSplitParts];         // [T][begin[i + 1] - begin[i]]
+  const float* bias[kMaxSplitParts];  // [begin[i + 1] - begin[i]] or null
+  int32_t begin[kMaxSplitParts + 1];  // every width even
+  int32_t rope[kMaxSplitParts];       // 1: the part rotated as launch_rope does, after its bias
+  int32_t n;
+  int32_t D, adjacent;                // the RoPE's head dim and pairing
+  const int32_t* pos;                 // [T]
+  const float* inv_freq;              // [D/2]
+};
+// out_i[t][r] = joined[t][begin[i] + r] + bias_i[r], rotated where rope[i]: each part exactly as
+// its own product, add_bias and rope would leave it (the same float operations)
+void launch_split_rows(Launcher& L, const SplitRows& s, const float* joined, int64_t T);
+// g[t][f] = silu(joined[t][f]) * joined[t][F + f] for f < F: SwiGLU's gate from one product over
+// gate and up laid out together, as launch_silu_mul computes it from the two
+void launch_silu_mul_split(Launcher& L, float* g, const float* joined, int64_t T, int F);
 
 }  // namespace squeezekv::cuda
