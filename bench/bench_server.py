@@ -119,10 +119,17 @@ def measure(url, streams, tokens, rounds, client="raw"):
 
     def one(i, out):
         t0 = time.time()
-        n = stream(url, i, tokens)
+        try:
+            n = stream(url, i, tokens)
+        except BaseException as e:  # SystemExit among them: a thread would drop it silently
+            out[i] = e
+            return
         out[i] = (n, t0, time.time())
 
-    one(0, [None])  # warm-up
+    warm = [None]
+    one(0, warm)  # warm-up
+    if not isinstance(warm[0], tuple):
+        raise SystemExit(f"the warm-up request failed: {warm[0]}")
     rows = []
     for c in streams:
         agg, per = [], []
@@ -134,6 +141,9 @@ def measure(url, streams, tokens, rounds, client="raw"):
                 t.start()
             for t in ts:
                 t.join()
+            failed = [o for o in out if not isinstance(o, tuple)]
+            if failed:
+                raise SystemExit(f"{len(failed)} of {c} streams failed; the first: {failed[0]}")
             wall = max(o[2] for o in out) - t0
             total = sum(o[0] for o in out)
             agg.append(total / wall)

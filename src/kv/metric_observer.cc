@@ -1,6 +1,7 @@
 // What each squeeze metric reads from the forward pass (ConcentrationMeter's LayerObserver hooks,
 // observer.h): the rows it needs, copied from the backend's memory into the runner's scratch,
-// and for eviction_error one more attention of the last rows over the layer's cut view.
+// and for eviction_error the last rows kept until the step's end, when they attend once more
+// over the layer's cut view.
 #include <algorithm>
 
 #include "kv/concentration.h"
@@ -14,21 +15,44 @@ void ConcentrationMeter::before_attention(const LayerRows& r) {
   add_keys(r.scratch->host(*r.backend, r.scratch->a, r.k, n), r.T, r.G, r.D);
 }
 
-void ConcentrationMeter::after_attention(const LayerRows& r, const AttentionProbe& probe, LayerCache& cache) {
+void ConcentrationMeter::after_attention(const LayerRows& r, const AttentionProbe& probe, LayerCache&) {
   if (probe.entropy) add_entropy(probe.entropy_sum, probe.entropy_rows);
   if (metric_ != SqueezeMetric::kEvictionError) return;
-  // the step's last rows attend once more, over what the average budget's h2o cut would keep
+  // the step's last rows, kept for the step's end (launch_cut): their queries, positions and
+  // output over every held row, copied within the backend (the runner reuses its buffers)
   const int64_t QD = static_cast<int64_t>(r.H) * r.D;
   const int w = std::min(r.T, window_), first = r.T - w;
-  const size_t n = static_cast<size_t>(w) * QD;
-  const float* o = r.scratch->host(*r.backend, r.scratch->a, r.att + first * QD, n);
-  if (const std::optional<KvView> cut = cache.cut_view(r.input_end)) {
-    float* out = r.scratch->device(*r.backend, n);
-    r.backend->attention(out, r.q + first * QD, r.q_pos + first, w, r.H, *cut, nullptr);
-    add_output_error(o, r.scratch->host(*r.backend, r.scratch->b, out, n), static_cast<int64_t>(n));
-  } else {
-    add_output_error(o, o, static_cast<int64_t>(n));
+  const size_t n = static_cast<size_t>(w) * QD, bytes = (3 * n + static_cast<size_t>(w)) * sizeof(float);
+  KeptRows& k = kept_;
+  if (!k.buf || k.buf->bytes() < bytes) k.buf = r.backend->alloc(bytes);
+  k.backend = r.backend, k.w = w, k.H = r.H, k.D = r.D, k.input_end = r.input_end, k.cut = false;
+  float* base = k.buf->as<float>();
+  r.backend->copy(base, r.q + first * QD, n * sizeof(float));
+  r.backend->copy(base + n, r.att + first * QD, n * sizeof(float));
+  r.backend->copy(base + 3 * n, r.q_pos + first, static_cast<size_t>(w) * sizeof(int32_t));
+}
+
+void ConcentrationMeter::launch_cut(LayerCache& cache) {
+  KeptRows& k = kept_;
+  if (k.w == 0) return;
+  // the kept rows attend once more, over what the average budget's h2o cut would keep
+  const size_t n = static_cast<size_t>(k.w) * k.H * k.D;
+  float* base = k.buf->as<float>();
+  if (const std::optional<KvView> cut = cache.cut_view(k.input_end)) {
+    k.backend->attention(base + 2 * n, base, reinterpret_cast<const int32_t*>(base + 3 * n), k.w, k.H, *cut, nullptr);
+    k.cut = true;
   }
+}
+
+void ConcentrationMeter::add_cut_error() {
+  KeptRows& k = kept_;
+  if (k.w == 0) return;
+  const size_t n = static_cast<size_t>(k.w) * k.H * k.D;
+  kept_host_.resize(2 * n);
+  k.backend->download(kept_host_.data(), k.buf->as<float>() + n, (k.cut ? 2 * n : n) * sizeof(float));
+  const float* o = kept_host_.data();
+  add_output_error(o, k.cut ? o + n : o, static_cast<int64_t>(n));  // no cut: the output unchanged
+  k.w = 0;
 }
 
 void ConcentrationMeter::after_block(const LayerRows& r, const float* x_in, const float* x) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "kv/concentration.h"
 #include "kv/layer_cache.h"
 #include "squeezekv/error.h"
 #include "squeezekv/model_config.h"
@@ -27,6 +28,11 @@ void SequenceCache::stage_step(int T) {
 }
 
 void SequenceCache::end_step(int64_t input_end) {
+  // squeeze's eviction_error: every layer's cut attention issued before any layer's is read
+  for (LayerCache& l : layers)
+    if (ConcentrationMeter* m = l.meter()) m->launch_cut(l);
+  for (LayerCache& l : layers)
+    if (ConcentrationMeter* m = l.meter()) m->add_cut_error();
   for (LayerCache& l : layers) l.before_compaction(input_end);
   for (LayerCache& l : layers) l.end_step();
 }
