@@ -18,7 +18,7 @@ grep -q 'CMAKE_GENERATOR:INTERNAL=Unix Makefiles' "$tmp/cpu/CMakeCache.txt" || {
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   check "configure, default generator, CUDA found" cmake -S "$src" -B "$tmp/cuda" -DSQUEEZEKV_TESTS=OFF
   grep -q 'SQUEEZEKV_CUDA:BOOL=ON' "$tmp/cuda/CMakeCache.txt" || { echo "FAILED: nvcc is installed but SQUEEZEKV_CUDA is not on"; fail=$((fail + 1)); }
-  check "the CUDA backend's files through make" cmake --build "$tmp/cuda" --target squeezekv_cuda -j "$(nproc)"
+  check "the CUDA backend's files through make" cmake --build "$tmp/cuda" --target squeezekv_cuda_objects -j "$(nproc)"
 else
   echo "no nvcc: the CUDA configure is not tried"
 fi

@@ -9,6 +9,10 @@
 #include "core/enum_table.h"
 #include "squeezekv/error.h"
 #if SQUEEZEKV_CUDA
+#include <dlfcn.h>
+
+#include <mutex>
+
 #include "backend/cuda/cuda_backend.h"
 #endif
 
@@ -54,6 +58,34 @@ bool device_available(Device d) {
 #endif
 }
 
+#if SQUEEZEKV_CUDA
+namespace {
+// The CUDA backend's factory, from libsqueezekv_cuda.so in this library's own directory (or the
+// loader's search path), loaded at the first --device cuda and kept (CMakeLists.txt says why it
+// is a library of its own).
+using MakeCudaBackend = Backend* (*)(const CudaOptions&);
+MakeCudaBackend cuda_factory() {
+  static std::mutex mu;
+  static MakeCudaBackend make = nullptr;
+  std::lock_guard lock(mu);
+  if (make != nullptr) return make;
+  std::string path = "libsqueezekv_cuda.so";
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&cuda_factory), &self) != 0 && self.dli_fname != nullptr) {
+    const std::string lib = self.dli_fname;
+    if (const size_t slash = lib.find_last_of('/'); slash != std::string::npos) path = lib.substr(0, slash + 1) + path;
+  }
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr)
+    throw Error("--device cuda: cannot load the CUDA backend (" + std::string(dlerror()) +
+                "); it needs libsqueezekv_cuda.so beside libsqueezekv.so, and the CUDA runtime and cuBLAS of the toolkit it was built with");
+  make = reinterpret_cast<MakeCudaBackend>(dlsym(h, "squeezekv_make_cuda_backend"));
+  if (make == nullptr) throw Error("--device cuda: " + path + " has no squeezekv_make_cuda_backend (a library of another build?)");
+  return make;
+}
+}  // namespace
+#endif
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (o.device == Device::kCpu) return make_cpu_backend(o.threads, o.decode == Activations::kInt8);
 #if SQUEEZEKV_CUDA
@@ -92,7 +124,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
     else if (v == "mma") co.batch = CudaOptions::BatchProducts::kMma;
     else throw Error("SQUEEZEKV_CUDA_BATCH: expected tuned, blas, gemv or mma, got '" + v + "'");
   }
-  return make_cuda_backend(co);
+  return std::unique_ptr<Backend>(cuda_factory()(co));
 #else
   throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON "
               "on a machine with the CUDA toolkit)");

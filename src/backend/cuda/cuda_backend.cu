@@ -787,3 +787,8 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) { return std::make_unique<CudaBackend>(options); }
 
 }  // namespace squeezekv
+
+// What libsqueezekv looks up when it loads this library (backend.cc, make_backend).
+extern "C" squeezekv::Backend* squeezekv_make_cuda_backend(const squeezekv::CudaOptions& options) {
+  return squeezekv::make_cuda_backend(options).release();
+}

@@ -1,4 +1,5 @@
-// The CUDA backend's options and factory (built with -DSQUEEZEKV_CUDA=ON; cuda_backend.cu).
+// The CUDA backend's options and factory (built with -DSQUEEZEKV_CUDA=ON into libsqueezekv_cuda.so,
+// which make_backend loads at run time; cuda_backend.cu).
 #pragma once
 #include <memory>
 
