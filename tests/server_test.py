@@ -8,7 +8,9 @@ What must hold (issue: the server):
   (GET /metrics, peak over the run) stay within parallel x (budget + prefill chunk) rows per layer;
 - clients that leave mid-stream leave nothing behind (no active sequence, no KV bytes);
 - every bad request gets its status and a message, a full queue answers 503 with Retry-After,
-  and the server keeps serving.
+  and the server keeps serving;
+- a burst of 64 connections opened at once is answered (the listen backlog is raised past
+  cpp-httplib's 5).
 Usage: server_test.py SQUEEZEKV_BINARY
 """
 import http.client
@@ -179,6 +181,31 @@ def main():
                 if usage is not None:
                     check(usage.completion_tokens <= n and usage.prompt_tokens > 0 and
                           usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, f"usage {usage}")
+        # a burst of clients: the listen backlog holds every handler thread's connection (not
+        # cpp-httplib's 5), and 64 connections opened at once are all answered
+        port = srv.url.rsplit(":", 1)[1]
+        try:
+            ss = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout.split()
+        except FileNotFoundError:
+            ss = []
+        somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
+        if len(ss) >= 3:  # State Recv-Q Send-Q (a listening socket's backlog) ...
+            check(int(ss[2]) >= min(8 + 64 + 4, somaxconn), f"listen backlog {ss[2]} holds --parallel + --queue + 4 connections")
+        else:
+            check(False, f"ss shows the server's listening socket on port {port}: {ss}")
+        burst = [None] * 64
+
+        def connect(i):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=60)
+                c.request("GET", "/health")
+                burst[i] = c.getresponse().status
+                c.close()
+            except OSError as e:
+                burst[i] = repr(e)
+        in_threads(connect, len(burst))
+        check(all(b == 200 for b in burst), f"64 connections at once all answered: {[b for b in burst if b != 200][:3]}")
+
         # stop strings as the CLI applies them
         want = cli_text("List three fruits.", 60, None, True, stop=["\n"])
         got, finish, _ = ask(client, "List three fruits.", 60, None, True, False, stop=["\n"])

@@ -9,11 +9,15 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <map>
@@ -101,6 +105,16 @@ class Server {
     const int threads = opt_.parallel + opt_.queue + 4;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     http.set_payload_max_length(16u << 20);
+    // cpp-httplib listens with a backlog of 5 connections (CPPHTTPLIB_LISTEN_BACKLOG, compiled into
+    // Debian's library): 64 clients that connect at once overflow it, and some are reset (seen on
+    // the H200 machine with bench_server.py, 2026-12-02). Its listening socket, seen here as it is
+    // made, is given a backlog for every handler thread once bound (Linux takes a second listen()
+    // on a listening socket as a new backlog).
+    int listen_fd = -1;
+    http.set_socket_options([&listen_fd](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = sock;
+    });
     routes(http);
     int port = opt_.port;
     if (port == 0) {
@@ -109,6 +123,9 @@ class Server {
     } else if (!http.bind_to_port(opt_.host, port)) {
       throw Error("--port: cannot listen on " + opt_.host + ":" + std::to_string(port) + " (in use, or not allowed)");
     }
+    if (listen_fd >= 0 && ::listen(listen_fd, std::max(threads, SOMAXCONN)) != 0)
+      std::fprintf(stderr, "squeezekv serve: could not raise the listen backlog (%s); a burst of connections may be refused\n",
+                   std::strerror(errno));
     std::thread engine([this] { engine_loop(); });
     std::thread stopper([&http, sigs] {
       int sig = 0;
