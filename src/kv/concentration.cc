@@ -115,6 +115,7 @@ void ConcentrationMeter::reset() {
   sum_ = 0.0;
   rows_ = 0;
   energy_ = 0.0;
+  kept_.w = 0;
 }
 
 }  // namespace squeezekv
