@@ -3,7 +3,6 @@
 # build and GGUF in out/peer), with the joined products: both engines fill B sequences with one
 # prompt and copies, then time the decode steps; the engines alternate (as run-d2.sh of
 # 2026-12-02-h200-kv-pool).
-# alternate.
 set -u
 export SQUEEZEKV_TEST_SHARED=$PWD/out/dev/shared SQUEEZEKV_TEST_REF=$PWD/tests/ref
 DEVLIB=$PWD/out/dev/lib:/usr/local/cuda/lib64 PEERLIB=$PWD/out/peer/build/bin:/usr/local/cuda/lib64
