@@ -2,7 +2,7 @@
 // its budget, a decode step appends one row, and end_step() selects the row to evict per kv head
 // (h2o: the lowest accumulated mass outside the sinks and the recent window) and compacts. This
 // is what a GPU backend would pay per step if the mass came back to the host for selection
-// (docs/DESIGN.md, "A decode step's eviction runs where the mass lives"); the attention itself is
+// (docs/DESIGN.md, "Eviction runs where the mass lives"); the attention itself is
 // not timed.
 // Usage: squeezekv_bench_select [layers=32] [kv_heads=8] [head_dim=128] [budget=2048] [steps=200]
 #include <algorithm>

@@ -385,6 +385,99 @@ TEST_F(Cuda, DeferredMassEqualsTheMassKernel) {
       }
 }
 
+// A chunk's eviction on the device (Backend::kv_evict_top: a radix select over (mass, position)
+// keys, then the moves) leaves every head's arrays exactly as the CPU backend's reference does:
+// the same rows in the same slots, K and V with them; with many ties (few distinct masses) and
+// without; counts from a few rows to several blocks' worth; the cut view's positions likewise.
+// And eviction_error's sums (Backend::error_energy) as the CPU forms them, to double rounding.
+TEST_F(Cuda, ChunkEvictionEqualsTheCpuReference) {
+  std::mt19937 rng(21);
+  auto gpu = make_backend({Device::kCuda, 2, true, Activations::kF32});
+  auto cpu = make_backend({Device::kCpu, 2, true, Activations::kF32});
+  const int G = 8, D = 128;
+  struct Shape {
+    int count, n_evict, keep_below, recent;
+  };
+  for (const Shape sh : {Shape{6, 1, 1, 1}, Shape{100, 37, 4, 20}, Shape{1500, 1000, 4, 256}, Shape{2600, 512, 4, 1024},
+                         Shape{5000, 4000, 0, 0}, Shape{3000, 2, 4, 900}})
+    for (int ties = 0; ties < 2; ++ties)
+      for (int mark = 0; mark < 2; ++mark) {
+        const int cap = sh.count + 3;
+        const size_t rows = static_cast<size_t>(G) * cap;
+        std::vector<uint16_t> k(rows * D), v(rows * D);
+        std::vector<int32_t> pos(rows);
+        std::vector<float> mass(rows);
+        for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<uint16_t>(rng()), v[i] = static_cast<uint16_t>(rng());
+        for (int g = 0; g < G; ++g) {
+          std::vector<int32_t> p(static_cast<size_t>(sh.count));
+          std::iota(p.begin(), p.end(), 0);
+          std::shuffle(p.begin(), p.end(), rng);  // slots in no order, as after earlier evictions
+          for (int j = 0; j < sh.count; ++j) {
+            pos[static_cast<size_t>(g) * cap + j] = p[j];
+            mass[static_cast<size_t>(g) * cap + j] =
+                ties ? static_cast<float>(rng() % 4) * 0.25f : std::uniform_real_distribution<float>(0, 3)(rng);
+          }
+        }
+        const int32_t keep_from = sh.count - sh.recent;
+        struct Arrays {
+          std::unique_ptr<Buffer> k, v, p, m, dead;
+          KvArrays a;
+        };
+        auto make = [&](Backend& be) {
+          Arrays r;
+          r.k = be.alloc(k.size() * 2), r.v = be.alloc(v.size() * 2), r.p = be.alloc(rows * 4), r.m = be.alloc(rows * 4);
+          r.dead = be.alloc(rows * 4);
+          be.upload(r.k->data(), k.data(), k.size() * 2);
+          be.upload(r.v->data(), v.data(), v.size() * 2);
+          be.upload(r.p->data(), pos.data(), rows * 4);
+          be.upload(r.m->data(), mass.data(), rows * 4);
+          r.a = {r.k->data(), r.v->data(), r.p->as<int32_t>(), r.m->as<float>(), KvType::kF16, G, D, cap, nullptr, KvType::kF16, nullptr};
+          be.kv_evict_top(r.a, sh.count, sh.n_evict, sh.keep_below, keep_from, mark ? r.dead->as<int32_t>() : nullptr);
+          return r;
+        };
+        Arrays a = make(*cpu), b = make(*gpu);
+        auto read = [&](Backend& be, const Buffer& buf, size_t bytes) {
+          std::vector<unsigned char> out(bytes);
+          be.download(out.data(), buf.data(), bytes);
+          return out;
+        };
+        const std::string what = "count " + std::to_string(sh.count) + " evict " + std::to_string(sh.n_evict) +
+                                 (ties ? " ties" : "") + (mark ? " marked" : " moved");
+        if (mark) {
+          EXPECT_TRUE(read(*cpu, *a.dead, rows * 4) == read(*gpu, *b.dead, rows * 4)) << what;
+          continue;
+        }
+        const int kept = sh.count - sh.n_evict;
+        bool same = true;
+        const auto pa = read(*cpu, *a.p, rows * 4), pb = read(*gpu, *b.p, rows * 4);
+        const auto ma = read(*cpu, *a.m, rows * 4), mb = read(*gpu, *b.m, rows * 4);
+        const auto ka = read(*cpu, *a.k, rows * D * 2), kb = read(*gpu, *b.k, rows * D * 2);
+        const auto va = read(*cpu, *a.v, rows * D * 2), vb = read(*gpu, *b.v, rows * D * 2);
+        for (int g = 0; g < G; ++g) {
+          const size_t s0 = static_cast<size_t>(g) * cap;
+          same = same && std::equal(pa.begin() + s0 * 4, pa.begin() + (s0 + kept) * 4, pb.begin() + s0 * 4);
+          same = same && std::equal(ma.begin() + s0 * 4, ma.begin() + (s0 + kept) * 4, mb.begin() + s0 * 4);
+          same = same && std::equal(ka.begin() + s0 * D * 2, ka.begin() + (s0 + kept) * D * 2, kb.begin() + s0 * D * 2);
+          same = same && std::equal(va.begin() + s0 * D * 2, va.begin() + (s0 + kept) * D * 2, vb.begin() + s0 * D * 2);
+        }
+        EXPECT_TRUE(same) << what;
+      }
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{32} * 4096}) {
+    std::vector<float> o(static_cast<size_t>(n)), c(o.size());
+    for (size_t i = 0; i < o.size(); ++i) o[i] = std::normal_distribution<float>()(rng), c[i] = o[i] + 0.01f * std::normal_distribution<float>()(rng);
+    double want[2];
+    cpu->error_energy(want, o.data(), c.data(), n);
+    auto ob = gpu->alloc(o.size() * 4), cb = gpu->alloc(c.size() * 4), sb = gpu->alloc(16);
+    gpu->upload(ob->data(), o.data(), o.size() * 4);
+    gpu->upload(cb->data(), c.data(), c.size() * 4);
+    gpu->error_energy(sb->as<double>(), ob->as<float>(), cb->as<float>(), n);
+    double got[2];
+    gpu->download(got, sb->data(), 16);
+    EXPECT_NEAR(got[0], want[0], 1e-9 * want[0]) << n;
+    EXPECT_NEAR(got[1], want[1], 1e-9 * want[1]) << n;
+  }
+}
+
 // The fused decode products (one GEMV launch for q, k, v with RoPE in its epilogue; gate and up
 // with SwiGLU in its epilogue) give exactly what the separate ops give on the same device, and
 // match the CPU within float rounding: 1-4 rows (the GEMV); 5 rows of a prompt chunk (cuBLAS)

@@ -478,6 +478,50 @@ TEST(KvStorage, BackendDecodeEvictionEqualsTheHostRule) {
   }
 }
 
+// The backend's eviction of any number of rows (a prompt chunk's end on a GPU; here the CPU
+// backend's reference of it, which the CUDA kernel is tested against) keeps the rows the host rule
+// keeps, ties included, laid out slot for slot as KvStorage::evict lays them; and the cut view it
+// marks hides exactly the rows the host rule names.
+TEST(KvStorage, BackendChunkEvictionEqualsTheHostRule) {
+  std::mt19937 rng(14);
+  std::uniform_int_distribution<int> coarse(0, 5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int G = 3, D = 4, budget = 8 + trial % 11, n = budget + 1 + trial % 37;
+    const int sinks = trial % 4, recent = trial % 7;
+    KvStorage host(G, D, n + 4, KvType::kF32), backend(G, D, n + 4, KvType::kF32);
+    std::vector<float> k(static_cast<size_t>(n) * G * D), v(k.size());
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; ++t) pos[t] = 2 * t + trial % 3;
+    for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = static_cast<float>(i);
+    for (KvStorage* st : {&host, &backend}) st->append(k.data(), v.data(), pos.data(), n);
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < n; ++j) {
+        const float m = trial % 2 ? static_cast<float>(coarse(rng)) : std::uniform_real_distribution<float>(0, 1)(rng);
+        host.mass_accumulator()[g * host.capacity() + j] = m;
+        backend.mass_accumulator()[g * backend.capacity() + j] = m;
+      }
+    Eviction ev;
+    ASSERT_TRUE(select_uniform(host, budget, sinks, recent, host.mass(0), static_cast<size_t>(host.capacity()), ev));
+    const KvView cut = backend.view_cut_on_backend(budget, sinks, recent);
+    std::vector<int32_t> want(cut.pos, cut.pos + static_cast<size_t>(G) * backend.capacity());
+    const KvView host_cut = host.view_without(ev);
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < n; ++j)
+        ASSERT_EQ(want[static_cast<size_t>(g) * backend.capacity() + j], host_cut.pos[static_cast<size_t>(g) * host.capacity() + j])
+            << "trial " << trial << " head " << g << " slot " << j;
+    host.evict(ev);
+    backend.evict_top_on_backend(budget, sinks, recent);
+    ASSERT_EQ(backend.count(), host.count());
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < budget; ++j) {
+        ASSERT_EQ(backend.positions(g)[j], host.positions(g)[j]) << "trial " << trial << " head " << g << " slot " << j;
+        ASSERT_EQ(backend.mass(g)[j], host.mass(g)[j]);
+        ASSERT_EQ(static_cast<const float*>(backend.view().k)[(g * backend.capacity() + j) * D],
+                  static_cast<const float*>(host.view().k)[(g * host.capacity() + j) * D]);
+      }
+  }
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

@@ -167,6 +167,20 @@ class Backend {
   // *newest_dev - n_recent + 1 instead (the same value; a replayed step reads it there).
   virtual void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from,
                             const int32_t* newest_dev = nullptr, int n_recent = 0) = 0;
+  // A step's eviction where the mass lives, for any number of rows (kv/select.cc's
+  // select_sinks_recent_top run on this backend): for every head, the n_evict rows with the least
+  // mass among slots [0, count) whose position p has keep_below <= p < keep_from go (between equal
+  // masses the newer position); the caller guarantees at least n_evict such rows a head.
+  // dead_pos null: they go as KvStorage::evict moves rows (the i-th lowest evicted slot below
+  // count - n_evict takes the i-th highest kept row at or above it). Otherwise nothing moves:
+  // dead_pos [G][capacity] (this backend's memory) gets the held positions with kDeadPosition at
+  // the chosen slots, the positions of a view without them (a squeeze metric's cut view).
+  virtual void kv_evict_top(const KvArrays& a, int count, int n_evict, int32_t keep_below, int32_t keep_from,
+                            int32_t* dead_pos = nullptr) = 0;
+  // out[0] = sum over i < n of (o[i] - o_cut[i])^2, out[1] = sum of o[i]^2, in double (out: two
+  // doubles of this backend's memory; o, o_cut [n]): eviction_error's sums without reading the
+  // outputs back.
+  virtual void error_energy(double* out, const float* o, const float* o_cut, int64_t n) = 0;
   // The backend's memory: bytes free now (a device's cached free blocks count as free) and in all.
   struct MemoryInfo {
     int64_t free = 0, total = 0;

@@ -31,6 +31,10 @@ inline size_t kv_row_bytes(KvType t, int D) {
   return 0;
 }
 
+// The position of a dead slot (a head-adaptive layer's unused slot, or a row a cut view hides):
+// later than any query, so every query's causal mask hides it.
+constexpr int32_t kDeadPosition = 0x7fffffff;
+
 // The row types of a layer's K and of its V (they may differ: keys are the harder half to quantize).
 struct KvTypes {
   KvType k = KvType::kF16, v = KvType::kF16;

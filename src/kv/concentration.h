@@ -72,9 +72,9 @@ class ConcentrationMeter final : public LayerObserver {
   // eviction_error at the step's end (SequenceCache::end_step), in two rounds over the layers:
   // launch_cut runs the kept rows' attention over the layer's cut view (cache: the layer this
   // meter watches; its mass is final once the step's forward pass is done), then add_cut_error
-  // reads both outputs and adds them. So a device is waited for once a layer, after the whole
-  // forward pass, not four times a layer in its middle (H200, 8B shape: a 128-token prompt under
-  // squeeze took 34.4 ms against h2o's 14.6). Nothing kept: nothing done.
+  // adds the error and energy sums. On a device the cut is chosen there (LayerCache::cut_view)
+  // and the sums formed there (Backend::error_energy): a layer's launch_cut reads nothing back,
+  // and its add_cut_error reads two numbers, after the whole forward pass. Nothing kept: nothing done.
   void launch_cut(LayerCache& cache);
   void add_cut_error();
 
@@ -95,10 +95,16 @@ class ConcentrationMeter final : public LayerObserver {
   // backend's memory). A copy of the meter (a copied sequence, between steps) keeps none.
   struct KeptRows {
     Backend* backend = nullptr;
-    std::unique_ptr<Buffer> buf;  // q [w][H*D], o [w][H*D], o_cut [w][H*D], pos [w] (int32)
+    // q [w][H*D], o [w][H*D], o_cut [w][H*D], pos [w] (int32), then at sums_offset the two sums
+    // of a device's error_energy (double)
+    std::unique_ptr<Buffer> buf;
     int w = 0, H = 0, D = 0;      // w = 0: nothing kept
     int64_t input_end = 0;
     bool cut = false;             // whether launch_cut found a cut (o_cut written)
+    static size_t sums_offset(size_t n, int w) { return ((3 * n + static_cast<size_t>(w)) * sizeof(float) + 7) / 8 * 8; }
+    double* sums() const {
+      return reinterpret_cast<double*>(buf->as<unsigned char>() + sums_offset(static_cast<size_t>(w) * H * D, w));
+    }
     KeptRows() = default;
     KeptRows(const KeptRows&) {}
     KeptRows& operator=(const KeptRows&) {
@@ -107,7 +113,6 @@ class ConcentrationMeter final : public LayerObserver {
     }
   };
   KeptRows kept_;
-  std::vector<float> kept_host_;  // o and o_cut, read back
 };
 
 }  // namespace squeezekv

@@ -114,6 +114,26 @@ void KvStorage::evict_one_on_backend(int budget, int sinks, int recent) {
   if (!backend_->host_visible()) pos_stale_ = mass_stale_ = true;
 }
 
+void KvStorage::evict_top_on_backend(int budget, int sinks, int recent) {
+  assert(count_ > budget && live_total() == static_cast<int64_t>(count_) * G_);
+  const EvictableRange range = evictable_range(budget, sinks, recent, newest_);
+  backend_->kv_evict_top(arrays_, count_, count_ - budget, range.keep_below, range.keep_from);
+  count_ = budget;
+  for (int& x : live_) x = budget;
+  if (!backend_->host_visible()) pos_stale_ = mass_stale_ = true;
+}
+
+KvView KvStorage::view_cut_on_backend(int budget, int sinks, int recent) {
+  assert(count_ > budget && live_total() == static_cast<int64_t>(count_) * G_);
+  const size_t rows = static_cast<size_t>(G_) * capacity_;
+  if (!cut_pos_ || cut_pos_->bytes() < rows * sizeof(int32_t)) cut_pos_ = backend_->alloc(rows * sizeof(int32_t));
+  const EvictableRange range = evictable_range(budget, sinks, recent, newest_);
+  backend_->kv_evict_top(arrays_, count_, count_ - budget, range.keep_below, range.keep_from, cut_pos_->as<int32_t>());
+  KvView v = view();
+  v.pos = cut_pos_->as<int32_t>();
+  return v;
+}
+
 void KvStorage::evict(const int* evict, int n_evict) {
   Eviction ev;
   ev.slots.assign(evict, evict + static_cast<size_t>(G_) * n_evict);

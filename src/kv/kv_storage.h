@@ -25,7 +25,7 @@ struct Eviction;
 class KvStorage {
  public:
   // The position of a dead slot: later than any query, so attention masks it.
-  static constexpr int32_t kDeadPos = std::numeric_limits<int32_t>::max();
+  static constexpr int32_t kDeadPos = kDeadPosition;
 
   // backend: where the arrays live (null: a CPU backend of this storage's own).
   KvStorage(int n_kv_heads, int head_dim, int capacity, KvTypes types, Backend* backend = nullptr);
@@ -113,6 +113,15 @@ class KvStorage {
   // one row per head goes, chosen as select_sinks_recent_top(budget, sinks, recent) would;
   // count must be budget + 1. The host metadata is stale until sync_to_host().
   void evict_one_on_backend(int budget, int sinks, int recent);
+  // A step's eviction of any number of rows run by the backend where the mass lives
+  // (Backend::kv_evict_top): every head keeps `budget` rows, chosen as
+  // select_sinks_recent_top(budget, sinks, recent) would, moved as evict() moves them; count must
+  // exceed budget and no slot be dead. The host metadata is stale until sync_to_host().
+  void evict_top_on_backend(int budget, int sinks, int recent);
+  // view_without(the slots select_sinks_recent_top(budget, sinks, recent) would evict), chosen by
+  // the backend (Backend::kv_evict_top into a scratch array of positions; valid until the next
+  // call): nothing is read back. count must exceed budget and no slot be dead.
+  KvView view_cut_on_backend(int budget, int sinks, int recent);
   bool host_visible() const { return backend_->host_visible(); }
   // On a device: where the sequence stages this storage's count for each step (one int32 of the
   // backend's memory holding count() + the step's rows; SequenceCache::stage_step). view() and

@@ -31,19 +31,27 @@ void LayerCache::append(const float* k, const float* v, const int32_t* pos, int 
 }
 
 void LayerCache::end_step() {
-  // a decode step one row over the budget, on a device: the policy's decode rule runs where the
-  // mass lives, with no copy to the host (docs/DESIGN.md, "A decode step's eviction runs where
-  // the mass lives")
-  if (!storage_.host_visible() && last_step_rows_ == 1 && storage_.count() == policy_->budget() + 1 &&
-      storage_.capacity() == capacity_for()) {
-    if (const auto rule = policy_->decode_rule()) {
-      storage_.evict_one_on_backend(policy_->budget(), rule->sinks, rule->recent);
+  // on a device, where the policy's rule is the mass rule: it runs where the mass lives, with no
+  // copy to the host (docs/DESIGN.md, "Eviction runs where the mass lives"); a decode step one row
+  // over the budget by the one-row kernel that all layers of a step share
+  if (!storage_.host_visible()) {
+    const int budget = policy_->budget(), n = storage_.count();
+    const bool one = last_step_rows_ == 1 && n == budget + 1;
+    if (const auto rule = policy_->mass_rule(); rule && (rule->any_step || one)) {
+      if (one && storage_.capacity() == capacity_for()) storage_.evict_one_on_backend(budget, rule->sinks, rule->recent);
+      else if (n > budget) storage_.evict_top_on_backend(budget, rule->sinks, rule->recent);
+      fit_capacity();
       check_held();
       return;
     }
   }
   compact();
   check_held();
+}
+
+void LayerCache::fit_capacity() {
+  const int cap = capacity_for();
+  if (cap != storage_.capacity() && cap >= storage_.count()) storage_.set_capacity(cap);
 }
 
 void LayerCache::check_held() const {
@@ -59,8 +67,7 @@ void LayerCache::compact() {
   // (a policy reads the host metadata through positions()/mass(), which copy from a device only
   // what it changed, and only when read)
   if (policy_->select(storage_, last_step_rows_, evict_)) storage_.evict(evict_);
-  const int cap = capacity_for();
-  if (cap != storage_.capacity() && cap >= storage_.count()) storage_.set_capacity(cap);
+  fit_capacity();
 }
 
 void LayerCache::end_scoring() {
@@ -103,6 +110,10 @@ std::optional<KvView> LayerCache::cut_view(int64_t input_end) {
   if (m == nullptr || m->metric() != SqueezeMetric::kEvictionError) return std::nullopt;
   const EvictionCut& c = m->cut();
   const int budget = c.scaled_budget(tokens_seen_, input_end);
+  if (!storage_.host_visible() && !c.head_adaptive) {  // chosen where the mass lives: nothing read back
+    if (storage_.count() <= budget) return std::nullopt;
+    return storage_.view_cut_on_backend(budget, c.sinks, c.recent_for(budget));
+  }
   if (!select_by_score(storage_, c.head_adaptive, budget, c.sinks, c.recent_for(budget), storage_.mass(0),
                        static_cast<size_t>(storage_.capacity()), cut_evict_))
     return std::nullopt;

@@ -78,6 +78,7 @@ class LayerCache {
  private:
   int capacity_for() const { return capacity_for(*policy_, max_step_rows_, max_tokens_); }
   void compact();
+  void fit_capacity();  // the storage sized for the next step (set_capacity when the budget changed)
   void check_held() const;  // a debug assertion: the rows held after a step within the policy's promise
   int layer_;
   std::unique_ptr<EvictionPolicy> policy_;

@@ -22,7 +22,7 @@ void ConcentrationMeter::after_attention(const LayerRows& r, const AttentionProb
   // output over every held row, copied within the backend (the runner reuses its buffers)
   const int64_t QD = static_cast<int64_t>(r.H) * r.D;
   const int w = std::min(r.T, window_), first = r.T - w;
-  const size_t n = static_cast<size_t>(w) * QD, bytes = (3 * n + static_cast<size_t>(w)) * sizeof(float);
+  const size_t n = static_cast<size_t>(w) * QD, bytes = KeptRows::sums_offset(n, w) + 2 * sizeof(double);
   KeptRows& k = kept_;
   if (!k.buf || k.buf->bytes() < bytes) k.buf = r.backend->alloc(bytes);
   k.backend = r.backend, k.w = w, k.H = r.H, k.D = r.D, k.input_end = r.input_end, k.cut = false;
@@ -42,16 +42,23 @@ void ConcentrationMeter::launch_cut(LayerCache& cache) {
     k.backend->attention(base + 2 * n, base, reinterpret_cast<const int32_t*>(base + 3 * n), k.w, k.H, *cut, nullptr);
     k.cut = true;
   }
+  // on a device the sums are formed where the outputs are: two numbers come back, not 2 x w x H x D
+  if (!k.backend->host_visible()) k.backend->error_energy(k.sums(), base + n, k.cut ? base + 2 * n : base + n, static_cast<int64_t>(n));
 }
 
 void ConcentrationMeter::add_cut_error() {
   KeptRows& k = kept_;
   if (k.w == 0) return;
   const size_t n = static_cast<size_t>(k.w) * k.H * k.D;
-  kept_host_.resize(2 * n);
-  k.backend->download(kept_host_.data(), k.buf->as<float>() + n, (k.cut ? 2 * n : n) * sizeof(float));
-  const float* o = kept_host_.data();
-  add_output_error(o, k.cut ? o + n : o, static_cast<int64_t>(n));  // no cut: the output unchanged
+  if (k.backend->host_visible()) {
+    const float* o = k.buf->as<float>() + n;
+    add_output_error(o, k.cut ? o + n : o, static_cast<int64_t>(n));  // no cut: the output unchanged
+  } else {
+    double sums[2];
+    k.backend->download(sums, k.sums(), sizeof(sums));
+    sum_ += sums[0];
+    energy_ += sums[1];
+  }
   k.w = 0;
 }
 

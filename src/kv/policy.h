@@ -56,14 +56,15 @@ class EvictionPolicy {
   // Names the rows to evict (per head, ascending slots); false when nothing is evicted.
   // step_rows: rows appended this step (> 1 for a prefill chunk).
   virtual bool select(const KvStorage& s, int step_rows, Eviction& out) = 0;
-  // When a decode step (one new row, one row over the budget) evicts exactly as
-  // select_sinks_recent_top(budget, sinks, recent) on the accumulated mass, that rule: a device
-  // backend then runs it where the mass lives (docs/DESIGN.md, "A decode step's eviction runs
-  // where the mass lives").
-  struct DecodeRule {
+  // When select() evicts exactly as select_sinks_recent_top(budget(), sinks, recent) on the
+  // accumulated mass in a decode step (one new row, one row over the budget), and in every step
+  // when any_step (a prompt chunk's end too), that rule: a device backend then runs it where the
+  // mass lives (docs/DESIGN.md, "Eviction runs where the mass lives").
+  struct MassRule {
     int sinks = 0, recent = 0;
+    bool any_step = false;
   };
-  virtual std::optional<DecodeRule> decode_rule() const { return std::nullopt; }
+  virtual std::optional<MassRule> mass_rule() const { return std::nullopt; }
 
   // squeeze: the meter the forward pass hands this step's metric inputs to (null when none is
   // wanted this step).

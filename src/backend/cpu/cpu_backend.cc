@@ -206,6 +206,51 @@ class CpuBackend final : public Backend {
       kv_move(a, &from, &to, 1);
     }
   }
+  void kv_evict_top(const KvArrays& a, int count, int n_evict, int32_t keep_below, int32_t keep_from,
+                    int32_t* dead_pos) override {
+    // the plain reference of the rule (the device's kernel is tested against it): per head the
+    // candidates ordered by (mass, newer position first), the first n_evict of them chosen
+    const int new_count = count - n_evict;
+    std::vector<int> cand, from, to;
+    std::vector<uint8_t> out;
+    for (int g = 0; g < a.G; ++g) {
+      const size_t base = static_cast<size_t>(g) * a.capacity;
+      const int32_t* pos = a.pos + base;
+      const float* m = a.mass + base;
+      cand.clear();
+      for (int j = 0; j < count; ++j)
+        if (pos[j] >= keep_below && pos[j] < keep_from) cand.push_back(j);
+      const int k = std::min(n_evict, static_cast<int>(cand.size()));
+      std::nth_element(cand.begin(), cand.begin() + (k > 0 ? k - 1 : 0), cand.end(), [&](int x, int y) {
+        return m[x] < m[y] || (m[x] == m[y] && pos[x] > pos[y]);
+      });
+      out.assign(static_cast<size_t>(count), 0);
+      for (int i = 0; i < k; ++i) out[static_cast<size_t>(cand[i])] = 1;
+      if (dead_pos != nullptr) {
+        for (int j = 0; j < count; ++j) dead_pos[base + j] = out[j] ? kDeadPosition : pos[j];
+        continue;
+      }
+      // holes below new_count, lowest first, take the kept rows above it, highest first
+      int src = count - 1;
+      for (int j = 0; j < new_count; ++j) {
+        if (!out[j]) continue;
+        while (out[static_cast<size_t>(src)]) --src;
+        from.push_back(static_cast<int>(base) + src--);
+        to.push_back(static_cast<int>(base) + j);
+      }
+    }
+    if (dead_pos == nullptr) kv_move(a, from.data(), to.data(), static_cast<int>(from.size()));
+  }
+  void error_energy(double* out, const float* o, const float* o_cut, int64_t n) override {
+    double err = 0.0, energy = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = o[i], d = x - o_cut[i];
+      err += d * d;
+      energy += x * x;
+    }
+    out[0] = err;
+    out[1] = energy;
+  }
   bool host_visible() const override { return true; }
 
  private:

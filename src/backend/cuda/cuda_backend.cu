@@ -600,6 +600,21 @@ class CudaBackend final : public Backend {
     pending_row_ = fusable ? KvRowWrite{a.k, a.v, a.pos, a.mass, k, v, rows_pos} : KvRowWrite{};
     launch_kv_write(*launcher_, fusable ? &pending_row_ : nullptr, a, at, k, v, rows_pos, T);
   }
+  void kv_evict_top(const KvArrays& a, int count, int n_evict, int32_t keep_below, int32_t keep_from,
+                    int32_t* dead_pos) override {
+    flush_mass(a.mass);  // the mass the rule reads, final
+    if (n_evict <= 0) return;
+    int* scratch = nullptr;
+    if (dead_pos == nullptr) {
+      const size_t need = 2 * static_cast<size_t>(a.G) * n_evict * sizeof(int);
+      if (!top_scratch_ || top_scratch_->bytes() < need) top_scratch_ = alloc(std::max<size_t>(need, 4096));
+      scratch = top_scratch_->as<int>();
+    }
+    launch_kv_evict_top(*launcher_, a, count, n_evict, keep_below, keep_from, dead_pos, scratch);
+  }
+  void error_energy(double* out, const float* o, const float* o_cut, int64_t n) override {
+    launch_error_energy(*launcher_, out, o, o_cut, n);
+  }
   void kv_move(const KvArrays& a, const int* from, const int* to, int n) override {
     flush_mass(a.mass);
     if (n == 0) return;
@@ -770,8 +785,9 @@ class CudaBackend final : public Backend {
     if (!b || b->bytes() < bytes) b = alloc(bytes);
   }
   int sms_ = 1;
-  // scratch: bf16 activations, entropies, compaction moves, attention max/sum and split partials
-  std::unique_ptr<Buffer> xb_, ent_, moves_, ml_, part_acc_, part_ml_, scores_;
+  // scratch: bf16 activations, entropies, compaction moves (kv_move's, kv_evict_top's), attention
+  // max/sum and split partials
+  std::unique_ptr<Buffer> xb_, ent_, moves_, top_scratch_, ml_, part_acc_, part_ml_, scores_;
   std::unique_ptr<Buffer> joined_;  // [T][rows of the joined matrices] (joined_product)
   // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
   std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;

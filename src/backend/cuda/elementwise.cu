@@ -88,6 +88,31 @@ __global__ void k_silu_mul_split(float* g, const float* joined, int F) {
   g[static_cast<size_t>(t) * F + f] = x / (1.0f + expf(-x)) * row[F + f];
 }
 
+
+// one block of kSumThreads: out[0] = sum (o - o_cut)^2, out[1] = sum o^2 over n, in double
+constexpr int kSumThreads = 1024;
+__global__ void __launch_bounds__(kSumThreads) k_error_energy(double* out, const float* o, const float* o_cut, int64_t n) {
+  pdl_enter();
+  double err = 0.0, energy = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kSumThreads) {
+    const double x = o[i], d = x - o_cut[i];
+    err += d * d;
+    energy += x * x;
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    err += __shfl_xor_sync(0xffffffffu, err, off);
+    energy += __shfl_xor_sync(0xffffffffu, energy, off);
+  }
+  __shared__ double s_err[kSumThreads / 32], s_energy[kSumThreads / 32];
+  if (threadIdx.x % 32 == 0) s_err[threadIdx.x / 32] = err, s_energy[threadIdx.x / 32] = energy;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kSumThreads / 32; ++w) err += s_err[w], energy += s_energy[w];
+    out[0] = err;
+    out[1] = energy;
+  }
+}
+
 }  // namespace
 
 void launch_split_rows(Launcher& L, const SplitRows& s, const float* joined, int64_t T) {
@@ -106,5 +131,9 @@ void launch_add_bias(Launcher& L, float* out, const float* bias, int64_t n, int 
   L.launch(k_add_bias, blocks_for(n), kThreads, 0, out, bias, n, R);
 }
 void launch_to_bf16(Launcher& L, __nv_bfloat16* out, const float* x, int64_t n) { L.launch(k_to_bf16, blocks_for(n), kThreads, 0, out, x, n); }
+
+void launch_error_energy(Launcher& L, double* out, const float* o, const float* o_cut, int64_t n) {
+  L.launch(k_error_energy, 1, kSumThreads, 0, out, o, o_cut, n);
+}
 
 }  // namespace squeezekv::cuda

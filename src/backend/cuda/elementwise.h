@@ -1,5 +1,5 @@
 // Element-wise kernels of the forward pass: RoPE, SwiGLU's gate, residual adds, bias, bf16
-// conversion, and the split of a joined product into its parts.
+// conversion, the split of a joined product into its parts, and eviction_error's sums.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -39,5 +39,8 @@ void launch_split_rows(Launcher& L, const SplitRows& s, const float* joined, int
 // g[t][f] = silu(joined[t][f]) * joined[t][F + f] for f < F: SwiGLU's gate from one product over
 // gate and up laid out together, as launch_silu_mul computes it from the two
 void launch_silu_mul_split(Launcher& L, float* g, const float* joined, int64_t T, int F);
+
+// out[0] = sum (o - o_cut)^2, out[1] = sum o^2 over n values, in double (Backend::error_energy)
+void launch_error_energy(Launcher& L, double* out, const float* o, const float* o_cut, int64_t n);
 
 }  // namespace squeezekv::cuda

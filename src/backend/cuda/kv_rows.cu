@@ -116,7 +116,121 @@ __global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const __grid_con
   if (threadIdx.x == 0) P[base + victim] = P[base + last], M[base + victim] = M[base + last];
 }
 
+// A head's rank among the block's threads whose flag is set (those before it), and how many are
+// set in all. Every thread of the block calls it; warp_set: shared [32].
+__device__ inline int block_rank(bool flag, int* warp_set, int& total) {
+  const unsigned set = __ballot_sync(0xffffffffu, flag);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_set[warp] = __popc(set);
+  __syncthreads();
+  int before = 0, all = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) {
+    const int n = warp_set[w];
+    before += w < warp ? n : 0;
+    all += n;
+  }
+  __syncthreads();
+  total = all;
+  return before + __popc(set & ((1u << lane) - 1u));
+}
+
+// grid G, block kTopThreads: head blockIdx.x's n_evict least keys (evict_key: less mass first,
+// between equal masses the newer position) among the rows whose position lies in
+// [keep_below, keep_from). A radix select finds the n_evict-th least key, eight bits at a time
+// from the top (a shared histogram of the rows that share the digits found so far); the rows at
+// or below it go. Then either dead_pos gets the held positions with kDeadPosition at those rows,
+// or the rows move as KvStorage::evict moves them: the evicted rows below count - n_evict (holes,
+// lowest first) and the kept rows at or above it (donors, highest first), each list ranked by
+// block-wide counts into scratch [G][2][n_evict], and donor i moved into hole i, a warp a row.
+constexpr int kTopThreads = 1024;
+__global__ void __launch_bounds__(kTopThreads)
+    k_kv_evict_top(uint32_t* K, uint32_t* V, int32_t* P, float* M, int k_words, int v_words, int cap, int count, int n_evict,
+                   int32_t keep_below, int32_t keep_from, int32_t* dead_pos, int* scratch) {
+  pdl_enter();
+  const size_t base = static_cast<size_t>(blockIdx.x) * cap;
+  const int32_t* pos = P + base;
+  const float* m = M + base;
+  __shared__ unsigned hist[256];
+  __shared__ unsigned long long s_prefix;
+  __shared__ unsigned s_k;
+  __shared__ int warp_set[32];
+  unsigned long long prefix = 0, mask = 0;
+  unsigned k = static_cast<unsigned>(n_evict);  // the k-th least key among those matching prefix
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < count; j += blockDim.x) {
+      const int32_t p = pos[j];
+      if (p < keep_below || p >= keep_from) continue;
+      const unsigned long long key = evict_key(m[j], p);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // the digit: the first bin where the running count reaches k
+      const int lane = threadIdx.x;
+      unsigned own = 0;
+      for (int i = 0; i < 8; ++i) own += hist[lane * 8 + i];
+      unsigned incl = own;
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+      }
+      const unsigned reach = __ballot_sync(0xffffffffu, incl >= k);
+      if (lane == __ffs(reach) - 1) {
+        unsigned c = incl - own;
+        int d = lane * 8;
+        while (c + hist[d] < k) c += hist[d++];
+        s_prefix = prefix | (static_cast<unsigned long long>(d) << shift);
+        s_k = k - c;
+      }
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    k = s_k;
+    mask |= 255ull << shift;
+  }
+  const unsigned long long last = prefix;  // the n_evict-th least key: every key up to it goes
+  auto evicted = [&](int j) {
+    const int32_t p = pos[j];
+    return p >= keep_below && p < keep_from && evict_key(m[j], p) <= last;
+  };
+  if (dead_pos != nullptr) {
+    for (int j = threadIdx.x; j < count; j += blockDim.x) dead_pos[base + j] = evicted(j) ? kDeadPosition : pos[j];
+    return;
+  }
+  const int new_count = count - n_evict;
+  int* holes = scratch + static_cast<size_t>(blockIdx.x) * 2 * n_evict;
+  int* donors = holes + n_evict;
+  int n_holes = 0, n_donors = 0;
+  for (int j0 = 0; j0 < count; j0 += blockDim.x) {  // every thread takes each round (block_rank)
+    const int j = j0 + threadIdx.x;
+    const bool ev = j < count && evicted(j);
+    int total = 0;
+    const int h = block_rank(j < new_count && ev, warp_set, total);
+    if (j < new_count && ev) holes[n_holes + h] = j;
+    n_holes += total;
+    const int d = block_rank(j >= new_count && j < count && !ev, warp_set, total);
+    if (j >= new_count && j < count && !ev) donors[n_donors + d] = j;
+    n_donors += total;
+  }
+  __syncthreads();  // the lists, written to global memory by this block, read by it
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = warp; i < n_holes; i += blockDim.x / 32) {
+    const size_t to = base + holes[i], from = base + donors[n_donors - 1 - i];
+    for (int w = lane; w < k_words; w += 32) K[to * k_words + w] = K[from * k_words + w];
+    for (int w = lane; w < v_words; w += 32) V[to * v_words + w] = V[from * v_words + w];
+    if (lane == 0) P[to] = P[from], M[to] = M[from];
+  }
+}
+
 }  // namespace
+
+void launch_kv_evict_top(Launcher& L, const KvArrays& a, int count, int n_evict, int32_t keep_below, int32_t keep_from,
+                         int32_t* dead_pos, int* scratch) {
+  L.launch(k_kv_evict_top, static_cast<unsigned>(a.G), kTopThreads, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v),
+           a.pos, a.mass, static_cast<int>(a.row_bytes() / 4), static_cast<int>(a.v_row_bytes() / 4), a.capacity, count, n_evict,
+           keep_below, keep_from, dead_pos, scratch);
+}
 
 void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos,
                      int T) {

@@ -1,5 +1,5 @@
 // A layer's KV rows on the device: new rows written, rows moved (compaction), and a decode step's
-// evictions of every layer in one launch.
+// evictions of every layer in one launch, and a chunk's evictions of any number of rows.
 #pragma once
 #include <cstdint>
 
@@ -42,5 +42,11 @@ void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* 
 // positions goes (count - 1 moves into its hole). Tagged with &b: the caller may take the launch
 // back and relaunch it with one layer more.
 void launch_kv_evict(Launcher& L, const EvictBatch& b, int G);
+
+// Backend::kv_evict_top for every head, one block a head: the n_evict least-mass rows among the
+// positions [keep_below, keep_from) go (moved over, or marked in dead_pos [G][capacity]); scratch:
+// [G][2][n_evict] ints of device memory for the moves (unused with dead_pos).
+void launch_kv_evict_top(Launcher& L, const KvArrays& a, int count, int n_evict, int32_t keep_below, int32_t keep_from,
+                         int32_t* dead_pos, int* scratch);
 
 }  // namespace squeezekv::cuda

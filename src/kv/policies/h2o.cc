@@ -16,9 +16,9 @@ class H2OPolicy final : public EvictionPolicy {
   int budget() const override { return budget_; }
   std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<H2OPolicy>(*this); }
   int max_head_rows() const override { return squeezekv::max_head_rows(adaptive_, budget_); }
-  std::optional<DecodeRule> decode_rule() const override {
+  std::optional<MassRule> mass_rule() const override {
     if (adaptive_) return std::nullopt;
-    return DecodeRule{sinks_, recent_};
+    return MassRule{sinks_, recent_, true};
   }
   bool select(const KvStorage& s, int, Eviction& out) override {
     return select_by_score(s, adaptive_, budget_, sinks_, recent_, s.mass(0), static_cast<size_t>(s.capacity()), out);

@@ -35,9 +35,10 @@ class KvzipPolicy final : public EvictionPolicy, public ScoringPass {
                                   scored ? 0.0 : 0.2);
     return select_uniform(s, cfg_.budget, cfg_.sinks, recent, s.mass(0), stride, out);
   }
-  std::optional<DecodeRule> decode_rule() const override {
+  // decode steps only: right after scoring, select() keeps no recent window
+  std::optional<MassRule> mass_rule() const override {
     if (phase_ != Phase::kDecode || adaptive_) return std::nullopt;
-    return DecodeRule{cfg_.sinks, recent_window(cfg_.budget, cfg_.sinks, cfg_.recent)};
+    return MassRule{cfg_.sinks, recent_window(cfg_.budget, cfg_.sinks, cfg_.recent), false};
   }
   void before_compaction(const KvStorage&, const StepInfo& step) override {
     if (phase_ != Phase::kPrompt || (!step.ends_input() && step.rows > 1)) return;

@@ -36,10 +36,10 @@ class SqueezePolicy final : public EvictionPolicy {
     return cfg_.budget;
   }
   int max_head_rows() const override { return squeezekv::max_head_rows(adaptive(), budget()); }
-  std::optional<DecodeRule> decode_rule() const override {
+  std::optional<MassRule> mass_rule() const override {
     if (adaptive()) return std::nullopt;
     const int b = budget();
-    return DecodeRule{cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent)};
+    return MassRule{cfg_.sinks, recent_window(b, cfg_.sinks, cfg_.recent), true};
   }
   bool select(const KvStorage& s, int, Eviction& out) override {
     const int b = budget();
