@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -160,6 +162,87 @@ TEST(Engine, DecodeRowsEqualLoneRowsBitForBit) {
     const auto lone = s.forward(std::span<const int>(&next[i], 1));
     ASSERT_EQ(engine.position(seqs[i]), static_cast<int>(prompts[i].size()) + 2);
     for (int j = 0; j < V; ++j) ASSERT_EQ(lone[j], batched[i * V + j]) << "sequence " << i << " logit " << j;
+  }
+}
+
+// Several sequences' prompt chunks in one step (Engine::prefill of parts, as the Scheduler runs
+// requests that arrive together) give each sequence the logits it gets alone and leave its caches
+// as alone: under every policy, chunks of different lengths (the last parts of longer prompts
+// among them), then two decode steps. With 8-bit activations (the default) bit for bit: the
+// default model's products sum each row as a one-row product does, whatever the step's rows.
+// With f32 activations a chunk's products take other kernels by the step's row count (a lone
+// prompt of 1-2 rows takes the decode path), so within rounding: 1e-3 of the logits' scale, the
+// same greedy token.
+TEST_P(EngineTest, PrefillPartsEqualLonePrefills) {
+  const bool exact = GetParam() == DecodeActivations::kInt8;
+  auto expect_same = [exact](std::span<const float> lone, const float* got, int V, const std::string& what) {
+    float scale = 0.0f, diff = 0.0f;
+    for (int v = 0; v < V; ++v) {
+      if (exact) ASSERT_EQ(lone[v], got[v]) << what << " logit " << v;
+      scale = std::max(scale, std::fabs(lone[v]));
+      diff = std::max(diff, std::fabs(lone[v] - got[v]));
+    }
+    ASSERT_LE(diff, 1e-3f * scale) << what;
+    ASSERT_EQ(std::max_element(lone.begin(), lone.end()) - lone.begin(), std::max_element(got, got + V) - got) << what;
+  };
+  const Model& m = smollm();
+  const int V = m.config().vocab_size;
+  const std::vector<Case> cs = cases();
+  SessionOptions o = options(GetParam());
+  Engine together(m, o, static_cast<int>(cs.size())), alone(m, o, 1);
+  std::vector<std::vector<int>> prompts;
+  std::vector<SequenceId> a, b;
+  for (const Case& c : cs) {
+    prompts.push_back(m.tokenizer().encode(c.prompt, true));
+    a.push_back(alone.add_sequence(c.cache));
+    b.push_back(together.add_sequence(c.cache));
+  }
+  const int chunk = o.prefill_chunk;
+  std::vector<size_t> done(cs.size(), 0);
+  for (bool left = true; left;) {  // every round: each unfinished prompt's next chunk, all in one step
+    left = false;
+    std::vector<Engine::PrefillPart> parts;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const size_t T = std::min(prompts[i].size() - done[i], static_cast<size_t>(chunk));
+      if (T == 0) continue;
+      parts.push_back({b[i], std::span<const int>(prompts[i]).subspan(done[i], T), static_cast<int>(prompts[i].size())});
+      who.push_back(i);
+    }
+    if (parts.empty()) break;
+    // at most max(chunk, batch) rows a step: as many parts as fit
+    std::vector<Engine::PrefillPart> step;
+    std::vector<size_t> step_who;
+    int rows = 0;
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (rows + static_cast<int>(parts[j].tokens.size()) > std::max(chunk, static_cast<int>(cs.size()))) continue;
+      rows += static_cast<int>(parts[j].tokens.size());
+      step.push_back(parts[j]);
+      step_who.push_back(who[j]);
+    }
+    const std::span<const float> out = together.prefill(step);
+    const std::vector<float> got(out.begin(), out.end());
+    for (size_t j = 0; j < step.size(); ++j) {
+      const size_t i = step_who[j];
+      const std::span<const float> lone = alone.prefill(a[i], step[j].tokens, static_cast<int>(prompts[i].size()));
+      expect_same(lone, got.data() + j * V, V, "sequence " + std::to_string(i) + " at " + std::to_string(done[i]));
+      done[i] += step[j].tokens.size();
+    }
+    left = true;
+  }
+  std::vector<int> next(cs.size());
+  for (size_t i = 0; i < cs.size(); ++i) next[i] = 100 + static_cast<int>(i) * 37;
+  for (int t = 0; t < 2; ++t) {
+    const std::span<const float> out = together.decode(b, next);
+    const std::vector<float> got(out.begin(), out.end());
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const std::span<const float> lone = alone.decode(std::span<const SequenceId>(&a[i], 1), std::span<const int>(&next[i], 1));
+      expect_same(lone, got.data() + i * V, V, "sequence " + std::to_string(i) + " decode step " + std::to_string(t));
+    }
+  }
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const auto sa = alone.kv_stats(a[i]), sb = together.kv_stats(b[i]);
+    for (size_t l = 0; l < sa.size(); ++l) ASSERT_EQ(sa[l].tokens_kept, sb[l].tokens_kept) << "sequence " << i << " layer " << l;
   }
 }
 

@@ -59,6 +59,20 @@ class Engine {
   // prompt_end: the position where the whole prompt ends, when it is given in chunks (0: with
   // these tokens): squeeze decides its schedule and kvzip scores the prompt there.
   std::span<const float> prefill(SequenceId id, std::span<const int> tokens, int prompt_end = 0);
+  // Several sequences' prompt chunks as one step (each sequence once, each part 1 to
+  // prefill_chunk() tokens, at most max(prefill_chunk(), max_batch) tokens in all): the weights are
+  // read once for all of them. Returns the logits [n][V] of each part's last row, in the order
+  // given. Each part attends over its own cache and evicts as it would alone; its rows go through
+  // the products beside the others': bit for bit what it gets alone where the products sum each
+  // row as a one-row product does (the CPU's 8-bit activations over 8-row tiles and the block
+  // types: the default), within rounding elsewhere (f32 activations, BF16 matrices, a GPU's
+  // tensor cores), as a prompt's own chunking is.
+  struct PrefillPart {
+    SequenceId id = -1;
+    std::span<const int> tokens;
+    int prompt_end = 0;
+  };
+  std::span<const float> prefill(std::span<const PrefillPart> parts);
   // One token for each listed sequence (at most max_batch, each once); returns logits [n][V] in
   // the order given.
   std::span<const float> decode(std::span<const SequenceId> ids, std::span<const int> tokens);

@@ -16,6 +16,7 @@ struct Engine::Impl {
   SequenceId next_id = 1;
   std::map<SequenceId, std::unique_ptr<SequenceState>> seqs;
   std::vector<Segment> segments;  // [max_batch], reused
+  std::vector<int> last_rows;     // a prefill step's parts' last rows, reused
 
   Impl(const Model& m, const SessionOptions& o, int batch) : runner(m, o, rows(o, batch)), max_batch(batch) {}
   static int rows(const SessionOptions& o, int batch) {
@@ -65,6 +66,25 @@ std::span<const float> Engine::prefill(SequenceId id, std::span<const int> token
   const Segment seg{&s, tokens.data(), n, prompt_end};
   impl_->runner.step({&seg, 1}, "engine");
   return impl_->runner.logits(n - 1, 1, false);
+}
+
+std::span<const float> Engine::prefill(std::span<const PrefillPart> parts) {
+  Impl& m = *impl_;
+  if (parts.empty()) throw Error("engine: prefill of no sequences");
+  m.segments.clear();
+  m.last_rows.clear();
+  int rows = 0;
+  for (const PrefillPart& p : parts) {
+    const int n = static_cast<int>(std::min(p.tokens.size(), static_cast<size_t>(INT32_MAX)));
+    if (n > m.runner.prefill_chunk())
+      throw Error("engine: prefill of " + std::to_string(n) + " tokens for sequence " + std::to_string(p.id) +
+                  " (expected 1 to the prefill chunk, " + std::to_string(m.runner.prefill_chunk()) + ")");
+    m.segments.push_back({&m.get(p.id), p.tokens.data(), n, p.prompt_end});
+    rows += n;
+    m.last_rows.push_back(rows - 1);
+  }
+  m.runner.step(m.segments, "engine");  // the step's checks: each sequence once, the rows within max_rows
+  return m.runner.logits_of_rows(m.last_rows);
 }
 
 std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span<const int> tokens) {
@@ -121,7 +141,8 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Request>> running;  // in admission order
   std::vector<SequenceId> ids;                    // one decode step's sequences, reused
   std::vector<int> tokens;
-  std::vector<Request*> batch;
+  std::vector<Request*> batch;                    // a step's requests, in its order
+  std::vector<Engine::PrefillPart> parts;         // a prefill step's chunks, reused
 
   explicit Impl(Engine& e) : engine(e) {}
 
@@ -216,26 +237,37 @@ bool Scheduler::step() {
     m.running.push_back(std::move(q));
   }
   // Prompt chunks between two decode steps, oldest request first, up to one chunk's worth of
-  // tokens in all (the stall a running stream sees is at most one chunk, as with one request):
-  // requests that arrive together start decoding together instead of one step apart each. A
-  // request's chunks are those it gets alone (min(rest, chunk)), so its arithmetic is the same; a
-  // chunk that does not fit in what is left of this step's tokens waits for the next step.
+  // tokens in all (the stall a running stream sees is at most one chunk, as with one request),
+  // run as one step (the weights read once for all of them): requests that arrive together start
+  // decoding together. A request's chunks are those it gets alone (min(rest, chunk)), so its
+  // attention and eviction are the same; a chunk that does not fit in what is left of this step's
+  // tokens waits for the next step.
   size_t tokens_left = static_cast<size_t>(m.engine.prefill_chunk());
+  m.parts.clear();
+  m.batch.clear();
   for (auto& q : m.running) {
     if (q->prefilled >= q->r.prompt.size()) continue;
     const size_t T = std::min(q->r.prompt.size() - q->prefilled, static_cast<size_t>(m.engine.prefill_chunk()));
     if (T > tokens_left) break;
     tokens_left -= T;
+    m.parts.push_back({q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T), static_cast<int>(q->r.prompt.size())});
+    m.batch.push_back(q.get());
+  }
+  if (!m.parts.empty()) {
     try {
-      const std::span<const float> logits = m.engine.prefill(q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T),
-                                                                   static_cast<int>(q->r.prompt.size()));
-      q->prefilled += T;
-      if (q->prefilled == q->r.prompt.size()) {
-        q->prompt_done = Impl::clock::now();
-        m.advance(*q, logits);
+      const std::span<const float> logits = m.engine.prefill(m.parts);
+      const size_t V = logits.size() / m.parts.size();
+      for (size_t i = 0; i < m.batch.size(); ++i) {
+        Impl::Request& q = *m.batch[i];
+        q.prefilled += m.parts[i].tokens.size();
+        if (q.prefilled == q.r.prompt.size()) {
+          q.prompt_done = Impl::clock::now();
+          m.advance(q, logits.subspan(i * V, V));
+        }
       }
     } catch (const std::exception& e) {
-      m.finish(*q, "error", e.what());
+      for (Impl::Request* q : m.batch)
+        if (q->seq >= 0) m.finish(*q, "error", e.what());
     }
   }
   m.sweep();

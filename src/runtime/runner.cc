@@ -349,6 +349,21 @@ std::span<const float> Runner::logits(int first_row, int n, bool independent_row
   return {logits_host_->as<float>(), n * V};
 }
 
+std::span<const float> Runner::logits_of_rows(std::span<const int> rows) {
+  const int n = static_cast<int>(rows.size());
+  bool contiguous = true;
+  for (int i = 1; i < n; ++i) contiguous = contiguous && rows[i] == rows[0] + i;
+  if (contiguous) return logits(rows[0], n, true);
+  // the last step's rows into the first n rows of a scratch laid out as xn, then as one block
+  const size_t E = model_.config().dim, row = E * sizeof(float);
+  if (!rows_gathered_ || rows_gathered_->bytes() < n * row) rows_gathered_ = backend_->alloc(static_cast<size_t>(max_rows_) * row);
+  for (int i = 0; i < n; ++i) backend_->copy(rows_gathered_->as<float>() + i * E, xn_->as<float>() + rows[i] * E, row);
+  std::swap(xn_, rows_gathered_);
+  const std::span<const float> out = logits(0, n, true);
+  std::swap(xn_, rows_gathered_);
+  return out;
+}
+
 int64_t Runner::matrix_bytes() const {
   const DeviceWeights& d = *dw_;
   int64_t b = static_cast<int64_t>(d.output.row_bytes) * d.output.rows;

@@ -93,6 +93,9 @@ class Runner {
   // Logits [n][V] of rows [first_row, first_row + n) of the last step, in host memory;
   // independent_rows: the rows belong to different sequences (a decode batch).
   std::span<const float> logits(int first_row, int n, bool independent_rows);
+  // Logits [n][V] of the listed rows of the last step (rows of different sequences, each with a
+  // lone row's arithmetic, as logits(row, 1, false) gives it): the rows gathered, one product.
+  std::span<const float> logits_of_rows(std::span<const int> rows);
 
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
@@ -138,6 +141,7 @@ class Runner {
   std::vector<AttentionProbe> probes_;                                  // [segments]
   std::vector<LayerCache::Mark> marks_;                                  // [segments] rows held before this layer's append
   std::vector<AttentionCall> calls_;                                    // [segments]
+  std::unique_ptr<Buffer> rows_gathered_;  // [n][E] logits_of_rows' rows
   std::unique_ptr<Buffer> logits_host_;  // [n][V] f32, the backend's fastest host memory
 };
 
