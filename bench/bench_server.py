@@ -113,8 +113,43 @@ def filler_tokens(url):
     return max(1.0, (counts[1] - counts[0]) / 10)
 
 
+def server_metrics(url):
+    """squeezekv's /metrics as {'name{labels}': value}; {} from a server without them."""
+    host, port = url[len("http://"):].split(":")
+    try:
+        c = http.client.HTTPConnection(host, int(port), timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def engine_share(before, after, wall):
+    """Where squeezekv's engine thread spent a load's wall time (from /metrics), or None."""
+    key = 'squeezekv_engine_seconds_total{part="%s"}'
+    if key % "decode" not in after:
+        return None
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    calls = d.get('squeezekv_engine_calls_total{kind="decode"}', 0.0)
+    return {"wall_s": wall, "decode_s": d[key % "decode"], "prefill_s": d[key % "prefill"], "rest_s": d[key % "rest"],
+            "decode_calls": calls, "prefill_calls": d.get('squeezekv_engine_calls_total{kind="prefill"}', 0.0),
+            "decode_rows_per_call": d.get('squeezekv_engine_rows_total{kind="decode"}', 0.0) / calls if calls else 0.0,
+            "steps": d.get("squeezekv_engine_steps_total", 0.0)}
+
+
 def measure(url, streams, tokens, rounds, client="raw"):
-    """Per concurrency c: median aggregate and per-stream tok/s over rounds of c streamed chats."""
+    """Per concurrency c: median aggregate and per-stream tok/s over rounds of c streamed chats;
+    for squeezekv also where its engine thread spent the rounds' wall time (/metrics)."""
     stream = stream_raw if client == "raw" else stream_openai
 
     def one(i, out):
@@ -133,6 +168,7 @@ def measure(url, streams, tokens, rounds, client="raw"):
     rows = []
     for c in streams:
         agg, per = [], []
+        m0, w0 = server_metrics(url), time.time()
         for _ in range(rounds):
             out = [None] * c
             ts = [threading.Thread(target=one, args=(i, out)) for i in range(c)]
@@ -149,7 +185,7 @@ def measure(url, streams, tokens, rounds, client="raw"):
             agg.append(total / wall)
             per.append(statistics.median(o[0] / (o[2] - o[1]) for o in out))
         rows.append({"streams": c, "aggregate_tok_s": statistics.median(agg), "per_stream_tok_s": statistics.median(per),
-                     "aggregate_runs": agg})
+                     "aggregate_runs": agg, "engine": engine_share(m0, server_metrics(url), time.time() - w0)})
     return rows
 
 
@@ -185,6 +221,15 @@ def table(rows):
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['streams']} | {r['aggregate_tok_s']:.1f} | {r['per_stream_tok_s']:.1f} | {r['aggregate_tok_s'] / base:.2f}x |")
+    for r in rows:
+        e = r.get("engine")
+        if e and e["decode_calls"]:
+            busy = e["decode_s"] + e["prefill_s"] + e["rest_s"]
+            print(f"{r['streams']} streams, the engine thread over {e['wall_s']:.1f} s: busy {100 * busy / e['wall_s']:.0f}%; "
+                  f"{e['decode_calls']:.0f} decode calls of {e['decode_rows_per_call']:.1f} rows, "
+                  f"{1e3 * e['decode_s'] / e['decode_calls']:.2f} ms each; {e['prefill_calls']:.0f} prefill calls, "
+                  f"{1e3 * e['prefill_s'] / max(1, e['prefill_calls']):.2f} ms each; the rest of the steps "
+                  f"{1e3 * e['rest_s'] / max(1, e['steps']):.2f} ms a step")
 
 
 def main():

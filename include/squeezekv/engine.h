@@ -109,6 +109,16 @@ struct GenerationRequest {
   std::function<void(const GenerateResult&)> on_done;
 };
 
+// Where a Scheduler's steps spent their time since it was made (wall seconds on the calling thread):
+// the engine's prefill and decode calls (the device's work, the logits' copy to the host) and
+// everything else in step() (sampling, detokenizing and the callbacks, admission, bookkeeping).
+struct SchedulerTimes {
+  int64_t steps = 0;                      // step() calls that ran a prefill or a decode
+  int64_t prefill_calls = 0, prefill_tokens = 0;
+  int64_t decode_calls = 0, decode_rows = 0;
+  double prefill_seconds = 0, decode_seconds = 0, step_seconds = 0;  // step_seconds: whole steps, the two others included
+};
+
 class Scheduler {
  public:
   explicit Scheduler(Engine& engine);
@@ -129,6 +139,7 @@ class Scheduler {
   // Bytes of K and V held now by every running request, and the f16 bytes the same tokens
   // would take without eviction (one pass over the requests' caches).
   KvUsage kv_usage() const;
+  SchedulerTimes times() const;
 
  private:
   struct Impl;

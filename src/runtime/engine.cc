@@ -143,6 +143,8 @@ struct Scheduler::Impl {
   std::vector<int> tokens;
   std::vector<Request*> batch;                    // a step's requests, in its order
   std::vector<Engine::PrefillPart> parts;         // a prefill step's chunks, reused
+  SchedulerTimes times;
+  static double since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
   explicit Impl(Engine& e) : engine(e) {}
 
@@ -198,6 +200,8 @@ void Scheduler::cancel(int64_t id) {
 
 bool Scheduler::step() {
   Impl& m = *impl_;
+  const auto step_start = Impl::clock::now();
+  const int64_t calls_before = m.times.prefill_calls + m.times.decode_calls;
   // stops asked for since the last step
   for (auto& q : m.running)
     if (q->cancelled) m.finish(*q, "cancelled");
@@ -255,7 +259,11 @@ bool Scheduler::step() {
   }
   if (!m.parts.empty()) {
     try {
+      const auto t0 = Impl::clock::now();
       const std::span<const float> logits = m.engine.prefill(m.parts);
+      m.times.prefill_seconds += Impl::since(t0);
+      ++m.times.prefill_calls;
+      for (const auto& p : m.parts) m.times.prefill_tokens += static_cast<int64_t>(p.tokens.size());
       const size_t V = logits.size() / m.parts.size();
       for (size_t i = 0; i < m.batch.size(); ++i) {
         Impl::Request& q = *m.batch[i];
@@ -283,7 +291,11 @@ bool Scheduler::step() {
     }
   if (!m.batch.empty()) {
     try {
+      const auto t0 = Impl::clock::now();
       const std::span<const float> logits = m.engine.decode(m.ids, m.tokens);
+      m.times.decode_seconds += Impl::since(t0);
+      ++m.times.decode_calls;
+      m.times.decode_rows += static_cast<int64_t>(m.ids.size());
       const size_t V = logits.size() / m.batch.size();
       for (size_t i = 0; i < m.batch.size(); ++i) m.advance(*m.batch[i], logits.subspan(i * V, V));
     } catch (const std::exception& e) {
@@ -292,8 +304,14 @@ bool Scheduler::step() {
     }
   }
   m.sweep();
+  if (m.times.prefill_calls + m.times.decode_calls > calls_before) {
+    ++m.times.steps;
+    m.times.step_seconds += Impl::since(step_start);
+  }
   return !m.running.empty() || !m.waiting.empty();
 }
+
+SchedulerTimes Scheduler::times() const { return impl_->times; }
 
 int Scheduler::running() const { return static_cast<int>(impl_->running.size()); }
 int Scheduler::waiting() const { return static_cast<int>(impl_->waiting.size()); }

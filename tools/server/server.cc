@@ -213,6 +213,7 @@ class Server {
       kv_bytes_ = kv.held;
       kv_full_bytes_ = kv.full;
       kv_bytes_peak_ = std::max(kv_bytes_peak_, kv.held);
+      times_ = sched_.times();
     }
     // shutting down: every request still open ends now
     for (auto& [id, job] : live) sched_.cancel(id);
@@ -495,6 +496,27 @@ class Server {
          "gauge",
          "squeezekv_kv_pool_sequences{kind=\"budgeted\"} " + std::to_string(kv_pool_.sequences_budgeted) +
              "\nsqueezekv_kv_pool_sequences{kind=\"full\"} " + std::to_string(kv_pool_.sequences_full) + "\n");
+    const SchedulerTimes& t = times_;
+    auto num = [](double x) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.6f", x);
+      return std::string(b);
+    };
+    line("squeezekv_engine_steps_total", "scheduler steps that ran a prefill or a decode", "counter",
+         "squeezekv_engine_steps_total " + std::to_string(t.steps) + "\n");
+    line("squeezekv_engine_seconds_total",
+         "wall seconds of the engine thread's steps: in prefill and decode calls (the device's work and the logits' copy), "
+         "and the rest of the steps (sampling, text, callbacks, admission)",
+         "counter",
+         "squeezekv_engine_seconds_total{part=\"prefill\"} " + num(t.prefill_seconds) + "\nsqueezekv_engine_seconds_total{part=\"decode\"} " +
+             num(t.decode_seconds) + "\nsqueezekv_engine_seconds_total{part=\"rest\"} " +
+             num(std::max(0.0, t.step_seconds - t.prefill_seconds - t.decode_seconds)) + "\n");
+    line("squeezekv_engine_calls_total", "engine calls, by kind", "counter",
+         "squeezekv_engine_calls_total{kind=\"prefill\"} " + std::to_string(t.prefill_calls) +
+             "\nsqueezekv_engine_calls_total{kind=\"decode\"} " + std::to_string(t.decode_calls) + "\n");
+    line("squeezekv_engine_rows_total", "rows the engine ran: prompt tokens prefilled, decode rows", "counter",
+         "squeezekv_engine_rows_total{kind=\"prefill\"} " + std::to_string(t.prefill_tokens) +
+             "\nsqueezekv_engine_rows_total{kind=\"decode\"} " + std::to_string(t.decode_rows) + "\n");
     return m;
   }
 
@@ -514,6 +536,7 @@ class Server {
   KvPoolUsage kv_pool_;            // the engine's KV pool after its last step
   int in_flight_ = 0;              // requests accepted and not finished (running, queued or in the inbox)
   int64_t kv_bytes_ = 0, kv_full_bytes_ = 0, kv_bytes_peak_ = 0;
+  SchedulerTimes times_;  // the engine thread's, as of its last step
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   std::map<int, int64_t> requests_by_status_;
   struct Finished {
