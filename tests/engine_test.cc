@@ -178,7 +178,9 @@ TEST_P(EngineTest, PrefillPartsEqualLonePrefills) {
   auto expect_same = [exact](std::span<const float> lone, const float* got, int V, const std::string& what) {
     float scale = 0.0f, diff = 0.0f;
     for (int v = 0; v < V; ++v) {
-      if (exact) ASSERT_EQ(lone[v], got[v]) << what << " logit " << v;
+      if (exact) {
+        ASSERT_EQ(lone[v], got[v]) << what << " logit " << v;
+      }
       scale = std::max(scale, std::fabs(lone[v]));
       diff = std::max(diff, std::fabs(lone[v] - got[v]));
     }

@@ -922,6 +922,66 @@ TEST(Sampler, GreedyTopKMinPAndSeed) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits), b.sample(logits));
 }
 
+// The sampler draws from exactly the tokens its cuts define (a reference that sorts the whole
+// vocabulary, applies min-p and top-p over the probabilities and keeps the prefix), with their
+// probabilities: top-p over a flat vocabulary (the kept prefix grown past its first 256 and 512
+// candidates), min-p, both together, and no cut at all (drawn in id order, nothing sorted).
+TEST(Sampler, DrawsFromTheTokensItsCutsDefine) {
+  const int V = 8000;
+  std::vector<float> logits(V);
+  std::mt19937 rng(5);
+  for (int i = 0; i < V; ++i) logits[i] = -0.004f * static_cast<float>((i * 7919) % V) + 0.01f * std::normal_distribution<float>()(rng);
+  struct Cut {
+    float top_p, min_p;
+  };
+  for (const Cut cut : {Cut{0.5f, 0.0f}, Cut{0.95f, 0.0f}, Cut{1.0f, 0.2f}, Cut{0.9f, 0.3f}, Cut{1.0f, 0.0f}}) {
+    SamplerConfig c;
+    c.temperature = 0.7f;
+    c.top_k = 0;
+    c.top_p = cut.top_p;
+    c.min_p = cut.min_p;
+    c.seed = 9;
+    // the reference: every token sorted, probabilities, min-p then top-p on the sorted prefix
+    std::vector<std::pair<double, int>> ref(V);
+    for (int i = 0; i < V; ++i) ref[i] = {logits[i] / c.temperature, i};
+    std::sort(ref.begin(), ref.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    const double mx = ref[0].first;
+    double total = 0;
+    for (auto& r : ref) total += (r.first = std::exp(r.first - mx));
+    size_t keep = ref.size();
+    if (c.min_p > 0) {
+      keep = 1;
+      while (keep < ref.size() && ref[keep].first >= c.min_p * ref[0].first) ++keep;
+      total = 0;
+      for (size_t i = 0; i < keep; ++i) total += ref[i].first;
+    }
+    if (c.top_p < 1) {
+      double acc = 0;
+      size_t k = 0;
+      while (k < keep) {
+        acc += ref[k++].first / total;
+        if (acc >= c.top_p) break;
+      }
+      keep = k;
+    }
+    std::map<int, double> prob;
+    double kept_mass = 0;
+    for (size_t i = 0; i < keep; ++i) kept_mass += ref[i].first;
+    for (size_t i = 0; i < keep; ++i) prob[ref[i].second] = ref[i].first / kept_mass;
+    Sampler s(c);
+    const int draws = 1000;
+    std::map<int, int> seen;
+    for (int d = 0; d < draws; ++d) ++seen[s.sample(logits)];
+    for (const auto& [id, n] : seen) ASSERT_TRUE(prob.count(id)) << "top_p " << cut.top_p << " min_p " << cut.min_p << ": token " << id << " is cut";
+    // the kept tokens' share of the draws: the 20 most likely ones within 4 standard deviations
+    for (size_t i = 0; i < std::min<size_t>(20, keep); ++i) {
+      const double p = prob[ref[i].second], got = static_cast<double>(seen[ref[i].second]) / draws;
+      EXPECT_NEAR(got, p, 4 * std::sqrt(p * (1 - p) / draws) + 1e-3) << "top_p " << cut.top_p << " min_p " << cut.min_p << " rank " << i;
+    }
+    std::printf("top_p %.2f min_p %.2f: %zu tokens kept, %zu drawn\n", cut.top_p, cut.min_p, keep, seen.size());
+  }
+}
+
 TEST(Sampler, RejectsBadSettings) {
   SamplerConfig c;
   c.temperature = -1.0f;

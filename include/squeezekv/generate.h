@@ -67,6 +67,11 @@ class Generation {
              std::function<bool(std::string_view)> on_text = {});
   // Takes the logits [V] after the last step; returns the token to run next, or -1 when finished.
   int next(std::span<const float> logits);
+  // next() in two halves: pick samples the token (this generation's sampler alone: generations
+  // may pick at once on different threads; -1 when finished), accept takes it (text, stop
+  // strings, on_text, the length limit) and returns what next() would.
+  int pick(std::span<const float> logits);
+  int accept(int id);
   // Ends the generation early (context full: "length"; "cancelled"; "error"), emitting held text
   // unless cancelled.
   void finish(const std::string& reason);

@@ -143,6 +143,8 @@ struct Scheduler::Impl {
   std::vector<int> tokens;
   std::vector<Request*> batch;                    // a step's requests, in its order
   std::vector<Engine::PrefillPart> parts;         // a prefill step's chunks, reused
+  std::vector<Request*> ended;                    // a prefill step's requests whose prompt ended
+  std::vector<float> ended_logits;                // [ended][V]
   SchedulerTimes times;
   static double since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
@@ -168,11 +170,23 @@ struct Scheduler::Impl {
   void sweep() {
     running.erase(std::remove_if(running.begin(), running.end(), [](const auto& q) { return q->seq < 0; }), running.end());
   }
-  // The token after logits; finishes the request when its generation ends.
-  void advance(Request& q, std::span<const float> logits) {
-    q.next_token = q.gen->next(logits);
-    if (q.next_token < 0) finish(q, q.gen->result().stop_reason);
-    else if (engine.position(q.seq) + 1 > engine.max_tokens(q.seq)) finish(q, "length");  // the context is full
+  // The token each request in batch samples from its row of logits [n][V], the rows at once on
+  // the OpenMP threads (a sampler touches only its own request: 64 greedy rows over a
+  // 128k vocabulary took 6.7 ms of a 17 ms step one after another, top-k sampling 15 ms); then,
+  // in order, each request takes its token, finishing when its generation ends.
+  std::vector<int> picks;
+  void advance(std::span<Request* const> rows, std::span<const float> logits) {
+    const int n = static_cast<int>(rows.size());
+    const size_t V = logits.size() / rows.size();
+    picks.resize(rows.size());
+#pragma omp parallel for schedule(dynamic) if (n > 1)
+    for (int i = 0; i < n; ++i) picks[i] = rows[i]->gen->pick(logits.subspan(i * V, V));
+    for (int i = 0; i < n; ++i) {
+      Request& q = *rows[i];
+      q.next_token = q.gen->accept(picks[i]);
+      if (q.next_token < 0) finish(q, q.gen->result().stop_reason);
+      else if (engine.position(q.seq) + 1 > engine.max_tokens(q.seq)) finish(q, "length");  // the context is full
+    }
   }
 };
 
@@ -265,14 +279,18 @@ bool Scheduler::step() {
       ++m.times.prefill_calls;
       for (const auto& p : m.parts) m.times.prefill_tokens += static_cast<int64_t>(p.tokens.size());
       const size_t V = logits.size() / m.parts.size();
+      m.ended.clear();
+      m.ended_logits.clear();
       for (size_t i = 0; i < m.batch.size(); ++i) {
         Impl::Request& q = *m.batch[i];
         q.prefilled += m.parts[i].tokens.size();
-        if (q.prefilled == q.r.prompt.size()) {
+        if (q.prefilled == q.r.prompt.size()) {  // the prompt's last chunk: its first token
           q.prompt_done = Impl::clock::now();
-          m.advance(q, logits.subspan(i * V, V));
+          m.ended.push_back(&q);
+          m.ended_logits.insert(m.ended_logits.end(), logits.begin() + i * V, logits.begin() + (i + 1) * V);
         }
       }
+      if (!m.ended.empty()) m.advance(m.ended, m.ended_logits);
     } catch (const std::exception& e) {
       for (Impl::Request* q : m.batch)
         if (q->seq >= 0) m.finish(*q, "error", e.what());
@@ -296,8 +314,7 @@ bool Scheduler::step() {
       m.times.decode_seconds += Impl::since(t0);
       ++m.times.decode_calls;
       m.times.decode_rows += static_cast<int64_t>(m.ids.size());
-      const size_t V = logits.size() / m.batch.size();
-      for (size_t i = 0; i < m.batch.size(); ++i) m.advance(*m.batch[i], logits.subspan(i * V, V));
+      m.advance(m.batch, logits);
     } catch (const std::exception& e) {
       for (Impl::Request* q : m.batch)
         if (q->seq >= 0) m.finish(*q, "error", e.what());

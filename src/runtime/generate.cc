@@ -19,34 +19,24 @@ void validate(const SamplerConfig& c) {
 
 namespace {
 
-// The first index of the largest value (as std::max_element), in 16 independent lanes that the
-// compiler vectorizes: each lane keeps its own first maximum, then the lanes are combined by
-// value, ties to the lower index. A decode step of many sequences takes one per sequence over
-// the whole vocabulary while the other threads wait.
+// The first index of the largest value (as std::max_element): the maximum in 16 lanes that the
+// compiler vectorizes, then the first index holding it. A decode step of many sequences takes one
+// per sequence over the whole vocabulary (128,256 values for Llama 3).
 int argmax(std::span<const float> x) {
   constexpr int kLanes = 16;
-  const int n = static_cast<int>(x.size());
+  const size_t n = x.size();
   if (n < 2 * kLanes) return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
   float best[kLanes];
-  int at[kLanes];
-  for (int j = 0; j < kLanes; ++j) {
-    best[j] = x[j];
-    at[j] = j;
-  }
-  int i = kLanes;
+  for (int j = 0; j < kLanes; ++j) best[j] = x[j];
+  size_t i = kLanes;
   for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const bool more = x[i + j] > best[j];
-      best[j] = more ? x[i + j] : best[j];
-      at[j] = more ? i + j : at[j];
-    }
-  int win = 0;
-  for (int j = 1; j < kLanes; ++j)
-    if (best[j] > best[win] || (best[j] == best[win] && at[j] < at[win])) win = j;
-  int r = at[win];
-  for (; i < n; ++i)
-    if (x[i] > x[r]) r = i;
-  return r;
+    for (int j = 0; j < kLanes; ++j) best[j] = x[i + j] > best[j] ? x[i + j] : best[j];
+  float m = best[0];
+  for (int j = 1; j < kLanes; ++j) m = best[j] > m ? best[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (size_t k = 0; k < n; ++k)
+    if (x[k] == m) return static_cast<int>(k);
+  return 0;  // NaN among the first values: as max_element, the first
 }
 
 }  // namespace
@@ -58,21 +48,46 @@ int Sampler::sample(std::span<const float> logits) {
   if (cfg_.temperature <= 0.0f) {  // greedy; ties go to the lowest id
     return argmax(logits);
   }
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  // the candidates in order of logit, as far as the cuts need them: top-k's k of them (its
+  // mass the distribution's), else a prefix grown until min-p and top-p are decided within it
+  // (the mass over the whole vocabulary), else none: with no cut the token is drawn in id order
+  // and nothing is sorted (a full sort of 128k candidates took 13 ms a row)
+  const bool top_k = cfg_.top_k > 0 && cfg_.top_k < V;
+  const bool cuts = cfg_.min_p > 0.0f || cfg_.top_p < 1.0f;
   cand_.resize(static_cast<size_t>(V));
   for (int i = 0; i < V; ++i) cand_[i] = {logits[i] / cfg_.temperature, i};
   size_t n = cand_.size();
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  if (cfg_.top_k > 0 && static_cast<size_t>(cfg_.top_k) < n) {
+  double sum = 0.0;
+  float mx = 0.0f;
+  if (top_k) {
     std::partial_sort(cand_.begin(), cand_.begin() + cfg_.top_k, cand_.end(), by_logit);
     n = static_cast<size_t>(cfg_.top_k);
+    mx = cand_[0].first;
+    for (size_t i = 0; i < n; ++i) sum += (cand_[i].first = std::exp(cand_[i].first - mx));
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
-  }
-  const float mx = cand_[0].first;
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    cand_[i].first = std::exp(cand_[i].first - mx);
-    sum += cand_[i].first;
+    mx = cand_[0].first;
+    for (const auto& c : cand_) mx = c.first > mx ? c.first : mx;
+    for (auto& c : cand_) sum += (c.first = std::exp(c.first - mx));
+    if (!cuts) {  // no cut: draw in id order
+      std::uniform_real_distribution<double> u(0.0, sum);
+      double r = u(rng_);
+      for (const auto& c : cand_) {
+        r -= c.first;
+        if (r <= 0.0) return c.second;
+      }
+      return cand_.back().second;
+    }
+    // the sorted prefix, doubled until both cuts fall inside it (probabilities sort as logits do)
+    for (size_t k = std::min<size_t>(256, n);; k = std::min(2 * k, n)) {
+      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
+      double acc = 0.0;
+      for (size_t i = 0; i < k; ++i) acc += cand_[i].first;
+      const bool min_p_inside = cfg_.min_p <= 0.0f || cand_[k - 1].first < cfg_.min_p * cand_[0].first;
+      // (with a margin: the top-p walk below sums the same terms divided by the total)
+      const bool top_p_inside = cfg_.top_p >= 1.0f || acc >= cfg_.top_p * sum * (1.0 + 1e-9);
+      if ((min_p_inside && top_p_inside) || k == n) break;
+    }
   }
   // min-p: drop tokens below min_p x the top probability
   if (cfg_.min_p > 0.0f) {
@@ -140,9 +155,12 @@ void Generation::finish(const std::string& reason) {
   done_ = true;
 }
 
-int Generation::next(std::span<const float> logits) {
-  if (done_) return -1;
-  const int id = sampler_.sample(logits);
+int Generation::pick(std::span<const float> logits) { return done_ ? -1 : sampler_.sample(logits); }
+
+int Generation::next(std::span<const float> logits) { return accept(pick(logits)); }
+
+int Generation::accept(int id) {
+  if (done_ || id < 0) return -1;
   if (tok_.is_end_of_generation(id)) {
     finish("eos");
     return -1;
