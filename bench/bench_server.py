@@ -1,7 +1,7 @@
 """Aggregate generation speed of `squeezekv serve` with 1, 4 and 8 concurrent streams.
 
 Starts the server (--parallel = the most streams asked for), then for each concurrency c runs
-c streamed chat requests at once, each for --tokens tokens (greedy, prompts that do not end
+c streamed chat requests at once, each for --tokens tokens (greedy unless --temperature is given; prompts that do not end
 early: ignored when they do, the count is what the server reports), several rounds; prints the
 median aggregate tokens/s (all generated tokens / wall time from the first request to the last
 token), per-stream tokens/s, and the ratio to one stream. `--client openai` needs the `openai`
@@ -41,6 +41,7 @@ PROMPTS = ["Write a long story about a lighthouse keeper and a storm.", "Explain
 
 FILLER = " The harbour was quiet in the early morning, and the boats rocked gently at their moorings."
 PAD = {"sentences": 0}  # filler sentences appended to every prompt (--prompt-tokens)
+SAMPLING = {"temperature": 0.0}  # every request's sampling settings (--temperature, --top-p)
 
 
 def prompt(i):
@@ -52,7 +53,7 @@ def stream_openai(url, i, tokens):
     import openai  # only this client needs the package
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
     r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt(i)}],
-                                       max_tokens=tokens, temperature=0, stream=True,
+                                       max_tokens=tokens, **SAMPLING, stream=True,
                                        stream_options={"include_usage": True})
     n = chunks = 0
     for c in r:
@@ -70,7 +71,7 @@ def stream_raw(url, i, tokens):
     host, port = url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=600)
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt(i)}], "max_tokens": tokens,
-                       "temperature": 0, "stream": True, "stream_options": {"include_usage": True}})
+                       **SAMPLING, "stream": True, "stream_options": {"include_usage": True}})
     conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = conn.getresponse()
     if r.status != 200:
@@ -244,6 +245,8 @@ def main():
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf", help="the GGUF both servers load")
     ap.add_argument("--dummy", help="serve random weights of this config.json's shape instead of --model (squeezekv only)")
     ap.add_argument("--prompt-tokens", type=int, default=0, help="pad every prompt with filler to about N tokens")
+    ap.add_argument("--temperature", type=float, default=0.0, help="every request's temperature (0: greedy)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="every request's top_p (1: off)")
     ap.add_argument("--client", choices=["raw", "openai"], default="raw",
                     help="raw: http.client reading the SSE lines (light on the shared cores); openai: the official client")
     ap.add_argument("extra", nargs="*", help="more serve flags (after --)")
@@ -252,6 +255,9 @@ def main():
         ap.error("--dummy: llama-cpp-python's server needs a GGUF file (--model), not a config")
     if a.prompt_tokens < 0:
         ap.error(f"--prompt-tokens: expected a number >= 0, got {a.prompt_tokens}")
+    SAMPLING["temperature"] = a.temperature
+    if a.top_p < 1.0:
+        SAMPLING["top_p"] = a.top_p
     streams = [int(s) for s in a.streams.split(",")]
     weights = ["--dummy", a.dummy] if a.dummy else ["-m", a.model]
     cmd = [a.bin, "serve", *weights, "--port", "0", "-t", str(a.threads), "--parallel", str(max(streams)), *a.extra]
