@@ -34,6 +34,8 @@ class Sampler {
   SamplerConfig cfg_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int>> cand_;
+  std::vector<double> bucket_mass_;                // top-p without top-k: mass by q's leading bits
+  std::vector<std::pair<float, int>> edge_;        // the bucket where the top-p mass is reached
 };
 
 struct GenerateOptions {
