@@ -478,6 +478,28 @@ TEST_F(Cuda, ChunkEvictionEqualsTheCpuReference) {
   }
 }
 
+// Greedy's pick on the device (Backend::argmax_rows) equals the CPU's (core/argmax.h): rows of
+// a Llama-3 vocabulary, short rows, and ties at the top (the lower index wins).
+TEST_F(Cuda, ArgmaxRowsEqualTheCpu) {
+  std::mt19937 rng(22);
+  auto gpu = make_backend({Device::kCuda, 2, true, Activations::kF32});
+  auto cpu = make_backend({Device::kCpu, 2, true, Activations::kF32});
+  for (int64_t V : {int64_t{1}, int64_t{33}, int64_t{1000}, int64_t{128256}}) {
+    const int n = 9;
+    std::vector<float> x(static_cast<size_t>(n * V));
+    for (float& v : x) v = std::normal_distribution<float>()(rng);
+    for (int r = 0; r < n; r += 2)  // ties: a value equal to the row's maximum further on
+      if (V > 1) x[static_cast<size_t>(r * V + V - 1)] = *std::max_element(x.begin() + r * V, x.begin() + (r + 1) * V);
+    std::vector<int32_t> want(n), got(n);
+    cpu->argmax_rows(want.data(), x.data(), n, V);
+    auto xb = gpu->alloc(x.size() * 4), ob = gpu->alloc(n * 4);
+    gpu->upload(xb->data(), x.data(), x.size() * 4);
+    gpu->argmax_rows(ob->as<int32_t>(), xb->as<float>(), n, V);
+    gpu->download(got.data(), ob->data(), n * 4);
+    EXPECT_EQ(got, want) << "V " << V;
+  }
+}
+
 // The fused decode products (one GEMV launch for q, k, v with RoPE in its epilogue; gate and up
 // with SwiGLU in its epilogue) give exactly what the separate ops give on the same device, and
 // match the CPU within float rounding: 1-4 rows (the GEMV); 5 rows of a prompt chunk (cuBLAS)

@@ -248,6 +248,34 @@ TEST_P(EngineTest, PrefillPartsEqualLonePrefills) {
   }
 }
 
+// A greedy batch's tokens picked where the logits are (Engine::decode_greedy, the backend's
+// argmax_rows) are the first largest of the logits decode() returns for the same step, and the
+// two engines stay in step: three sequences, eviction on, several steps.
+TEST(Engine, DecodeGreedyTakesTheArgmaxOfTheLogits) {
+  const Model& m = smollm();
+  const int V = m.config().vocab_size;
+  Engine a(m, options(DecodeActivations::kInt8), 3), b(m, options(DecodeActivations::kInt8), 3);
+  std::vector<SequenceId> sa, sb;
+  for (const char* text : {"The sea was calm", "Once upon a time", "def main():"}) {
+    const auto ids = m.tokenizer().encode(text, true);
+    sa.push_back(a.add_sequence(cache_of(KvPolicy::kH2O, 8)));
+    sb.push_back(b.add_sequence(cache_of(KvPolicy::kH2O, 8)));
+    a.prefill(sa.back(), ids);
+    b.prefill(sb.back(), ids);
+  }
+  std::vector<int> next = {5, 6, 7};
+  for (int step = 0; step < 6; ++step) {
+    const std::span<const float> logits = a.decode(sa, next);
+    const std::vector<float> l(logits.begin(), logits.end());
+    const std::span<const int> got = b.decode_greedy(sb, next);
+    for (int i = 0; i < 3; ++i) {
+      const int want = static_cast<int>(std::max_element(l.begin() + i * V, l.begin() + (i + 1) * V) - (l.begin() + i * V));
+      ASSERT_EQ(got[i], want) << "step " << step << " sequence " << i;
+      next[i] = want;
+    }
+  }
+}
+
 // A copied sequence (Engine::copy_sequence) is the original's continuation, bit for bit, under
 // every policy: copied after its prompt (the schedule fixed, rows evicted) or in the middle of it
 // (squeeze's schedule and kvzip's scoring still to come), with the original removed at once so

@@ -76,6 +76,9 @@ class Engine {
   // One token for each listed sequence (at most max_batch, each once); returns logits [n][V] in
   // the order given.
   std::span<const float> decode(std::span<const SequenceId> ids, std::span<const int> tokens);
+  // decode() for greedy sequences: each one's next token, the first largest of the logits decode()
+  // would return, picked where the logits are (a GPU sends back n ids, not n x V floats).
+  std::span<const int> decode_greedy(std::span<const SequenceId> ids, std::span<const int> tokens);
 
   int position(SequenceId id) const;
   int max_tokens(SequenceId id) const;  // the most tokens the sequence may see (its --ctx)

@@ -135,6 +135,9 @@ class Backend {
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
   // x[n] += y[n]
   virtual void add(float* x, const float* y, int64_t n) = 0;
+  // out[r] = the first index of the largest of x[r][0, V) for r < n (core/argmax.h's pick; out:
+  // this backend's memory): greedy decoding's tokens without the logits leaving the backend.
+  virtual void argmax_rows(int32_t* out, const float* x, int64_t n, int64_t V) = 0;
   // Causal attention of T query rows over the retained keys (query row t at q_pos[t] sees key j
   // of its kv head iff pos[j] <= q_pos[t]); out[T][H*D], q[T][H*D]; probe may be null, and its
   // mass accumulator is this backend's memory.

@@ -29,6 +29,8 @@ struct Engine::Impl {
     for (const auto& [id, q] : seqs) h.bytes += q->kv_bytes, h.pool += q->pool_bytes;
     return h;
   }
+  // One decode step of the listed sequences (checked: 1 to max_batch, one token each).
+  void decode_step(std::span<const SequenceId> ids, std::span<const int> tokens);
   SequenceState& get(SequenceId id) {
     auto it = seqs.find(id);
     if (it == seqs.end()) throw Error("engine: no sequence " + std::to_string(id));
@@ -88,7 +90,17 @@ std::span<const float> Engine::prefill(std::span<const PrefillPart> parts) {
 }
 
 std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span<const int> tokens) {
-  Impl& m = *impl_;
+  impl_->decode_step(ids, tokens);
+  return impl_->runner.logits(0, static_cast<int>(ids.size()), true);
+}
+
+std::span<const int> Engine::decode_greedy(std::span<const SequenceId> ids, std::span<const int> tokens) {
+  impl_->decode_step(ids, tokens);
+  return impl_->runner.argmax_of_rows(0, static_cast<int>(ids.size()));
+}
+
+void Engine::Impl::decode_step(std::span<const SequenceId> ids, std::span<const int> tokens) {
+  Impl& m = *this;
   const int n = static_cast<int>(ids.size());
   if (n < 1 || n > m.max_batch || tokens.size() != ids.size())
     throw Error("engine: decode of " + std::to_string(n) + " sequences with " + std::to_string(tokens.size()) +
@@ -96,7 +108,6 @@ std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span
   m.segments.clear();
   for (int i = 0; i < n; ++i) m.segments.push_back({&m.get(ids[i]), &tokens[i], 1});
   m.runner.step(m.segments, "engine");
-  return m.runner.logits(0, n, true);
 }
 
 int Engine::position(SequenceId id) const { return impl_->get(id).pos; }
@@ -181,9 +192,14 @@ struct Scheduler::Impl {
     picks.resize(rows.size());
 #pragma omp parallel for schedule(dynamic) if (n > 1)
     for (int i = 0; i < n; ++i) picks[i] = rows[i]->gen->pick(logits.subspan(i * V, V));
-    for (int i = 0; i < n; ++i) {
+    accept_all(rows, picks);
+  }
+  // Each request in rows takes its token picks[i], in order; finishes the request when its
+  // generation ends.
+  void accept_all(std::span<Request* const> rows, std::span<const int> picks_in) {
+    for (size_t i = 0; i < rows.size(); ++i) {
       Request& q = *rows[i];
-      q.next_token = q.gen->accept(picks[i]);
+      q.next_token = q.gen->accept(picks_in[i]);
       if (q.next_token < 0) finish(q, q.gen->result().stop_reason);
       else if (engine.position(q.seq) + 1 > engine.max_tokens(q.seq)) finish(q, "length");  // the context is full
     }
@@ -309,12 +325,20 @@ bool Scheduler::step() {
     }
   if (!m.batch.empty()) {
     try {
+      // a batch of greedy requests takes its tokens where the logits are (no n x V copy)
+      const bool greedy = std::all_of(m.batch.begin(), m.batch.end(), [](const Impl::Request* q) {
+        return q->r.options.sampler.temperature <= 0.0f;
+      });
       const auto t0 = Impl::clock::now();
-      const std::span<const float> logits = m.engine.decode(m.ids, m.tokens);
+      std::span<const float> logits;
+      std::span<const int> picked;
+      if (greedy) picked = m.engine.decode_greedy(m.ids, m.tokens);
+      else logits = m.engine.decode(m.ids, m.tokens);
       m.times.decode_seconds += Impl::since(t0);
       ++m.times.decode_calls;
       m.times.decode_rows += static_cast<int64_t>(m.ids.size());
-      m.advance(m.batch, logits);
+      if (greedy) m.accept_all(m.batch, picked);
+      else m.advance(m.batch, logits);
     } catch (const std::exception& e) {
       for (Impl::Request* q : m.batch)
         if (q->seq >= 0) m.finish(*q, "error", e.what());

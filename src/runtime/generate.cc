@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/argmax.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv {
@@ -17,30 +18,6 @@ void validate(const SamplerConfig& c) {
   if (!(c.min_p >= 0.0f && c.min_p < 1.0f)) throw Error("--min-p: must be in [0, 1), got " + std::to_string(c.min_p));
   if (c.top_k < 0) throw Error("--top-k: must be >= 0, got " + std::to_string(c.top_k));
 }
-
-namespace {
-
-// The first index of the largest value (as std::max_element): the maximum in 16 lanes that the
-// compiler vectorizes, then the first index holding it. A decode step of many sequences takes one
-// per sequence over the whole vocabulary (128,256 values for Llama 3).
-int argmax(std::span<const float> x) {
-  constexpr int kLanes = 16;
-  const size_t n = x.size();
-  if (n < 2 * kLanes) return static_cast<int>(std::max_element(x.begin(), x.end()) - x.begin());
-  float best[kLanes];
-  for (int j = 0; j < kLanes; ++j) best[j] = x[j];
-  size_t i = kLanes;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) best[j] = x[i + j] > best[j] ? x[i + j] : best[j];
-  float m = best[0];
-  for (int j = 1; j < kLanes; ++j) m = best[j] > m ? best[j] : m;
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  for (size_t k = 0; k < n; ++k)
-    if (x[k] == m) return static_cast<int>(k);
-  return 0;  // NaN among the first values: as max_element, the first
-}
-
-}  // namespace
 
 Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg), rng_(cfg.seed) { validate(cfg); }
 

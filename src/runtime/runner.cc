@@ -337,16 +337,33 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
   }
 }
 
-std::span<const float> Runner::logits(int first_row, int n, bool independent_rows) {
+// The output head over rows [first_row, first_row + n) of xn into logits_dev_ (grown once).
+const float* Runner::head(int first_row, int n, bool independent_rows) {
   const ModelConfig& c = model_.config();
   const size_t V = c.vocab_size;
   if (logits_dev_->bytes() < n * V * sizeof(float)) logits_dev_ = backend_->alloc(n * V * sizeof(float));  // grows once
   const float* h = xn_->as<float>() + static_cast<size_t>(first_row) * c.dim;
   if (independent_rows && n > 1) backend_->matmul_rows(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
   else backend_->matmul(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
+  return logits_dev_->as<float>();
+}
+
+std::span<const float> Runner::logits(int first_row, int n, bool independent_rows) {
+  const size_t V = model_.config().vocab_size;
+  head(first_row, n, independent_rows);
   if (!logits_host_ || logits_host_->bytes() < n * V * sizeof(float)) logits_host_ = backend_->alloc_host(n * V * sizeof(float));
   backend_->download(logits_host_->data(), logits_dev_->data(), n * V * sizeof(float));
   return {logits_host_->as<float>(), n * V};
+}
+
+std::span<const int> Runner::argmax_of_rows(int first_row, int n) {
+  const float* logits = head(first_row, n, true);
+  if (!argmax_dev_ || argmax_dev_->bytes() < n * sizeof(int32_t)) argmax_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(int32_t));
+  backend_->argmax_rows(argmax_dev_->as<int32_t>(), logits, n, model_.config().vocab_size);
+  argmax_host_.resize(static_cast<size_t>(n));
+  static_assert(sizeof(int) == sizeof(int32_t));
+  backend_->download(argmax_host_.data(), argmax_dev_->data(), n * sizeof(int32_t));
+  return argmax_host_;
 }
 
 std::span<const float> Runner::logits_of_rows(std::span<const int> rows) {

@@ -96,6 +96,10 @@ class Runner {
   // Logits [n][V] of the listed rows of the last step (rows of different sequences, each with a
   // lone row's arithmetic, as logits(row, 1, false) gives it): the rows gathered, one product.
   std::span<const float> logits_of_rows(std::span<const int> rows);
+  // The greedy token of rows [first_row, first_row + n) of the last step (rows of different
+  // sequences): logits(first_row, n, true)'s argmax, taken in the backend (Backend::argmax_rows),
+  // so only n ids come back instead of n x V logits.
+  std::span<const int> argmax_of_rows(int first_row, int n);
 
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
@@ -113,6 +117,9 @@ class Runner {
   void forward(std::span<const Segment> segments, Pass pass);
   // KVzip's reconstruction pass over seq.context (kvzip.cc says what it scores).
   void score_context(SequenceState& seq);
+  // The output head over rows [first_row, first_row + n) of the last step: logits [n][V] in the
+  // backend's memory (logits_dev_).
+  const float* head(int first_row, int n, bool independent_rows);
   // kv_pool() from the options and, when they give no size, from the memory the backend has free.
   int64_t resolve_kv_pool() const;
 
@@ -130,6 +137,8 @@ class Runner {
   std::unique_ptr<Buffer> x_in_;                                        // [T][E] layer input (for an observer that asks)
   std::unique_ptr<Buffer> rows_pos_;                                    // [T] positions of the step's rows
   std::unique_ptr<Buffer> logits_dev_;                                  // [n][V]
+  std::unique_ptr<Buffer> argmax_dev_;                                  // [n] argmax_of_rows' ids
+  std::vector<int> argmax_host_;
   std::unique_ptr<Buffer> xn_keep_;                                     // [T][E] a step's output while a scoring pass runs
   std::vector<int> repeat_prefix_;                                      // the reconstruction instruction's tokens
   // host side

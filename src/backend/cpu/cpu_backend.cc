@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/tile8.h"
+#include "core/argmax.h"
 #include "core/kv_rows.h"
 #include "core/quant.h"
 #include "squeezekv/error.h"
@@ -106,6 +107,11 @@ class CpuBackend final : public Backend {
   void silu_mul(float* gate, const float* up, int64_t n) override {
     use_threads();
     cpu::silu_mul(gate, up, n);
+  }
+  void argmax_rows(int32_t* out, const float* x, int64_t n, int64_t V) override {
+    use_threads();
+#pragma omp parallel for if (n > 1)
+    for (int64_t r = 0; r < n; ++r) out[r] = argmax({x + r * V, static_cast<size_t>(V)});
   }
   void add(float* x, const float* y, int64_t n) override {
     use_threads();

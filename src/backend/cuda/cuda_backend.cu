@@ -252,6 +252,9 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override {
     launch_add(*launcher_, x, y, n);
   }
+  void argmax_rows(int32_t* out, const float* x, int64_t n, int64_t V) override {
+    if (n > 0) launch_argmax_rows(*launcher_, out, x, n, V);
+  }
 
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
                  AttentionProbe* probe) override {
