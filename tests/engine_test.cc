@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -389,6 +390,35 @@ TEST(Scheduler, PromptsShareAStepUpToOneChunkOfTokens) {
   EXPECT_EQ(done, (std::vector<int>{1, 1, 1, 1}));
   EXPECT_FALSE(sched.step());
   EXPECT_EQ(engine.sequences(), 0);
+}
+
+// A prefill of parts or a greedy decode that cannot run is refused with the engine's message,
+// before any work: no parts, a part over the chunk, a sequence twice, more rows than a step holds,
+// an unknown sequence, tokens that do not match the sequences.
+TEST(Engine, RefusesBadPrefillPartsAndGreedyDecodes) {
+  const Model& m = smollm();
+  Engine engine(m, options(DecodeActivations::kInt8), 2);  // a step holds max(16, 2) rows
+  const SequenceId a = engine.add_sequence(cache_of(KvPolicy::kFull, 0)), b = engine.add_sequence(cache_of(KvPolicy::kFull, 0));
+  const std::vector<int> ten(10, 5), twenty(20, 5);
+  auto refused = [](const std::function<void()>& f, const std::string& says) {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted; expected an error saying '" << says << "'";
+  };
+  refused([&] { engine.prefill(std::span<const Engine::PrefillPart>()); }, "no sequences");
+  refused([&] { engine.prefill(std::vector<Engine::PrefillPart>{{a, twenty}}); }, "prefill chunk");
+  refused([&] { engine.prefill(std::vector<Engine::PrefillPart>{{a, ten}, {a, ten}}); }, "twice");
+  refused([&] { engine.prefill(std::vector<Engine::PrefillPart>{{a, ten}, {b, ten}}); }, "rows");
+  refused([&] { engine.prefill(std::vector<Engine::PrefillPart>{{a + b + 7, ten}}); }, "no sequence");
+  EXPECT_EQ(engine.position(a), 0);  // nothing ran
+  EXPECT_EQ(engine.position(b), 0);
+  const std::vector<SequenceId> ids = {a, b};
+  refused([&] { engine.decode_greedy(ids, std::vector<int>{1}); }, "one token each");
+  refused([&] { engine.decode_greedy(std::span<const SequenceId>(), std::span<const int>()); }, "expected 1 to 2");
 }
 
 TEST(Scheduler, RefusesBadRequestsNamingTheField) {

@@ -337,27 +337,31 @@ void Runner::forward(std::span<const Segment> segments, Pass pass) {
   }
 }
 
-// The output head over rows [first_row, first_row + n) of xn into logits_dev_ (grown once).
-const float* Runner::head(int first_row, int n, bool independent_rows) {
-  const ModelConfig& c = model_.config();
-  const size_t V = c.vocab_size;
+// The output head over h [n][E] (the backend's memory) into logits_dev_ (grown once).
+const float* Runner::head(const float* h, int n, bool independent_rows) {
+  const size_t V = model_.config().vocab_size;
   if (logits_dev_->bytes() < n * V * sizeof(float)) logits_dev_ = backend_->alloc(n * V * sizeof(float));  // grows once
-  const float* h = xn_->as<float>() + static_cast<size_t>(first_row) * c.dim;
   if (independent_rows && n > 1) backend_->matmul_rows(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
   else backend_->matmul(logits_dev_->as<float>(), h, dw_->output, n, nullptr, act_);
   return logits_dev_->as<float>();
 }
 
-std::span<const float> Runner::logits(int first_row, int n, bool independent_rows) {
+std::span<const float> Runner::logits_to_host(int n) {
   const size_t V = model_.config().vocab_size;
-  head(first_row, n, independent_rows);
   if (!logits_host_ || logits_host_->bytes() < n * V * sizeof(float)) logits_host_ = backend_->alloc_host(n * V * sizeof(float));
   backend_->download(logits_host_->data(), logits_dev_->data(), n * V * sizeof(float));
   return {logits_host_->as<float>(), n * V};
 }
 
+const float* Runner::step_rows(int first_row) const { return xn_->as<float>() + static_cast<size_t>(first_row) * model_.config().dim; }
+
+std::span<const float> Runner::logits(int first_row, int n, bool independent_rows) {
+  head(step_rows(first_row), n, independent_rows);
+  return logits_to_host(n);
+}
+
 std::span<const int> Runner::argmax_of_rows(int first_row, int n) {
-  const float* logits = head(first_row, n, true);
+  const float* logits = head(step_rows(first_row), n, true);
   if (!argmax_dev_ || argmax_dev_->bytes() < n * sizeof(int32_t)) argmax_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(int32_t));
   backend_->argmax_rows(argmax_dev_->as<int32_t>(), logits, n, model_.config().vocab_size);
   argmax_host_.resize(static_cast<size_t>(n));
@@ -371,14 +375,13 @@ std::span<const float> Runner::logits_of_rows(std::span<const int> rows) {
   bool contiguous = true;
   for (int i = 1; i < n; ++i) contiguous = contiguous && rows[i] == rows[0] + i;
   if (contiguous) return logits(rows[0], n, true);
-  // the last step's rows into the first n rows of a scratch laid out as xn, then as one block
-  const size_t E = model_.config().dim, row = E * sizeof(float);
+  // the last step's rows gathered into a scratch of their own, then one product over them
+  const size_t row = model_.config().dim * sizeof(float);
   if (!rows_gathered_ || rows_gathered_->bytes() < n * row) rows_gathered_ = backend_->alloc(static_cast<size_t>(max_rows_) * row);
-  for (int i = 0; i < n; ++i) backend_->copy(rows_gathered_->as<float>() + i * E, xn_->as<float>() + rows[i] * E, row);
-  std::swap(xn_, rows_gathered_);
-  const std::span<const float> out = logits(0, n, true);
-  std::swap(xn_, rows_gathered_);
-  return out;
+  unsigned char* dst = rows_gathered_->as<unsigned char>();
+  for (int i = 0; i < n; ++i) backend_->copy(dst + i * row, step_rows(rows[i]), row);
+  head(rows_gathered_->as<float>(), n, true);
+  return logits_to_host(n);
 }
 
 int64_t Runner::matrix_bytes() const {

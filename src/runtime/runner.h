@@ -117,9 +117,12 @@ class Runner {
   void forward(std::span<const Segment> segments, Pass pass);
   // KVzip's reconstruction pass over seq.context (kvzip.cc says what it scores).
   void score_context(SequenceState& seq);
-  // The output head over rows [first_row, first_row + n) of the last step: logits [n][V] in the
-  // backend's memory (logits_dev_).
-  const float* head(int first_row, int n, bool independent_rows);
+  // The output head over h [n][E] (the backend's memory): logits [n][V] in the backend's memory
+  // (logits_dev_); logits_to_host copies the first n rows of them to host memory.
+  const float* head(const float* h, int n, bool independent_rows);
+  std::span<const float> logits_to_host(int n);
+  // Row first_row of the last step's final hidden states (xn_).
+  const float* step_rows(int first_row) const;
   // kv_pool() from the options and, when they give no size, from the memory the backend has free.
   int64_t resolve_kv_pool() const;
 

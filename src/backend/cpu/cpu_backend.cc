@@ -198,19 +198,7 @@ class CpuBackend final : public Backend {
     }
   }
   void kv_evict_one(const KvArrays& a, int count, int32_t keep_below, int32_t keep_from, const int32_t*, int) override {
-    for (int g = 0; g < a.G; ++g) {
-      const size_t base = static_cast<size_t>(g) * a.capacity;
-      const int32_t* pos = a.pos + base;
-      const float* m = a.mass + base;
-      int worst = -1;
-      for (int j = 0; j < count; ++j) {
-        if (pos[j] < keep_below || pos[j] >= keep_from) continue;
-        if (worst < 0 || m[j] < m[worst] || (m[j] == m[worst] && pos[j] > pos[worst])) worst = j;
-      }
-      if (worst < 0 || worst == count - 1) continue;
-      const int from = static_cast<int>(base) + count - 1, to = static_cast<int>(base) + worst;
-      kv_move(a, &from, &to, 1);
-    }
+    kv_evict_top(a, count, 1, keep_below, keep_from, nullptr);  // one row: count - 1 into its hole
   }
   void kv_evict_top(const KvArrays& a, int count, int n_evict, int32_t keep_below, int32_t keep_from,
                     int32_t* dead_pos) override {

@@ -88,7 +88,6 @@ __global__ void k_silu_mul_split(float* g, const float* joined, int F) {
   g[static_cast<size_t>(t) * F + f] = x / (1.0f + expf(-x)) * row[F + f];
 }
 
-
 // one block of kSumThreads: out[0] = sum (o - o_cut)^2, out[1] = sum o^2 over n, in double
 constexpr int kSumThreads = 1024;
 __global__ void __launch_bounds__(kSumThreads) k_error_energy(double* out, const float* o, const float* o_cut, int64_t n) {
@@ -112,7 +111,6 @@ __global__ void __launch_bounds__(kSumThreads) k_error_energy(double* out, const
     out[1] = energy;
   }
 }
-
 
 // grid n, block kArgmaxThreads: out[r] = the first index of the largest of row r (core/argmax.h);
 // each thread keeps its first maximum over a strided pass, then the block's by value, ties to
