@@ -15,7 +15,8 @@ llama-bench built from that package's source (vendor/llama.cpp), which is what l
 
 --types quantizes the default model to each preset with llama.cpp's quantizer (allow_requantize:
 the source is the Q4_1 file) into --types-dir, then measures both engines on each file and, with
---ppl TEXT, the perplexity of each engine on the same windows of TEXT.
+--ppl TEXT, the perplexity of each engine on the same windows of TEXT (--ppl-kv-types f16,q8_0,q4_0:
+with each KV row type, both engines alike).
 """
 import argparse
 import ctypes
@@ -114,21 +115,28 @@ class LlamaPy:
         return out
 
 
-def ppl_ours(exe, model, text, threads, ctx, windows, act):
+# KV row types by name: GGML's type numbers (llama-cpp-python's type_k / type_v)
+GGML_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 8}
+
+
+def ppl_ours(exe, model, text, threads, ctx, windows, act, kv_type="f16"):
     r = subprocess.run([exe, "eval", "ppl", "-m", model, "--text", text, "--ctx", str(ctx), "--prefix", str(ctx // 2),
-                        "--windows", str(windows), "-t", str(threads), "--decode-activations", act],
+                        "--windows", str(windows), "-t", str(threads), "--decode-activations", act, "--kv-type", kv_type],
                        check=True, capture_output=True, text=True).stdout
     return float(r.split("ppl=")[1].split()[0])
 
 
-def ppl_llamacpp(model, text, threads, ctx, windows):
+def ppl_llamacpp(model, text, threads, ctx, windows, kv_type="f16"):
     """The same windows as `squeezekv eval ppl --prefix ctx/2`: each window of ctx tokens from the
-    start of the text, tokens ctx/2 .. ctx-1 scored, each predicted from all tokens before it."""
+    start of the text, tokens ctx/2 .. ctx-1 scored, each predicted from all tokens before it.
+    kv_type: the cache's K and V type (-ctk/-ctv), with flash attention on (llama.cpp needs it for
+    quantized V)."""
     import numpy as np
     from llama_cpp import Llama
 
     llm = Llama(model_path=model, n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=ctx,
-                logits_all=True, verbose=False)
+                logits_all=True, verbose=False, type_k=GGML_KV_TYPES[kv_type], type_v=GGML_KV_TYPES[kv_type],
+                flash_attn=True)
     ids = llm.tokenize(open(text, "rb").read(), add_bos=False, special=False)
     total, count = 0.0, 0
     for w in range(windows):
@@ -162,6 +170,9 @@ def main():
     ap.add_argument("--ppl", help="text file: perplexity of both engines per file (with --types)")
     ap.add_argument("--ppl-ctx", type=int, default=512)
     ap.add_argument("--ppl-windows", type=int, default=4)
+    ap.add_argument("--ppl-kv-types", default="f16",
+                    help="KV row types of the perplexity runs, both engines alike (e.g. f16,q8_0,q4_0; "
+                         "llama.cpp's -ctk/-ctv)")
     ap.add_argument("--json", help="write every number to FILE")
     a = ap.parse_args()
 
@@ -212,16 +223,22 @@ def main():
     if a.ppl:
         print(f"\nperplexity of {os.path.basename(a.ppl)}: {a.ppl_windows} windows of {a.ppl_ctx} tokens, the second half "
               f"of each scored")
-        print("| file | squeezekv (f32 decode) | squeezekv (int8 decode) | llama.cpp | ratio f32 / llama.cpp |")
-        print("|---|---|---|---|---|")
+        kv_types = a.ppl_kv_types.split(",")
+        for t in kv_types:
+            if t not in GGML_KV_TYPES:
+                sys.exit(f"--ppl-kv-types: unknown type '{t}' (expected some of: {', '.join(GGML_KV_TYPES)})")
+        print("| file | KV type | squeezekv (f32 decode) | squeezekv (int8 decode) | llama.cpp | ratio f32 / llama.cpp |")
+        print("|---|---|---|---|---|---|")
         for name, path in files.items():
             res = results[name]
-            res["ppl_ours_f32"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "f32")
-            res["ppl_ours_int8"] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "int8")
-            res["ppl_llamacpp"] = ppl_llamacpp(path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows)
-            save()
-            print(f"| {name} | {res['ppl_ours_f32']:.3f} | {res['ppl_ours_int8']:.3f} | {res['ppl_llamacpp']:.3f} |"
-                  f" {res['ppl_ours_f32'] / res['ppl_llamacpp']:.4f} |", flush=True)
+            for t in kv_types:
+                sfx = "" if t == "f16" else "_" + t
+                res["ppl_ours_f32" + sfx] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "f32", t)
+                res["ppl_ours_int8" + sfx] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "int8", t)
+                res["ppl_llamacpp" + sfx] = ppl_llamacpp(path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, t)
+                save()
+                print(f"| {name} | {t} | {res['ppl_ours_f32' + sfx]:.3f} | {res['ppl_ours_int8' + sfx]:.3f} | "
+                      f"{res['ppl_llamacpp' + sfx]:.3f} | {res['ppl_ours_f32' + sfx] / res['ppl_llamacpp' + sfx]:.4f} |", flush=True)
 
 
 def cpu_name():

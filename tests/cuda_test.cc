@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <cstdio>
 #include <cstdlib>
@@ -161,8 +162,8 @@ struct Attended {
 };
 Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap, const std::vector<float>& k,
                 const std::vector<float>& v, const std::vector<int32_t>& pos, const std::vector<float>& q,
-                const std::vector<int32_t>& qpos, MassReduce reduce, bool dev_count, int64_t mass_row_begin = 0) {
-  auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
+                const std::vector<int32_t>& qpos, MassReduce reduce, bool dev_count, int64_t mass_row_begin = 0, bool exact = true) {
+  auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, exact, Activations::kF32});
   KvStorage st(G, D, cap, type, be.get());
   auto put = [&](const void* src, size_t bytes) {
     auto buf = be->alloc(bytes);
@@ -265,11 +266,12 @@ TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
 }
 
 // The decode kernels (one query token: flash-decoding over splits of the keys, the mass from the
-// kept scores) against the CPU's attention over a sweep of shapes: KV f16 and f32, head dims
+// kept scores) against the CPU's attention over a sweep of shapes: KV f16, f32 and q8_0 (the
+// same stored bytes on both: the kernels read the blocks directly; head dims 64-256), head dims
 // 16-256, 1-8 query heads per kv head, 1-5000 keys (one split to many), dead slots and keys
 // later than the query (masked), N read from the host or from device memory (count_dev). The
 // CUDA-core kernel (SQUEEZEKV_CUDA_MMA_DECODE=0) in f32 within 1e-4 (output) and 1e-5 (mass); the
-// tensor-core kernel where it serves (f16, head dims 64 and 128, up to 8 heads a kv head) rounds
+// tensor-core kernel where it serves (f16 and q8_0, head dims 64 and 128, up to 8 heads a kv head) rounds
 // q and p to f16 as the prompt kernel does: within 1e-3 and 1e-4 (seen on the H200: 3.4e-4 and
 // 3.5e-5), and it must be the one that ran (its bits differ from the CUDA cores' past one key).
 TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
@@ -278,11 +280,12 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
   const int G = 2;
   int cases = 0, on_mma = 0;
   double worst_out = 0, worst_mass = 0, worst_mma_out = 0, worst_mma_mass = 0;
-  for (KvType type : {KvType::kF32, KvType::kF16})
+  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8_0})
     for (int D : {16, 32, 64, 128, 256})
       for (int grp : {1, 3, 4, 7, 8})
         for (int N : {1, 40, 300, 5000})
           for (bool dev_count : {false, true}) {
+            if (type == KvType::kQ8_0 && D % 64 != 0) continue;  // cuda_kv_types: whole-word rows
             const int H = G * grp, cap = N + 5;
             std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size()), q(static_cast<size_t>(H) * D);
             for (auto* x : {&k, &v, &q})
@@ -296,8 +299,8 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
             setenv("SQUEEZEKV_CUDA_MMA_DECODE", "0", 1);
             const Attended c = attend(1, type, G, H, D, N, 1, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count);
             unsetenv("SQUEEZEKV_CUDA_MMA_DECODE");
-            const std::string what = "D " + std::to_string(D) + " grp " + std::to_string(grp) + " N " + std::to_string(N) + " f16 " +
-                                     std::to_string(type == KvType::kF16) + " dev " + std::to_string(dev_count);
+            const std::string what = "D " + std::to_string(D) + " grp " + std::to_string(grp) + " N " + std::to_string(N) + " type " +
+                                     std::to_string(int(type)) + " dev " + std::to_string(dev_count);
             const double eo = max_diff(a.out, c.out), em = max_diff(a.mass, c.mass);
             worst_out = std::max(worst_out, eo), worst_mass = std::max(worst_mass, em);
             ++cases;
@@ -319,6 +322,68 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
           }
   std::printf("decode attention: %d shapes on the CUDA cores, max output err %.3g, max mass err %.3g; %d on the tensor cores, %.3g, %.3g\n",
               cases, worst_out, worst_mass, on_mma, worst_mma_out, worst_mma_mass);
+}
+
+// Q8_0 rows written on the device are the CPU's bytes (the same f32 rows quantized by the same f32
+// operations), and a prompt chunk over Q8_0 rows (converted once a layer, then the kernels of
+// f16 rows: the tensor cores at 600 rows, the CUDA cores at 37; in the exact mode of f32 rows)
+// stays within those kernels' bounds of the CPU's attention over the same rows.
+TEST_F(Cuda, Q8RowsAndPromptAttentionMatchTheCpu) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  const int G = 2;
+  for (int D : {64, 128, 256}) {
+    const int N = 300, cap = N + 9;
+    std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size());
+    for (auto* x : {&k, &v})
+      for (float& e : *x) e = 3.0f * nd(rng);
+    std::vector<int32_t> pos(N);
+    std::iota(pos.begin(), pos.end(), 0);
+    std::vector<uint8_t> rows[2][2];  // [backend][K, V]
+    for (int dev : {0, 1}) {
+      auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
+      KvStorage st(G, D, cap, KvType::kQ8_0, be.get());
+      auto kb = be->alloc(k.size() * 4), vb = be->alloc(v.size() * 4), pb = be->alloc(pos.size() * 4);
+      be->upload(kb->data(), k.data(), k.size() * 4), be->upload(vb->data(), v.data(), v.size() * 4);
+      be->upload(pb->data(), pos.data(), pos.size() * 4);
+      st.append(kb->as<float>(), vb->as<float>(), pos.data(), N, pb->as<int32_t>());
+      const KvView view = st.view();
+      for (int which : {0, 1}) {
+        std::vector<uint8_t>& r = rows[dev][which];
+        r.resize(static_cast<size_t>(G) * cap * view.k_row_bytes());
+        be->download(r.data(), which == 0 ? view.k : view.v, r.size());
+        for (int g = 0; g < G; ++g)  // slots past N hold nothing written
+          std::fill(r.begin() + (static_cast<size_t>(g) * cap + N) * view.k_row_bytes(),
+                    r.begin() + static_cast<size_t>(g + 1) * cap * view.k_row_bytes(), 0);
+      }
+    }
+    EXPECT_TRUE(rows[0][0] == rows[1][0]) << "D " << D << ": K rows differ from the CPU's";
+    EXPECT_TRUE(rows[0][1] == rows[1][1]) << "D " << D << ": V rows differ from the CPU's";
+  }
+  double worst_out = 0, worst_mass = 0;
+  for (int D : {64, 128})
+    for (int T : {37, 600}) {
+      const int grp = 4, H = G * grp, ctx = 300, N = ctx + T, cap = N + 3;
+      std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size()), q(static_cast<size_t>(T) * H * D);
+      for (auto* x : {&k, &v, &q})
+        for (float& e : *x) e = nd(rng);
+      std::vector<int32_t> pos(N), qpos(T);
+      std::iota(pos.begin(), pos.end(), 0);
+      for (int t = 0; t < T; ++t) qpos[t] = ctx + t;
+      const Attended c = attend(0, KvType::kQ8_0, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, false);
+      const Attended t = attend(1, KvType::kQ8_0, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, T == 600, 0, false);
+      const Attended x = attend(1, KvType::kQ8_0, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, T == 600);
+      double mass_scale = 0;
+      for (float e : c.mass) mass_scale = std::max(mass_scale, double(e));
+      const double eo = max_diff(t.out, c.out), em = max_diff(t.mass, c.mass) / mass_scale;
+      worst_out = std::max(worst_out, eo), worst_mass = std::max(worst_mass, em);
+      EXPECT_LE(eo, 1e-2) << "D " << D << " T " << T;
+      EXPECT_LE(em, 1e-2) << "D " << D << " T " << T;
+      EXPECT_LE(max_diff(x.out, c.out), 1e-4) << "D " << D << " T " << T << " exact";
+      EXPECT_LE(max_diff(x.mass, c.mass) / mass_scale, 1e-4) << "D " << D << " T " << T << " exact";
+    }
+  std::printf("q8_0 rows: the CPU's bytes; prompt attention over them through f16: max output err %.3g, max mass err %.3g of the "
+              "largest\n", worst_out, worst_mass);
 }
 
 // A decode step's mass deferred to the layer's eviction (the eviction kernel adds it before it
@@ -727,6 +792,78 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
   }
 }
 
+// Sessions with Q8_0 KV rows on the two backends (the exact mode: f32 weights, the rows converted to
+// f32 for the prompt kernels; decode steps on the tensor cores, q and p rounded to f16 as with f16
+// rows), on dummy shapes of head dims 64 and 128 (every trained test model's head dim is below 64,
+// which Q8_0 rows on the device need): the logits of a prompt in chunks and of decode steps within
+// 2e-3 of their scale (seen on the H200 with the CUDA-core decode: 1.8e-4 and 2.7e-4; a key the two
+// backends project a rounding apart may land one quantization step apart, a larger difference
+// than f32 rows show), and under h2o, squeeze and kvzip the survivors of nearly every (layer, kv
+// head) the same.
+TEST_F(Cuda, Q8KvSessionsMatchTheCpu) {
+  std::vector<std::unique_ptr<Model>> models;
+  for (const char* shape : {"64", "128"}) {
+    const std::string path = ::testing::TempDir() + "/squeezekv_q8_" + shape + ".json";
+    {
+      std::ofstream f(path);
+      f << R"({"model_type": "llama", "hidden_size": )" << (std::string(shape) == "64" ? 512 : 1024)
+        << R"(, "intermediate_size": 512, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
+               "vocab_size": 512, "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+               "tie_word_embeddings": true})";
+    }
+    models.push_back(Model::dummy(path));
+  }
+  for (const auto& m : models) {
+    const auto ids = prompt(*m, 96);
+    SessionOptions cpu;
+    cpu.threads = 2;
+    cpu.prefill_chunk = 32;
+    cpu.cache.dtype = KvDType::kQ8_0;
+    SessionOptions gpu = cpu;
+    gpu.device = Device::kCuda;
+    gpu.f32_device_weights = true;
+    const Logits a = run(*m, cpu, ids, 8), b = run(*m, gpu, ids, 8);
+    const int V = m->config().vocab_size;
+    const Diff p = compare(a.prefill, b.prefill, V), d = compare(a.decode, b.decode, V);
+    std::printf("head dim %d, q8_0 rows: prefill max err %.3g (scale %.3g), decode max err %.3g\n", m->config().head_dim, p.max_abs,
+                p.scale, d.max_abs);
+    EXPECT_LE(p.max_abs, 2e-3 * std::max(1.0, p.scale)) << m->config().head_dim;
+    EXPECT_LE(d.max_abs, 2e-3 * std::max(1.0, d.scale)) << m->config().head_dim;
+    for (KvPolicy policy : {KvPolicy::kH2O, KvPolicy::kSqueeze, KvPolicy::kKvzip}) {
+      SessionOptions c = cpu, g = gpu;
+      c.cache.policy = g.cache.policy = policy;
+      c.cache.budget = g.cache.budget = 40;
+      Session x(*m, c), y(*m, g);
+      x.forward(ids);
+      y.forward(ids);
+      for (int i = 0; i < 12; ++i) {
+        x.forward(std::span<const int>(&ids[i], 1));
+        y.forward(std::span<const int>(&ids[i], 1));
+      }
+      int same = 0, total = 0;
+      for (int l = 0; l < m->config().n_layers; ++l)
+        for (int h = 0; h < m->config().n_kv_heads; ++h, ++total) same += x.kv_positions(l, h) == y.kv_positions(l, h);
+      std::printf("head dim %d, q8_0 rows, %-8s survivor sets identical: %d of %d (layer, kv head)\n", m->config().head_dim,
+                  kv_policy_name(policy), same, total);
+      EXPECT_GE(same, total * 5 / 6) << kv_policy_name(policy) << " head dim " << m->config().head_dim;
+    }
+  }
+  // what the device does not store is refused before any work, naming the flag
+  auto refused = [&](KvDType k, std::optional<KvDType> v, const std::string& want) {
+    SessionOptions so;
+    so.device = Device::kCuda;
+    so.cache.dtype = k, so.cache.dtype_v = v;
+    try {
+      Session s(*models[0], so);
+      ADD_FAILURE() << want << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused(KvDType::kQ4_0, std::nullopt, "--kv-type q4_0: the CUDA backend stores K and V as one type");
+  refused(KvDType::kQ8_0, KvDType::kF16, "--kv-type-v f16: the CUDA backend stores K and V as one type");
+}
+
 // A decode step replays as one CUDA graph (the counts that grow live in device memory): the
 // replayed steps must give exactly the logits of the same launches issued one by one, across the
 // step where the key range gains a split (N passes 512), and for the policies that evict on the
@@ -740,10 +877,11 @@ struct BatchVsAlone {
   double max_rel = 0, argmax_agree = 0;   // the largest difference over the logits' scale
   int64_t replays = 0;                    // the batch's steps replayed as one CUDA graph
 };
-BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int steps, bool evicting) {
-  auto config = [evicting](int i) {
+BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int steps, bool evicting, KvDType kv = KvDType::kF16) {
+  auto config = [evicting, kv](int i) {
     CacheConfig c;
     c.max_tokens = 400;
+    c.dtype = kv;
     switch (evicting ? i % 4 : i % 2) {
       case 0: c.max_tokens = 200 + 37 * (i % 7); break;  // full: 4 to 8 splits of its capacity
       case 1: c.policy = KvPolicy::kWindow, c.budget = 40 + i % 5; break;
@@ -803,16 +941,21 @@ std::vector<std::unique_ptr<Model>> batch_models() {
 
 // With --batch-invariant a decode batch gives every sequence exactly what it gets alone, to the
 // bit (the 4-row GEMV products, and one attention launch for the batch whose blocks each do
-// their sequence's lone arithmetic): batches of 8 and 128, every policy kind.
+// their sequence's lone arithmetic): batches of 8 and 128, every policy kind; f16 rows, and Q8_0
+// rows in a batch of 8.
 TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
   SessionOptions so;
   so.device = Device::kCuda;
   so.batch_invariant = true;
-  for (const auto& m : batch_models())
+  const auto models = batch_models();
+  for (const auto& m : models)
     for (int B : {8, 128}) {
       const BatchVsAlone r = batch_vs_alone(*m, so, B, B == 8 ? 160 : 90, true);
       EXPECT_EQ(r.differ, 0) << "batch " << B << ": first at step " << r.first / 1000 << ", sequence " << r.first % 1000;
     }
+  // Q8_0 rows (head dim 128: the wide shape): the batch kernel reads the blocks as the lone one does
+  const BatchVsAlone q = batch_vs_alone(*models[1], so, 8, 120, true, KvDType::kQ8_0);
+  EXPECT_EQ(q.differ, 0) << "q8_0 batch 8: first at step " << q.first / 1000 << ", sequence " << q.first % 1000;
 }
 
 // By default a batch of more than 4 sequences multiplies through cuBLAS (bf16 activations, its

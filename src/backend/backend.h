@@ -230,6 +230,13 @@ struct BackendOptions {
   bool cuda_graphs = true;         // CUDA: repeated launch lists replayed as graphs
   bool batch_invariant = false;    // CUDA: a decode batch's products with each row's lone arithmetic (the CPU's always are)
 };
+// The KV row types the CUDA backend's kernels serve: K and V of one type, f16, f32 or q8_0 (q8_0
+// for head dims that are multiples of 64, whose rows are whole 32-bit words). The CPU serves
+// every KvType and any pair.
+inline bool cuda_kv_types(KvTypes t, int D) {
+  return t.k == t.v && (t.k == KvType::kF16 || t.k == KvType::kF32 || (t.k == KvType::kQ8_0 && D % 64 == 0));
+}
+
 // The backend for options.device; a device this build lacks is refused with a message naming
 // --device.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);

@@ -140,9 +140,13 @@ CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_i
   CacheConfig cache = cache_in;
   cache.max_tokens = sequence_max_tokens(c, cache);
   const KvTypes types = kv_types(cache);
-  if (o.device != Device::kCpu && (kv_quantized(types.k) || kv_quantized(types.v) || types.k != types.v))
-    throw Error(std::string(cache.dtype != kv_v_dtype(cache) ? "--kv-type-v " : "--kv-type ") + kv_dtype_name(kv_v_dtype(cache)) +
-                ": the CUDA backend stores K and V as f16 or f32, both of one type (8- and 4-bit rows run on --device cpu)");
+  if (o.device != Device::kCpu && !cuda_kv_types(types, c.head_dim)) {
+    const bool mixed = types.k != types.v;
+    const KvDType named = mixed ? kv_v_dtype(cache) : cache.dtype;
+    throw Error(std::string(mixed ? "--kv-type-v " : "--kv-type ") + kv_dtype_name(named) +
+                ": the CUDA backend stores K and V as one type, f16, f32 or q8_0 (q8_0 for head dims that are multiples of 64; "
+                "this model's is " + std::to_string(c.head_dim) + "); 4-bit rows and K/V pairs of two types run on --device cpu");
+  }
   // the config is checked here, once (CachePlan holds only valid ones); a device keeps K and V in
   // its own memory, the policies' metadata mirrored on the host
   return CacheBuilder::plan(c, cache, std::min(o.prefill_chunk, cache.max_tokens), o.device != Device::kCpu);

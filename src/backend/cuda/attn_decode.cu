@@ -19,6 +19,7 @@
 #include <cuda_pipeline.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_q8.cuh"
 
 namespace squeezekv::cuda {
 namespace {
@@ -35,28 +36,79 @@ constexpr int kDecWarps = 4;
 template <int GMAX>
 constexpr int kDecBlocksPerSm = GMAX <= 4 ? 4 : 2;
 
-template <typename KT>
-__device__ inline void load16(const KT* p, float* f);
+// How the kernel reads a row format (core/kv_view.h): the LPK lanes that hold a row take kEpv
+// values each, lane `part` values [part * kEpv, (part + 1) * kEpv) (as exact values, or for a
+// block type its integers, the returned scale applying to all: kScaled).
+template <KvType T>
+struct DecRow;
 template <>
-__device__ inline void load16<__half>(const __half* p, float* f) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
+struct DecRow<KvType::kF16> {
+  static constexpr int kEpv = 8;
+  static constexpr bool kScaled = false;
+  __host__ __device__ static constexpr int bytes(int D) { return D * 2; }
+  __device__ static float load(const unsigned char* row, int part, float* f) {
+    const uint4 u = *reinterpret_cast<const uint4*>(row + part * 16);
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 x = __half22float2(h[k]);
-    f[2 * k] = x.x, f[2 * k + 1] = x.y;
+    for (int k = 0; k < 4; ++k) {
+      const float2 x = __half22float2(h[k]);
+      f[2 * k] = x.x, f[2 * k + 1] = x.y;
+    }
+    return 1.0f;
   }
-}
+  __device__ static void store(unsigned char* row, const float* x, int D) {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) reinterpret_cast<__half*>(row)[d] = __float2half_rn(x[d]);
+  }
+};
 template <>
-__device__ inline void load16<float>(const float* p, float* f) {
-  const float4 x = *reinterpret_cast<const float4*>(p);
-  f[0] = x.x, f[1] = x.y, f[2] = x.z, f[3] = x.w;
-}
+struct DecRow<KvType::kF32> {
+  static constexpr int kEpv = 4;
+  static constexpr bool kScaled = false;
+  __host__ __device__ static constexpr int bytes(int D) { return D * 4; }
+  __device__ static float load(const unsigned char* row, int part, float* f) {
+    const float4 x = *reinterpret_cast<const float4*>(row + part * 16);
+    f[0] = x.x, f[1] = x.y, f[2] = x.z, f[3] = x.w;
+    return 1.0f;
+  }
+  __device__ static void store(unsigned char* row, const float* x, int D) {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) reinterpret_cast<float*>(row)[d] = x[d];
+  }
+};
+// Q8_0: a lane takes a quarter of a block (kv_q8.cuh: as many values as an f16 lane, so the
+// registers of a kernel are those of f16's); rows of 34 bytes a block are 4-byte aligned only
+// (the copies below take that into account).
+template <>
+struct DecRow<KvType::kQ8_0> {
+  static constexpr int kEpv = 8;
+  static constexpr bool kScaled = true;
+  __host__ __device__ static constexpr int bytes(int D) { return D / kQ8Block * kQ8BlockBytes; }
+  __device__ static float load(const unsigned char* row, int part, float* f) {
+    return q8_load8(row + (part / 4) * kQ8BlockBytes, part % 4, f);
+  }
+  __device__ static void store(unsigned char* row, const float* x, int D) {  // warp b: block b
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int b = warp; b < D / kQ8Block; b += blockDim.x / 32) q8_store_block(x[b * kQ8Block + lane], row + b * kQ8BlockBytes, lane);
+  }
+};
 
-// Shared memory of k_attn_decode for rows of `row_bytes`: the stages' K, V and positions.
-__host__ __device__ constexpr int dec_tile_keys(int row_bytes) { return kDecTileBytes / row_bytes; }
-__host__ __device__ constexpr size_t dec_smem_bytes(int row_bytes) {
-  return static_cast<size_t>(kDecStages) * (2 * kDecTileBytes + dec_tile_keys(row_bytes) * sizeof(int32_t));
+// Keys a tile holds for rows of D values in row_bytes, `step` rows at a time (the warps' rows of
+// one step): what 8 KB hold, less 16 bytes where rows are not 16-byte multiples (a tile's copy may
+// then start up to 12 bytes into its stage), and no more than 8 KB of f16 rows (the keys a warp
+// keeps scores of per tile are registers: Q8_0's 34-byte blocks would otherwise spill them);
+// in whole steps.
+__host__ __device__ constexpr int dec_tile_keys(int D, int row_bytes, int step) {
+  const int fit = (kDecTileBytes - (row_bytes % 16 != 0 ? 16 : 0)) / row_bytes, f16 = kDecTileBytes / (2 * D);
+  return (fit < f16 ? fit : f16) / step * step;
+}
+// Shared memory of k_attn_decode for a row format and LPK: the stages' K, V and positions.
+template <KvType KT, int LPK>
+__host__ __device__ constexpr int dec_tile_keys() {
+  constexpr int D = LPK * DecRow<KT>::kEpv;
+  return dec_tile_keys(D, DecRow<KT>::bytes(D), kDecWarps * (32 / LPK));
+}
+template <KvType KT, int LPK>
+__host__ __device__ constexpr size_t dec_smem_bytes() {
+  return static_cast<size_t>(kDecStages) * (2 * kDecTileBytes + dec_tile_keys<KT, LPK>() * sizeof(int32_t));
 }
 
 // Whether a block's warps can merge a split's partials in one stage's K and V tiles (the stage just
@@ -74,15 +126,16 @@ __host__ __device__ constexpr bool dec_merge_in_stage() {
 // results depend neither on the batch nor on how its splits share blocks). GMAX: the most query
 // heads per kv head this instantiation serves (a.grp <= GMAX). One split in all (kr.splits == 1):
 // the output and ml directly, else each split's partials.
-template <typename KT, int LPK, int GMAX>
+template <KvType KT, int LPK, int GMAX>
 __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
                                              const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w, int g,
                                              int split0, int nsplit, unsigned char* dsm) {
-  constexpr int EPV = 16 / sizeof(KT);  // values a lane holds of a row
+  using Row = DecRow<KT>;
+  constexpr int EPV = Row::kEpv;        // values a lane holds of a row
   constexpr int D = LPK * EPV;
   constexpr int KPW = 32 / LPK;         // rows a warp covers per step
-  constexpr int ROW = D * sizeof(KT);   // bytes of a row
-  constexpr int TILE = dec_tile_keys(ROW);
+  constexpr int ROW = Row::bytes(D);    // bytes of a row
+  constexpr int TILE = dec_tile_keys<KT, LPK>();
   static_assert(TILE % (kDecWarps * KPW) == 0, "a tile splits evenly over the warps");
   constexpr bool kInStage = dec_merge_in_stage<D, GMAX>();
   static_assert(sizeof(float) * kDecWarps * GMAX * D <= 2 * kDecStages * kDecTileBytes, "the merge fits the stages");
@@ -108,17 +161,8 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
   if (w.k != nullptr && split_end == kr.splits) {  // the last split holds the new row: it goes in first
     const size_t slot = static_cast<size_t>(g) * kv.capacity + kr.N - 1;
-    KT* K = static_cast<KT*>(w.K);
-    KT* V = static_cast<KT*>(w.V);
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      if constexpr (sizeof(KT) == 2) {
-        K[slot * D + d] = __float2half_rn(w.k[g * D + d]);
-        V[slot * D + d] = __float2half_rn(w.v[g * D + d]);
-      } else {
-        K[slot * D + d] = w.k[g * D + d];
-        V[slot * D + d] = w.v[g * D + d];
-      }
-    }
+    Row::store(static_cast<unsigned char*>(w.K) + slot * ROW, w.k + g * D, D);
+    Row::store(static_cast<unsigned char*>(w.V) + slot * ROW, w.v + g * D, D);
     if (threadIdx.x == 0) w.P[slot] = w.pos[0], w.M[slot] = 0.0f;
     __threadfence_block();
     __syncthreads();  // the block's copies below read the row
@@ -130,15 +174,42 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
     j0 = s * kr.chunk + (u % per_split) * TILE;
     rows = min(TILE, end - j0);
   };
+  // Where tile u's rows start in their stage: 0, or for rows that are not 16-byte multiples the
+  // offset of their first byte within its 16 bytes (a multiple of 4), so that the 16-byte copies
+  // meet 16-byte-aligned addresses on both sides (the same for K and V: both arrays are 16-byte
+  // aligned and their rows of one size).
+  auto tile_skew = [&](int j0) -> int {
+    if constexpr (ROW % 16 == 0) return 0;
+    else return static_cast<int>(reinterpret_cast<uintptr_t>(Kg + static_cast<size_t>(j0) * ROW) & 15);
+  };
   // issues the copies of tile u (rows past the split's end are not copied; their slots are never read)
   auto issue = [&](int u) {
     if (u < n_tiles) {
       int j0, rows;
       tile_at(u, j0, rows);
       const int st = u % kDecStages;
-      for (int c = threadIdx.x; c < rows * (ROW / 16); c += blockDim.x) {
-        __pipeline_memcpy_async(sk + st * kDecTileBytes + c * 16, Kg + static_cast<size_t>(j0) * ROW + c * 16, 16);
-        __pipeline_memcpy_async(sv + st * kDecTileBytes + c * 16, Vg + static_cast<size_t>(j0) * ROW + c * 16, 16);
+      unsigned char* dk = sk + st * kDecTileBytes;
+      unsigned char* dv = sv + st * kDecTileBytes;
+      const unsigned char* k0 = Kg + static_cast<size_t>(j0) * ROW;
+      const unsigned char* v0 = Vg + static_cast<size_t>(j0) * ROW;
+      if constexpr (ROW % 16 == 0) {
+        for (int c = threadIdx.x; c < rows * (ROW / 16); c += blockDim.x) {
+          __pipeline_memcpy_async(dk + c * 16, k0 + c * 16, 16);
+          __pipeline_memcpy_async(dv + c * 16, v0 + c * 16, 16);
+        }
+      } else {  // 4-byte copies up to the first 16-byte boundary and after the last, 16-byte ones between
+        const int skew = tile_skew(j0), bytes = rows * ROW;
+        const int head = min(bytes, (16 - skew) & 15), mid = (bytes - head) & ~15, tail = bytes - head - mid;
+        dk += skew, dv += skew;
+        for (int c = threadIdx.x; c < (head + tail) / 4; c += blockDim.x) {
+          const int o = c < head / 4 ? 4 * c : head + mid + 4 * (c - head / 4);
+          __pipeline_memcpy_async(dk + o, k0 + o, 4);
+          __pipeline_memcpy_async(dv + o, v0 + o, 4);
+        }
+        for (int c = threadIdx.x; c < mid / 16; c += blockDim.x) {
+          __pipeline_memcpy_async(dk + head + c * 16, k0 + head + c * 16, 16);
+          __pipeline_memcpy_async(dv + head + c * 16, v0 + head + c * 16, 16);
+        }
       }
       for (int c = threadIdx.x; c < rows; c += blockDim.x) __pipeline_memcpy_async(sp + st * TILE + c, Pg + j0 + c, 4);
     }
@@ -167,8 +238,8 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
     int j0, rows;
     tile_at(u, j0, rows);
     const int end = j0 + rows;
-    const unsigned char* kt = sk + st * kDecTileBytes;
-    const unsigned char* vt = sv + st * kDecTileBytes;
+    const unsigned char* kt = sk + st * kDecTileBytes + tile_skew(j0);
+    const unsigned char* vt = sv + st * kDecTileBytes + tile_skew(j0);
     const int32_t* pt = sp + st * TILE;
     // warp w takes rows [w * TILE / kDecWarps, (w + 1) * TILE / kDecWarps) of the tile, KPW a step:
     // first all their scores, then one max and one rescale per head for the tile, then P V
@@ -178,13 +249,14 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
       const int i = warp * (TILE / kDecWarps) + step * KPW + sub, j = j0 + i;
       const bool in = j < end, vis = in && pt[i] <= qp;
       float kf[EPV];
-      load16<KT>(reinterpret_cast<const KT*>(kt + i * ROW + part * 16), kf);
+      const float kd = Row::load(kt + i * ROW, part, kf);
 #pragma unroll
       for (int r = 0; r < GMAX; ++r) {
         if (r >= grp) break;  // uniform
         float x = 0.0f;
 #pragma unroll
         for (int e = 0; e < EPV; ++e) x += qv[r][e] * kf[e];
+        if constexpr (Row::kScaled) x *= kd;  // this lane's block's scale (a block's lanes share it)
 #pragma unroll
         for (int o = LPK / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
         x = vis ? x : -INFINITY;
@@ -212,17 +284,20 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
     for (int step = 0; step < STEPS; ++step) {
       const int i = warp * (TILE / kDecWarps) + step * KPW + sub;
       float vf[EPV];
-      load16<KT>(reinterpret_cast<const KT*>(vt + i * ROW + part * 16), vf);
-      if (j0 + i >= end)  // a row past the split's end was never copied: whatever is there, p = 0 must not meet NaN
+      float vd = Row::load(vt + i * ROW, part, vf);
+      if (j0 + i >= end) {  // a row past the split's end was never copied: whatever is there, p = 0 must not meet NaN
+        vd = 0.0f;
 #pragma unroll
         for (int e = 0; e < EPV; ++e) vf[e] = 0.0f;
+      }
 #pragma unroll
       for (int r = 0; r < GMAX; ++r) {
         if (r >= grp) break;
         const float p = sc[step][r] == -INFINITY ? 0.0f : __expf(sc[step][r] - m[r]);
         l[r] += p;
+        const float pv = Row::kScaled ? p * vd : p;
 #pragma unroll
-        for (int e = 0; e < EPV; ++e) acc[r][e] += p * vf[e];
+        for (int e = 0; e < EPV; ++e) acc[r][e] += pv * vf[e];
       }
     }
     __syncthreads();  // the stage is refilled by a later issue() (after this split's merge, if it ends here)
@@ -287,7 +362,7 @@ __device__ __forceinline__ void decode_block(float* out, float* ml, float* part_
 }
 
 // A lone sequence: grid (G, splits).
-template <typename KT, int LPK, int GMAX>
+template <KvType KT, int LPK, int GMAX>
 __global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_decode(float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                                                                  const float* q, const int32_t* q_pos, KvView kv, AttnShape a,
                                                                  KvRowWrite w) {
@@ -299,7 +374,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_
 // A decode batch: grid (G, the batch's most splits / per_block, sequences); block (x, y, z) does
 // splits [y * per_block, (y + 1) * per_block) of kv head x of sequence b.s[z], each exactly as
 // k_attn_decode does it for that sequence alone (batch_block: its view and rows).
-template <typename KT, int LPK, int GMAX>
+template <KvType KT, int LPK, int GMAX>
 __global__ void __launch_bounds__(kDecWarps * 32, kDecBlocksPerSm<GMAX>) k_attn_decode_batch(DecodeBatch b, DecodeRows r, AttnShape a, int per_block) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
@@ -354,36 +429,36 @@ __global__ void k_attn_mass_batch(bool mass_max, DecodeRows r, AttnShape a) {
 // A batch's blocks: each takes as many of its sequence's splits as keep the SMs' resident blocks
 // busy (where the warps' merge lets a block take several: dec_merge_in_stage), so a batch of short
 // sequences runs few long blocks instead of many blocks of one 64-key split each.
-template <int LPK, int GMAX>
+template <KvType KT, int LPK, int GMAX>
 void launch_batch_one(Launcher& L, int G, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
                       const AttnShape& a) {
-  constexpr size_t smem = dec_smem_bytes(LPK * 16);
+  constexpr size_t smem = dec_smem_bytes<KT, LPK>();
   static bool attribute_set = false;
   if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_decode_batch<__half, LPK, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+    check(cudaFuncSetAttribute(k_attn_decode_batch<KT, LPK, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "decode attention smem");
     attribute_set = true;
   }
   int per_block = 1;
-  if constexpr (dec_merge_in_stage<LPK * 8, GMAX>()) per_block = splits_per_block(most, G, seqs, kDecBlocksPerSm<GMAX> * sms);
+  if constexpr (dec_merge_in_stage<LPK * DecRow<KT>::kEpv, GMAX>()) per_block = splits_per_block(most, G, seqs, kDecBlocksPerSm<GMAX> * sms);
   const dim3 grid(G, (most + per_block - 1) / per_block, seqs);
-  L.launch(k_attn_decode_batch<__half, LPK, GMAX>, grid, kDecWarps * 32, smem, b, r, a, per_block);
+  L.launch(k_attn_decode_batch<KT, LPK, GMAX>, grid, kDecWarps * 32, smem, b, r, a, per_block);
 }
-template <int GMAX>
+template <KvType KT, int GMAX>
 void launch_batch_type(Launcher& L, int lpk, int G, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
                        const AttnShape& a) {
   switch (lpk) {
-    case 4: launch_batch_one<4, GMAX>(L, G, most, seqs, sms, b, r, a); break;
-    case 8: launch_batch_one<8, GMAX>(L, G, most, seqs, sms, b, r, a); break;
-    case 16: launch_batch_one<16, GMAX>(L, G, most, seqs, sms, b, r, a); break;
-    default: launch_batch_one<32, GMAX>(L, G, most, seqs, sms, b, r, a); break;
+    case 4: launch_batch_one<KT, 4, GMAX>(L, G, most, seqs, sms, b, r, a); break;
+    case 8: launch_batch_one<KT, 8, GMAX>(L, G, most, seqs, sms, b, r, a); break;
+    case 16: launch_batch_one<KT, 16, GMAX>(L, G, most, seqs, sms, b, r, a); break;
+    default: launch_batch_one<KT, 32, GMAX>(L, G, most, seqs, sms, b, r, a); break;
   }
 }
 
-template <typename KT, int LPK, int GMAX>
+template <KvType KT, int LPK, int GMAX>
 void launch_decode_one(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
                        const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
-  constexpr size_t smem = dec_smem_bytes(LPK * 16);
+  constexpr size_t smem = dec_smem_bytes<KT, LPK>();
   static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
   if (!attribute_set) {
     check(cudaFuncSetAttribute(k_attn_decode<KT, LPK, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
@@ -393,7 +468,7 @@ void launch_decode_one(Launcher& L, dim3 grid, float* out, float* ml, float* par
   L.launch(k_attn_decode<KT, LPK, GMAX>, grid, kDecWarps * 32, smem, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
 }
 
-template <typename KT, int GMAX>
+template <KvType KT, int GMAX>
 void launch_decode_type(Launcher& L, int lpk, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                    const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   switch (lpk) {
@@ -463,11 +538,20 @@ void launch_attn_merge(Launcher& L, float* out, float* ml_out, const float* part
 
 void launch_attn_decode(Launcher& L, int lpk, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
                         float* scores, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
-  const bool f16 = kv.type == KvType::kF16;
-  if (f16 && gmax == 4) launch_decode_type<__half, 4>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else if (f16) launch_decode_type<__half, 8>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else if (gmax == 4) launch_decode_type<float, 4>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else launch_decode_type<float, 8>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  switch (kv.type) {
+    case KvType::kF16:
+      if (gmax == 4) launch_decode_type<KvType::kF16, 4>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+      else launch_decode_type<KvType::kF16, 8>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+      break;
+    case KvType::kQ8_0:
+      if (gmax == 4) launch_decode_type<KvType::kQ8_0, 4>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+      else launch_decode_type<KvType::kQ8_0, 8>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+      break;
+    default:
+      if (gmax == 4) launch_decode_type<KvType::kF32, 4>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+      else launch_decode_type<KvType::kF32, 8>(L, lpk, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+      break;
+  }
   if (!a.direct) launch_attn_merge(L, out, ml, part_acc, part_ml, a.H, kv, a);
 }
 
@@ -477,10 +561,30 @@ void launch_attn_mass(Launcher& L, int gmax, dim3 grid, float* mass, int64_t str
   else L.launch(k_attn_mass<8>, grid, 256, 0, mass, stride, mass_max, scores, ml, kv, a);
 }
 
-void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
+void launch_attn_decode_batch(Launcher& L, KvType type, int lpk, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
                               const DecodeRows& r, const AttnShape& a) {
-  if (gmax == 4) launch_batch_type<4>(L, lpk, a.G, most, seqs, sms, b, r, a);
-  else launch_batch_type<8>(L, lpk, a.G, most, seqs, sms, b, r, a);
+  if (type == KvType::kQ8_0) {
+    if (gmax == 4) launch_batch_type<KvType::kQ8_0, 4>(L, lpk, a.G, most, seqs, sms, b, r, a);
+    else launch_batch_type<KvType::kQ8_0, 8>(L, lpk, a.G, most, seqs, sms, b, r, a);
+  } else {
+    if (gmax == 4) launch_batch_type<KvType::kF16, 4>(L, lpk, a.G, most, seqs, sms, b, r, a);
+    else launch_batch_type<KvType::kF16, 8>(L, lpk, a.G, most, seqs, sms, b, r, a);
+  }
+}
+
+int decode_lanes(KvType type, int D) {
+  int epv = 0;
+  switch (type) {
+    case KvType::kF16: epv = DecRow<KvType::kF16>::kEpv; break;
+    case KvType::kF32: epv = DecRow<KvType::kF32>::kEpv; break;
+    case KvType::kQ8_0:
+      if (D % 64 != 0) return 0;  // rows of whole 32-bit words (cuda_kv_types)
+      epv = DecRow<KvType::kQ8_0>::kEpv;
+      break;
+    default: return 0;
+  }
+  const int lpk = D % epv == 0 ? D / epv : 0;
+  return lpk == 4 || lpk == 8 || lpk == 16 || lpk == 32 ? lpk : 0;
 }
 
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a) {

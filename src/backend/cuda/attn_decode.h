@@ -26,7 +26,7 @@ struct KvRowWrite {
 // b, and the scratch per row are in DecodeRows.
 constexpr int kMaxBatchSeqs = 256;
 struct DecodeSeq {
-  void* k;                // the layer's K, V [G][capacity][D] f16, positions and mass [G][capacity]
+  void* k;                // the layer's K, V [G][capacity] rows (f16 or Q8_0, the batch's type), positions and mass [G][capacity]
   void* v;
   int32_t* pos;
   float* mass;
@@ -81,7 +81,7 @@ __device__ inline BatchBlock batch_block(const DecodeBatch& b, const DecodeRows&
   k.a = a;
   k.a.splits = s.splits;
   k.kv.k = s.k, k.kv.v = s.v, k.kv.pos = s.pos, k.kv.count_dev = s.count, k.kv.count = 0;
-  k.kv.capacity = s.capacity, k.kv.n_kv_heads = a.G, k.kv.head_dim = a.D, k.kv.type = k.kv.v_type = KvType::kF16;
+  k.kv.capacity = s.capacity, k.kv.n_kv_heads = a.G, k.kv.head_dim = a.D;  // its type: the kernel's template
   if (r.k_new != nullptr) {
     k.w.K = s.k, k.w.V = s.v, k.w.P = s.pos, k.w.M = s.mass;
     k.w.k = r.k_new + row * a.G * a.D, k.w.v = r.v_new + row * a.G * a.D, k.w.pos = r.q_pos + row;
@@ -106,16 +106,20 @@ inline int splits_per_block(int most, int G, int seqs, int resident) {
 // split as launch_attn_decode runs it, a block taking several splits of its sequence where that
 // keeps about as many blocks as the device's `sms` SMs hold at once; then, once for all rows,
 // launch_attn_merge_batch and, with mass, launch_attn_mass_batch.
-void launch_attn_decode_batch(Launcher& L, int lpk, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
+// Every sequence's rows of one type: f16 or Q8_0.
+void launch_attn_decode_batch(Launcher& L, KvType type, int lpk, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
                               const DecodeRows& r, const AttnShape& a);
 // Merges rows [0, rows) where their sequence's keys took more than one split.
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a);
 // grid (G, the largest capacity over kMassBlockKeys, rows): the mass of the rows whose sequences add one.
 void launch_attn_mass_batch(Launcher& L, int gmax, dim3 grid, bool mass_max, const DecodeRows& r, const AttnShape& a);
 
+// Lanes a K/V row of type and head dim D takes in the decode kernels (16 bytes of f16/f32 values
+// a lane, or half a Q8_0 block): 4, 8, 16 or 32; 0 where they do not serve the shape.
+int decode_lanes(KvType type, int D);
 // grid (G, splits of chunk keys): out [H][D] and the rows' max and sum ml [H][2] (one split) or the
 // splits' partials part_acc/part_ml, merged here; scores (or null): the scaled logits kept for the
-// mass, [G][gmax][capacity]. lpk: lanes a K/V row takes (D * value bytes / 16: 4, 8, 16 or 32);
+// mass, [G][gmax][capacity]. lpk: decode_lanes(kv.type, D) (K and V of one type: f16, f32 or Q8_0);
 // gmax: 4 or 8, at least grp; w: the step's new row, written first (w.k null: none).
 void launch_attn_decode(Launcher& L, int lpk, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
                         float* scores, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w);

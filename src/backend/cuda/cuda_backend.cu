@@ -259,6 +259,10 @@ class CudaBackend final : public Backend {
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
                  AttentionProbe* probe) override {
     if (T == 1 && attention_decode(out, q, q_pos, H, view, probe)) return;
+    if (kv_quantized(view.type)) {  // the other kernels read f16 rows: the held rows converted once
+      attention(out, q, q_pos, T, H, dequantized(view), probe);
+      return;
+    }
     flush_mass();
     KvView kv;
     AttnShape a = attn_shape(view, static_cast<int>(T), H, probe, kv);
@@ -328,9 +332,10 @@ class CudaBackend final : public Backend {
     if (n < 2 || !opt_.batch_attention) return false;
     const AttentionCall& c0 = c[0];
     const int H = c0.H, G = c0.kv.n_kv_heads, D = c0.kv.head_dim;
-    if (c0.kv.type != KvType::kF16 || G < 1 || H % G != 0 || H / G > 8) return false;
-    const int lpk = D * 2 / 16;
-    if (D * 2 % 16 != 0 || (lpk != 4 && lpk != 8 && lpk != 16 && lpk != 32)) return false;
+    const KvType type = c0.kv.type;
+    if ((type != KvType::kF16 && type != KvType::kQ8_0) || c0.kv.v_type != type || G < 1 || H % G != 0 || H / G > 8) return false;
+    const int lpk = decode_lanes(type, D);
+    if (lpk == 0) return false;
     const bool writes = c0.write.arrays != nullptr;
     const bool mass_max = c0.probe != nullptr && c0.probe->reduce == MassReduce::kMax;
     const size_t HD = static_cast<size_t>(H) * D, GD = static_cast<size_t>(G) * D;
@@ -339,7 +344,7 @@ class CudaBackend final : public Backend {
     for (int i = 0; i < n; ++i) {
       const AttentionCall& x = c[i];
       const KvView& v = x.kv;
-      if (x.T != 1 || x.H != H || v.n_kv_heads != G || v.head_dim != D || v.type != KvType::kF16 || v.count_dev == nullptr) return false;
+      if (x.T != 1 || x.H != H || v.n_kv_heads != G || v.head_dim != D || v.type != type || v.v_type != type || v.count_dev == nullptr) return false;
       if (x.q != c0.q + i * HD || x.out != c0.out + i * HD || x.q_pos != c0.q_pos + i) return false;
       if ((x.write.arrays != nullptr) != writes) return false;
       if (writes && (x.write.k != c0.write.k + i * GD || x.write.v != c0.write.v + i * GD || x.write.pos != x.q_pos ||
@@ -387,8 +392,8 @@ class CudaBackend final : public Backend {
                        writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride};
     Launcher& L = *launcher_;
     std::fill(batch_.s + n, batch_.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
-    if (mma_decode(c0.kv, a.grp)) launch_attn_decode_mma_batch(L, gmax, most, n, sms_, batch_, r, a);
-    else launch_attn_decode_batch(L, lpk, gmax, most, n, sms_, batch_, r, a);
+    if (mma_decode(c0.kv, a.grp)) launch_attn_decode_mma_batch(L, type, gmax, most, n, sms_, batch_, r, a);
+    else launch_attn_decode_batch(L, type, lpk, gmax, most, n, sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
     if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, (cap_max + kMassBlockKeys - 1) / kMassBlockKeys, n), mass_max, r, a);
     return true;
@@ -445,6 +450,24 @@ class CudaBackend final : public Backend {
     return a;
   }
 
+  // The view with its Q8_0 rows converted in scratch (launch_kv_dequantize: the rows held, N read
+  // where the view has it), positions and count as they are: what every kernel but the decode
+  // kernels reads. f16 (the tensor-core prompt kernel's rows), f32 in the exact test mode. A
+  // prompt chunk converts each held row once a layer (the CPU's tile kernels do the same in f32,
+  // backend/cpu/attention.cc).
+  KvView dequantized(const KvView& view) {
+    if (view.type != KvType::kQ8_0 || view.v_type != KvType::kQ8_0)
+      throw Error("cuda attention: K and V rows of one type, f16, f32 or q8_0");
+    const KvType to = opt_.f32_weights ? KvType::kF32 : KvType::kF16;
+    const size_t bytes = static_cast<size_t>(view.n_kv_heads) * view.capacity * view.head_dim * kv_type_bytes(to);
+    grow(kv_rows_k_, bytes);
+    grow(kv_rows_v_, bytes);
+    launch_kv_dequantize(*launcher_, to, kv_rows_k_->data(), kv_rows_v_->data(), view);
+    KvView f = view;
+    f.k = kv_rows_k_->data(), f.v = kv_rows_v_->data(), f.type = f.v_type = to;
+    return f;
+  }
+
   // A decode step's mass not yet added (attention_decode), waiting for the layer's eviction.
   struct PendingMass {
     float* mass;
@@ -461,8 +484,8 @@ class CudaBackend final : public Backend {
   // and the mass from the kept scores when a policy asks for it. False: the general kernel's turn.
   bool attention_decode(float* out, const float* q, const int32_t* q_pos, int H, const KvView& view, AttentionProbe* probe) {
     const int G = view.n_kv_heads, grp = H / G, D = view.head_dim;
-    const int vbytes = D * static_cast<int>(kv_type_bytes(view.type)), lpk = vbytes / 16;
-    if (vbytes % 16 != 0 || (lpk != 4 && lpk != 8 && lpk != 16 && lpk != 32) || grp > 8 || H % G != 0) return false;
+    const int lpk = view.type == view.v_type ? decode_lanes(view.type, D) : 0;
+    if (lpk == 0 || grp > 8 || H % G != 0) return false;
     if (probe != nullptr && probe->entropy) return false;
     const bool use_mass = probe != nullptr && probe->mass != nullptr && probe->mass_row_begin <= 0;
     KvView kv;
@@ -597,6 +620,8 @@ class CudaBackend final : public Backend {
   void kv_write(const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) override {
     flush_mass(a.mass);
     if (a.D > 1024) throw Error("cuda kv_write: head dim above 1024");
+    if (!cuda_kv_types({a.type, a.v_type}, a.D))  // the runner refuses such a cache first, naming the flag
+      throw Error("cuda kv_write: K and V rows of one type, f16, f32 or q8_0 (q8_0 for head dims that are multiples of 64)");
     if (a.count_dev != nullptr) at = 0;  // the kernel reads it (the arguments stay the same from step to step)
     // one row with N on the device: the decode attention that follows may take the write over
     const bool fusable = T == 1 && a.count_dev != nullptr && opt_.fuse_kv_write;
@@ -791,6 +816,7 @@ class CudaBackend final : public Backend {
   // scratch: bf16 activations, entropies, compaction moves (kv_move's, kv_evict_top's), attention
   // max/sum and split partials
   std::unique_ptr<Buffer> xb_, ent_, moves_, top_scratch_, ml_, part_acc_, part_ml_, scores_;
+  std::unique_ptr<Buffer> kv_rows_k_, kv_rows_v_;  // [G][capacity][D] f16 or f32: a Q8_0 layer's rows (dequantized)
   std::unique_ptr<Buffer> joined_;  // [T][rows of the joined matrices] (joined_product)
   // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
   std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/attn_common.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_q8.cuh"
 
 namespace squeezekv::cuda {
 namespace {
@@ -28,6 +29,44 @@ __global__ void k_kv_write(KT* K, KT* V, int32_t* P, float* M, int G, int D, int
     }
   }
   if (d == 0) P[slot] = rows_pos[r], M[slot] = 0.0f;
+}
+
+// The same for Q8_0 rows: grid (T, G), block D (a multiple of 32, <= 1024): warp b quantizes
+// block b of the row (kv_q8.cuh).
+__global__ void k_kv_write_q8(unsigned char* K, unsigned char* V, int32_t* P, float* M, int G, int D, int cap, int at,
+                              const int32_t* count_dev, const float* k, const float* v, const int32_t* rows_pos) {
+  pdl_enter();
+  const int r = blockIdx.x, g = blockIdx.y, d = threadIdx.x, b = d / kQ8Block, lane = d % kQ8Block;
+  if (count_dev != nullptr) at = *count_dev - static_cast<int>(gridDim.x);
+  const size_t slot = static_cast<size_t>(g) * cap + at + r;
+  const size_t src = (static_cast<size_t>(r) * G + g) * D + d;
+  const size_t row = static_cast<size_t>(D / kQ8Block) * kQ8BlockBytes;
+  q8_store_block(k[src], K + slot * row + b * kQ8BlockBytes, lane);
+  q8_store_block(v[src], V + slot * row + b * kQ8BlockBytes, lane);
+  if (d == 0) P[slot] = rows_pos[r], M[slot] = 0.0f;
+}
+
+// Q8_0 rows [0, N) of every head as f16 or f32 values OT (N = *count_dev, or count): grid
+// (ceil(cap / 8), G), block (32, 8): warp y takes row blockIdx.x * 8 + y, each lane a value pair
+// of every block.
+__device__ inline void put_pair(__half* row, int i, float a, float b) { reinterpret_cast<__half2*>(row)[i] = __floats2half2_rn(a, b); }
+__device__ inline void put_pair(float* row, int i, float a, float b) { reinterpret_cast<float2*>(row)[i] = make_float2(a, b); }
+template <typename OT>
+__global__ void k_kv_dequantize_q8(OT* Kh, OT* Vh, const unsigned char* K, const unsigned char* V, int D, int cap, int count,
+                                   const int32_t* count_dev) {
+  pdl_enter();
+  const int N = count_dev != nullptr ? *count_dev : count;
+  const int j = blockIdx.x * blockDim.y + threadIdx.y, g = blockIdx.y;
+  if (j >= N) return;
+  const size_t slot = static_cast<size_t>(g) * cap + j, row = static_cast<size_t>(D / kQ8Block) * kQ8BlockBytes;
+  for (int i = threadIdx.x; i < D / 2; i += 32) {
+    const int b = 2 * i / kQ8Block, e = 2 * i % kQ8Block;
+    const unsigned char* kb = K + slot * row + b * kQ8BlockBytes;
+    const unsigned char* vb = V + slot * row + b * kQ8BlockBytes;
+    const float dk = __half2float(*reinterpret_cast<const __half*>(kb)), dv = __half2float(*reinterpret_cast<const __half*>(vb));
+    put_pair(Kh + slot * D, i, static_cast<signed char>(kb[2 + e]) * dk, static_cast<signed char>(kb[3 + e]) * dk);
+    put_pair(Vh + slot * D, i, static_cast<signed char>(vb[2 + e]) * dv, static_cast<signed char>(vb[3 + e]) * dv);
+  }
 }
 
 // grid n, block 128: row from[i] -> to[i] in K, V (row_words 32-bit words each), pos, mass
@@ -235,12 +274,27 @@ void launch_kv_evict_top(Launcher& L, const KvArrays& a, int count, int n_evict,
 void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos,
                      int T) {
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
-  if (a.type == KvType::kF16)
+  if (a.type == KvType::kQ8_0)
+    L.launch_tagged(tag, k_kv_write_q8, grid, a.D, 0, static_cast<unsigned char*>(a.k), static_cast<unsigned char*>(a.v), a.pos, a.mass,
+                    a.G, a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
+  else if (a.type == KvType::kF16)
     L.launch_tagged(tag, k_kv_write<__half>, grid, a.D, 0, static_cast<__half*>(a.k), static_cast<__half*>(a.v), a.pos, a.mass, a.G, a.D,
                     a.capacity, at, a.count_dev, k, v, rows_pos);
   else
     L.launch_tagged(tag, k_kv_write<float>, grid, a.D, 0, static_cast<float*>(a.k), static_cast<float*>(a.v), a.pos, a.mass, a.G, a.D,
                     a.capacity, at, a.count_dev, k, v, rows_pos);
+}
+
+void launch_kv_dequantize(Launcher& L, KvType to, void* k_out, void* v_out, const KvView& kv) {
+  const dim3 grid(static_cast<unsigned>((kv.capacity + 7) / 8), static_cast<unsigned>(kv.n_kv_heads));
+  const auto* K = static_cast<const unsigned char*>(kv.k);
+  const auto* V = static_cast<const unsigned char*>(kv.v);
+  if (to == KvType::kF32)
+    L.launch(k_kv_dequantize_q8<float>, grid, dim3(32, 8), 0, static_cast<float*>(k_out), static_cast<float*>(v_out), K, V,
+             kv.head_dim, kv.capacity, kv.count, kv.count_dev);
+  else
+    L.launch(k_kv_dequantize_q8<__half>, grid, dim3(32, 8), 0, static_cast<__half*>(k_out), static_cast<__half*>(v_out), K, V,
+             kv.head_dim, kv.capacity, kv.count, kv.count_dev);
 }
 
 void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* to, int n) {

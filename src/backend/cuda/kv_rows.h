@@ -32,10 +32,14 @@ struct EvictBatch {
 static_assert(sizeof(EvictOne) == 8 * 8 + 8 * 4 && sizeof(EvictBatch) == kEvictBatch * sizeof(EvictOne) + 8,
               "EvictBatch: no padding (a recorded kernel argument)");
 
-// T rows k, v [T][G][D] f32 (as f16 or f32, a.type) at slots at.. (or, with a.count_dev, the last
+// T rows k, v [T][G][D] f32 (as f16, f32 or Q8_0, a.type; Q8_0 for K and V alike) at slots at.. (or, with a.count_dev, the last
 // T of *count_dev), positions rows_pos [T], mass 0; recorded with launch_tagged(tag) (null: none).
 void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos,
                      int T);
+// kv's Q8_0 K and V rows [0, N) as values of type `to` (f16 or f32) into k_out, v_out
+// [G][capacity][D] (N: *kv.count_dev, or kv.count), for the kernels that read f16 or f32 rows (a
+// prompt chunk's attention, the probes).
+void launch_kv_dequantize(Launcher& L, KvType to, void* k_out, void* v_out, const KvView& kv);
 // Row from[i] -> to[i] (device arrays [n]) of K, V, positions and mass.
 void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* to, int n);
 // Every layer of b, one block a (kv head, layer): the least-mass row outside the protected
