@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "eval/eval.h"
@@ -170,6 +171,34 @@ TEST(EvalInputs, BadInputsFailWithClearMessages) {
   fs::remove(tiny);
 }
 
+// The KV row types axis: every run once per type (the full cache's too), labelled policy@type
+// unless f16 for both; a policy's own type is kept without the axis.
+TEST(EvalSweep, KvTypesMultiplyTheRuns) {
+  nlohmann::json cfg = {{"model", "m.gguf"},
+                        {"output", "o.jsonl"},
+                        {"policies", {{{"kv_policy", "h2o"}}, {{"label", "sq"}, {"kv_policy", "squeeze"}, {"kv_type", "q4_1"}}}},
+                        {"budget_fractions", {0.25, 0.5}},
+                        {"tasks", {{{"task", "ppl"}, {"text", "t.txt"}, {"ctx", {64}}, {"windows", 1}}}}};
+  const eval::SweepPlan one = eval::plan_sweep(cfg.dump(), "cfg", false);
+  ASSERT_EQ(one.runs.size(), 5u);
+  EXPECT_EQ(one.runs[3].policy_label, "sq");
+  EXPECT_EQ(one.runs[3].cache.dtype, KvDType::kQ4_1);
+  cfg["kv_types"] = {"f16", "q8_0", "q8_0/q4_1"};
+  const eval::SweepPlan three = eval::plan_sweep(cfg.dump(), "cfg", false);
+  ASSERT_EQ(three.runs.size(), 15u);
+  std::set<std::string> keys;
+  for (const auto& r : three.runs) keys.insert(r.key);
+  EXPECT_EQ(keys.size(), 15u);  // every run its own key (resuming tells them apart)
+  EXPECT_EQ(three.runs[0].key, one.runs[0].key);  // f16 keeps the labels of a config without the axis
+  EXPECT_EQ(three.runs[5].policy_label, "full@q8_0");
+  EXPECT_EQ(three.runs[5].cache.dtype, KvDType::kQ8_0);
+  EXPECT_EQ(kv_v_dtype(three.runs[5].cache), KvDType::kQ8_0);
+  EXPECT_EQ(three.runs[14].policy_label, "sq@q8_0/q4_1");
+  EXPECT_EQ(three.runs[14].cache.dtype, KvDType::kQ8_0);
+  EXPECT_EQ(kv_v_dtype(three.runs[14].cache), KvDType::kQ4_1);
+  EXPECT_EQ(three.runs[14].cache.budget, 32);
+}
+
 TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   const fs::path dir = fs::temp_directory_path() / ("squeezekv_sweep_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -273,6 +302,13 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   bad = cfg;
   bad["model"] = 5;
   refused(bad, "model");
+  bad = cfg;
+  bad["kv_types"] = {"f16", "q7"};
+  refused(bad, "kv_types: unknown value 'q7'");
+  bad["kv_types"] = {"q8_0", "q8_0/q8_0"};
+  refused(bad, "kv_types names q8_0/q8_0 twice");
+  bad["kv_types"] = "q8_0";
+  refused(bad, "kv_types");
   EXPECT_FALSE(fs::exists(out2));
   fs::remove_all(dir);
 }

@@ -81,6 +81,36 @@ SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bo
   };
   for (double f : fractions) check_fraction(f, "");
   const bool include_full = top.boolean("include_full", true);
+  // the KV row types axis: every run (the full cache's too) once per type, "K" or "K/V" ("q8_0",
+  // "q8_0/q4_1"); its label gains "@type" unless the type is f16 for both (so a config without
+  // the axis keeps its labels and keys)
+  struct TypeSpec {
+    std::string suffix;
+    KvDType k = KvDType::kF16, v = KvDType::kF16;
+  };
+  std::vector<TypeSpec> kv_types{TypeSpec{}};
+  if (cfg.contains("kv_types")) {
+    const json& kt = cfg.at("kv_types");
+    if (!kt.is_array() || kt.empty()) top.fail("kv_types", "a list of KV row types (\"f16\", \"q8_0\", \"q8_0/q4_1\", ...)");
+    kv_types.clear();
+    for (const json& e : kt) {
+      if (!e.is_string()) top.fail("kv_types", "a list of KV row types (\"f16\", \"q8_0\", \"q8_0/q4_1\", ...)");
+      const std::string name = e.get<std::string>();
+      const size_t slash = name.find('/');
+      TypeSpec t;
+      t.k = parse_kv_dtype(name.substr(0, slash), "sweep config kv_types");
+      t.v = slash == std::string::npos ? t.k : parse_kv_dtype(name.substr(slash + 1), "sweep config kv_types");
+      t.suffix = t.k == KvDType::kF16 && t.v == KvDType::kF16 ? "" : "@" + name;
+      for (const TypeSpec& o : kv_types)
+        if (o.k == t.k && o.v == t.v) throw Error(where + "kv_types names " + name + " twice");
+      kv_types.push_back(t);
+    }
+  }
+  auto with_type = [](CacheConfig c, const TypeSpec& t) {
+    c.dtype = t.k;
+    c.dtype_v = t.v;
+    return c;
+  };
   if (cfg.contains("done_records")) {
     const json& d = cfg.at("done_records");
     if (!d.is_array()) throw Error(where + "done_records must be a list of file names");
@@ -156,23 +186,26 @@ SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bo
         if (!check_files) check.haystack_file.clear();
         validate(check);
       }
-      if (include_full) {
-        SweepRun r = base;
-        r.policy_label = "full";
-        r.key = label + "|" + std::to_string(ctx) + "|full|1";
-        plan.runs.push_back(r);
-      }
-      for (const PolicySpec& p : policies)
-        for (double fr : task_fractions) {
+      for (const TypeSpec& ty : kv_types) {
+        if (include_full) {
           SweepRun r = base;
-          r.policy_label = p.label;
-          r.cache = p.cache;
-          r.cache.budget = r.cache.policy == KvPolicy::kFull ? 0 : static_cast<int>(std::lround(fr * ctx));
-          r.fraction = fr;
-          if (r.cache.policy != KvPolicy::kFull) validate(r.cache);
-          r.key = label + "|" + std::to_string(ctx) + "|" + p.label + "|" + fraction_str(fr);
+          r.policy_label = "full" + ty.suffix;
+          r.cache = with_type(r.cache, ty);
+          r.key = label + "|" + std::to_string(ctx) + "|" + r.policy_label + "|1";
           plan.runs.push_back(r);
         }
+        for (const PolicySpec& p : policies)
+          for (double fr : task_fractions) {
+            SweepRun r = base;
+            r.policy_label = p.label + ty.suffix;
+            r.cache = kv_types.size() == 1 && ty.suffix.empty() ? p.cache : with_type(p.cache, ty);
+            r.cache.budget = r.cache.policy == KvPolicy::kFull ? 0 : static_cast<int>(std::lround(fr * ctx));
+            r.fraction = fr;
+            if (r.cache.policy != KvPolicy::kFull) validate(r.cache);
+            r.key = label + "|" + std::to_string(ctx) + "|" + r.policy_label + "|" + fraction_str(fr);
+            plan.runs.push_back(r);
+          }
+      }
     }
   }
   return plan;
