@@ -271,7 +271,7 @@ TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
 // 16-256, 1-8 query heads per kv head, 1-5000 keys (one split to many), dead slots and keys
 // later than the query (masked), N read from the host or from device memory (count_dev). The
 // CUDA-core kernel (SQUEEZEKV_CUDA_MMA_DECODE=0) in f32 within 1e-4 (output) and 1e-5 (mass); the
-// tensor-core kernel where it serves (f16 and q8_0, head dims 64 and 128, up to 8 heads a kv head) rounds
+// tensor-core kernel where it serves (f16, head dims 64 and 128, up to 8 heads a kv head) rounds
 // q and p to f16 as the prompt kernel does: within 1e-3 and 1e-4 (seen on the H200: 3.4e-4 and
 // 3.5e-5), and it must be the one that ran (its bits differ from the CUDA cores' past one key).
 TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
@@ -793,13 +793,12 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
 }
 
 // Sessions with Q8_0 KV rows on the two backends (the exact mode: f32 weights, the rows converted to
-// f32 for the prompt kernels; decode steps on the tensor cores, q and p rounded to f16 as with f16
-// rows), on dummy shapes of head dims 64 and 128 (every trained test model's head dim is below 64,
-// which Q8_0 rows on the device need): the logits of a prompt in chunks and of decode steps within
-// 2e-3 of their scale (seen on the H200 with the CUDA-core decode: 1.8e-4 and 2.7e-4; a key the two
+// f32 for the prompt kernels), on dummy shapes of head dims 64 and 128 (every trained test model's
+// head dim is below 64, which Q8_0 rows on the device need): the logits of a prompt in chunks and
+// of decode steps within 2e-3 of their scale (seen on the H200: at most 2.7e-4; a key the two
 // backends project a rounding apart may land one quantization step apart, a larger difference
 // than f32 rows show), and under h2o, squeeze and kvzip the survivors of nearly every (layer, kv
-// head) the same.
+// head) the same (seen: all).
 TEST_F(Cuda, Q8KvSessionsMatchTheCpu) {
   std::vector<std::unique_ptr<Model>> models;
   for (const char* shape : {"64", "128"}) {

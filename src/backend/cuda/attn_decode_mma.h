@@ -1,6 +1,6 @@
-// Decode attention on the tensor cores for f16 or Q8_0 KV rows (K and V of one type; Q8_0 tiles
-// converted to f16 in shared memory), head dims 64 and 128 and up to 8 query heads a kv head
-// (every Llama-family shape we serve): the kernels that attn_decode.h's serve otherwise, with the same splits, outputs, partials and kept scores, so its merge and mass
+// Decode attention on the tensor cores for f16 KV rows, head dims 64 and 128 and up to 8 query
+// heads a kv head (every Llama-family shape we serve): the kernels that attn_decode.h's serve
+// otherwise, with the same splits, outputs, partials and kept scores, so its merge and mass
 // kernels follow unchanged.
 #pragma once
 #include "backend/cuda/attn_decode.h"
@@ -15,7 +15,7 @@ bool decode_mma_serves(const KvView& kv, int grp);
 void launch_attn_decode_mma(Launcher& L, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                             const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w);
 // As launch_attn_decode_batch.
-void launch_attn_decode_mma_batch(Launcher& L, KvType type, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
-                                  const DecodeRows& r, const AttnShape& a);
+void launch_attn_decode_mma_batch(Launcher& L, int gmax, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
+                                  const AttnShape& a);
 
 }  // namespace squeezekv::cuda

@@ -392,7 +392,7 @@ class CudaBackend final : public Backend {
                        writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride};
     Launcher& L = *launcher_;
     std::fill(batch_.s + n, batch_.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
-    if (mma_decode(c0.kv, a.grp)) launch_attn_decode_mma_batch(L, type, gmax, most, n, sms_, batch_, r, a);
+    if (mma_decode(c0.kv, a.grp)) launch_attn_decode_mma_batch(L, gmax, most, n, sms_, batch_, r, a);
     else launch_attn_decode_batch(L, type, lpk, gmax, most, n, sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
     if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, (cap_max + kMassBlockKeys - 1) / kMassBlockKeys, n), mass_max, r, a);
