@@ -34,6 +34,8 @@ def run_squeezekv(args, policy, out):
            "--kv-policy", policy, "--kv-budget", str(budget), "-t", str(args.threads), "--json", out]
     if args.question_aware:
         cmd.append("--question-aware")
+    if args.haystack:
+        cmd += ["--haystack", args.haystack]
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.exit(f"compare_kvpress: {' '.join(cmd)} failed:\n{done.stderr}")
@@ -92,6 +94,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--question-aware", action="store_true")
+    ap.add_argument("--haystack", help="a text file as the haystack (real prose) instead of the filler sentences")
     ap.add_argument("--policies", default="full,window,snapkv,kvzip")
     ap.add_argument("--answer-tokens", type=int, default=24)
     ap.add_argument("--out", help="write the comparison as JSON")
@@ -146,7 +149,7 @@ def main():
                            "kvpress": ans, "kvpress_correct": ok})
         n = len(samples)
         row = {"policy": policy, "press": (press_name or "none") + (" (global)" if args.kvzip_global and policy == "kvzip" else ""), "ctx": args.ctx, "fraction": args.fraction,
-               "question_aware": args.question_aware, "samples": n, "squeezekv_accuracy": rec["accuracy"],
+               "question_aware": args.question_aware, "haystack": args.haystack or "filler", "samples": n, "squeezekv_accuracy": rec["accuracy"],
                "kvpress_accuracy": hits / n, "same_outcome": agree / n, "squeezekv_seconds": sq_s,
                "kvpress_seconds": time.time() - t0, "compression_ratio": ratio, "detail": detail}
         rows.append(row)
