@@ -3,7 +3,7 @@
 // rows through shared memory in tiles of 8 KB of K and 8 KB of V, kDecStages tiles in flight
 // (cp.async: the copies run while the warps compute on an earlier tile, so enough bytes are on
 // their way to keep HBM busy). The grp query heads of kv head g ride together, so each row is read
-// once: LPK lanes hold a row, 16 bytes each (8 f16 or 4 f32 values), a warp covers 32 / LPK rows
+// once: LPK lanes hold a row (DecRow: 8 f16, 4 f32 or 8 Q8_0 values each), a warp covers 32 / LPK rows
 // per step; each warp keeps an online softmax per query head over its rows, updated once a tile
 // (its scores first, then one max and one rescale, then P V: the kernel was bound by its own
 // instructions when it rescaled for every key); at the end the warps

@@ -259,7 +259,7 @@ class CudaBackend final : public Backend {
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
                  AttentionProbe* probe) override {
     if (T == 1 && attention_decode(out, q, q_pos, H, view, probe)) return;
-    if (kv_quantized(view.type)) {  // the other kernels read f16 rows: the held rows converted once
+    if (kv_quantized(view.type)) {  // the other kernels read f16 or f32 rows: the held rows converted once
       attention(out, q, q_pos, T, H, dequantized(view), probe);
       return;
     }
