@@ -263,6 +263,91 @@ def windows_section(path):
     return out
 
 
+def kv_types_section(path, doc_dir):
+    """Quality against the bytes kept, every (policy, budget, KV row type) of a sweep with a
+    kv_types axis (e.g. bench/sweep_smollm2_kv_types.json): the table, and a chart of perplexity
+    against kept bytes with the frontier (the points no other point beats on both)."""
+    if not path or not os.path.exists(path):
+        return []
+    import plot_sweep
+
+    cfg = json.load(open(path))
+    base, ext = os.path.splitext(cfg["output"])
+    recs = plot_sweep.load(sorted(set(glob.glob(base + "*" + ext))))
+    if not recs or "kv_types" not in cfg:
+        return []
+    types = cfg["kv_types"]
+    labels = ["full"] + [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
+    fr = sorted(cfg["budget_fractions"])
+
+    def type_of(r):
+        return r["kv_type"] if r["kv_type"] == r["kv_type_v"] else f"{r['kv_type']}/{r['kv_type_v']}"
+
+    def base_label(r):
+        return r["policy"].split("@")[0]
+
+    g = {(r["task"], r["ctx"], base_label(r), r["budget_fraction"], type_of(r)): r for r in recs}
+    cells = sorted({(r["task"], r["ctx"]) for r in recs})
+    commits = sorted({r.get("git_commit", "?") for r in recs})
+    out_dir = os.path.dirname(cfg["output"]) or "."
+    out = ["## Quality per byte with quantized KV rows", "",
+           f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}): every "
+           f"policy at {', '.join(f'{100 * f:g}%' for f in fr)} of the tokens and the full cache, each with K and V "
+           f"rows of {', '.join(f'`{t}`' for t in types)} (K/V where they differ; blocks of 32 with their own scales, "
+           "4-bit keys rotated: docs/DESIGN.md). A cell: perplexity (its ratio to the full f16 cache) and the MB of "
+           "K and V kept at the end; the chart puts every point at its kept bytes, the frontier joining those "
+           "that no other point beats on both.", ""]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for task, ctx in cells:
+        full = g.get((task, ctx, "full", 1.0, "f16"))
+        out += [f"{task}, {ctx} tokens:", "", "| policy | share | " + " | ".join(types) + " |", "|---|---|" + "---|" * len(types)]
+        pts = []
+        for lab in labels:
+            for f in ([1.0] if lab == "full" else fr):
+                row = []
+                for t in types:
+                    r = g.get((task, ctx, lab, f, t))
+                    if r is None:
+                        row.append("–")
+                        continue
+                    mb = r["kept_bytes"] / 1e6
+                    ratio = f" ({r['value'] / full['value']:.3f}x)" if full else ""
+                    row.append(f"{r['value']:.2f}{ratio}, {mb:.1f} MB")
+                    pts.append((mb, r["value"], lab, t, f))
+                out.append(f"| {lab} | {100 * f:g}% | " + " | ".join(row) + " |")
+        out.append("")
+        front = []
+        for p in sorted(pts):
+            if not front or p[1] < front[-1][1]:
+                front.append(p)
+        out.append("Frontier (fewest bytes for each step down in perplexity): " +
+                   ", ".join(f"{lab} {100 * f:g}% {t} {v:.2f} at {mb:.1f} MB" for mb, v, lab, t, f in front) + ".")
+        out.append("")
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        markers = dict(zip(labels, "ovs^Dpx*"))
+        colors = dict(zip(types, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+        for mb, v, lab, t, f in pts:
+            ax.scatter(mb, v, marker=markers.get(lab, "o"), color=colors[t], s=36)
+        ax.plot([p[0] for p in front], [p[1] for p in front], color="0.6", lw=1, zorder=0)
+        for lab in labels:
+            ax.scatter([], [], marker=markers.get(lab, "o"), color="0.3", label=lab)
+        for t in types:
+            ax.scatter([], [], marker="s", color=colors[t], label=t)
+        ax.set_xscale("log")
+        ax.set_xlabel("K and V kept (MB, log scale)")
+        ax.set_ylabel("perplexity")
+        ax.set_title(f"{task}, {ctx} tokens: perplexity against KV bytes")
+        ax.legend(fontsize=7, ncol=2)
+        name = f"{task}_{ctx}_ppl_vs_bytes.png"
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        plt.close(fig)
+        out += [f"![{name}]({os.path.relpath(os.path.join(out_dir, name), doc_dir)})", ""]
+    return out
+
+
 def kvpress_section(out_dir):
     """The side-by-side runs of bench/compare_kvpress.py (kvpress_*.json beside the records)."""
     files = sorted(glob.glob(os.path.join(out_dir, "kvpress_*.json")))
@@ -486,6 +571,7 @@ def report(a):
                 vs = f"; h2o {fmt(metric, h2o['value'])}"
             verdicts.append(f"- {task} {ctx} at {100 * f:g}%: **{', '.join(best)}** {fmt(metric, best_v)}, {margin}{vs}.")
     lines += windows_section(a.windows_config)
+    lines += kv_types_section(a.kv_types_config, os.path.dirname(os.path.abspath(a.out)))
     lines += kvpress_section(out_dir)
     lines += window_attention_section(out_dir)
     lines.append("## Who wins where")
@@ -517,6 +603,8 @@ def main():
     r.add_argument("--out", default="docs/RESULTS.md")
     r.add_argument("--windows-config", default="bench/sweep_smollm2_ppl_windows.json",
                    help="a second sweep of the perplexity cells over several windows (skipped when it has no records)")
+    r.add_argument("--kv-types-config", default="bench/sweep_smollm2_kv_types.json",
+                   help="a sweep with a kv_types axis: quality against kept bytes (skipped when it has no records)")
     a = ap.parse_args()
     shard(a) if a.cmd == "shard" else report(a)
 
