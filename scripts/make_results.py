@@ -300,6 +300,7 @@ def kv_types_section(path, doc_dir):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     for task, ctx in cells:
         full = g.get((task, ctx, "full", 1.0, "f16"))
         out += [f"{task}, {ctx} tokens:", "", "| policy | share | " + " | ".join(types) + " |", "|---|---|" + "---|" * len(types)]
@@ -334,8 +335,10 @@ def kv_types_section(path, doc_dir):
         for lab in labels:
             ax.scatter([], [], marker=markers.get(lab, "o"), color="0.3", label=lab)
         for t in types:
-            ax.scatter([], [], marker="s", color=colors[t], label=t)
+            ax.plot([], [], color=colors[t], lw=6, label=t)
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_xlabel("K and V kept (MB, log scale)")
         ax.set_ylabel("perplexity")
         ax.set_title(f"{task}, {ctx} tokens: perplexity against KV bytes")
