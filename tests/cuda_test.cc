@@ -758,6 +758,25 @@ TEST_F(Cuda, NormsMatchTheCpu) {
   std::printf("norms: %d outputs within 1e-5 of the CPU (float sums of up to 18000 squares in another order)\n", cases);
 }
 
+// The prompt ids, then their first 12 tokens one step each, on the CPU (cpu) and the GPU (gpu):
+// how many (layer, kv head) hold the same positions on both, of how many.
+struct SameSurvivors {
+  int same = 0, total = 0;
+};
+SameSurvivors same_survivors(const Model& m, const SessionOptions& cpu, const SessionOptions& gpu, const std::vector<int>& ids) {
+  Session a(m, cpu), b(m, gpu);
+  a.forward(ids);
+  b.forward(ids);
+  for (int i = 0; i < 12; ++i) {
+    a.forward(std::span<const int>(&ids[i], 1));
+    b.forward(std::span<const int>(&ids[i], 1));
+  }
+  SameSurvivors r;
+  for (int l = 0; l < m.config().n_layers; ++l)
+    for (int g = 0; g < m.config().n_kv_heads; ++g, ++r.total) r.same += a.kv_positions(l, g) == b.kv_positions(l, g);
+  return r;
+}
+
 TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
   auto m = Model::load(test::tinystories());
   const auto ids = prompt(*m, 96);
@@ -773,16 +792,7 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
     SessionOptions gpu = cpu;
     gpu.device = Device::kCuda;
     gpu.f32_device_weights = true;
-    Session a(*m, cpu), b(*m, gpu);
-    a.forward(ids);
-    b.forward(ids);
-    for (int i = 0; i < 12; ++i) {
-      a.forward(std::span<const int>(&ids[i], 1));
-      b.forward(std::span<const int>(&ids[i], 1));
-    }
-    int same = 0, total = 0;
-    for (int l = 0; l < m->config().n_layers; ++l)
-      for (int g = 0; g < m->config().n_kv_heads; ++g, ++total) same += a.kv_positions(l, g) == b.kv_positions(l, g);
+    const auto [same, total] = same_survivors(*m, cpu, gpu, ids);
     std::printf("%-10s survivor sets identical: %d of %d (layer, kv head)\n", kv_policy_name(policy), same, total);
     if (policy == KvPolicy::kWindow) {
       EXPECT_EQ(same, total);  // positions only: no mass involved
@@ -832,16 +842,7 @@ TEST_F(Cuda, Q8KvSessionsMatchTheCpu) {
       SessionOptions c = cpu, g = gpu;
       c.cache.policy = g.cache.policy = policy;
       c.cache.budget = g.cache.budget = 40;
-      Session x(*m, c), y(*m, g);
-      x.forward(ids);
-      y.forward(ids);
-      for (int i = 0; i < 12; ++i) {
-        x.forward(std::span<const int>(&ids[i], 1));
-        y.forward(std::span<const int>(&ids[i], 1));
-      }
-      int same = 0, total = 0;
-      for (int l = 0; l < m->config().n_layers; ++l)
-        for (int h = 0; h < m->config().n_kv_heads; ++h, ++total) same += x.kv_positions(l, h) == y.kv_positions(l, h);
+      const auto [same, total] = same_survivors(*m, c, g, ids);
       std::printf("head dim %d, q8_0 rows, %-8s survivor sets identical: %d of %d (layer, kv head)\n", m->config().head_dim,
                   kv_policy_name(policy), same, total);
       EXPECT_GE(same, total * 5 / 6) << kv_policy_name(policy) << " head dim " << m->config().head_dim;

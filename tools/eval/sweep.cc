@@ -91,10 +91,11 @@ SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bo
   std::vector<TypeSpec> kv_types{TypeSpec{}};
   if (cfg.contains("kv_types")) {
     const json& kt = cfg.at("kv_types");
-    if (!kt.is_array() || kt.empty()) top.fail("kv_types", "a list of KV row types (\"f16\", \"q8_0\", \"q8_0/q4_1\", ...)");
+    const char* expected = "a list of KV row types (\"f16\", \"q8_0\", \"q8_0/q4_1\", ...)";
+    if (!kt.is_array() || kt.empty()) top.fail("kv_types", expected);
     kv_types.clear();
     for (const json& e : kt) {
-      if (!e.is_string()) top.fail("kv_types", "a list of KV row types (\"f16\", \"q8_0\", \"q8_0/q4_1\", ...)");
+      if (!e.is_string()) top.fail("kv_types", expected);
       const std::string name = e.get<std::string>();
       const size_t slash = name.find('/');
       TypeSpec t;
