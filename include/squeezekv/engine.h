@@ -86,6 +86,8 @@ class Engine {
   // context capped at 16384 when unset.
   int context_limit(const CacheConfig& cache) const;
   std::vector<LayerStats> kv_stats(SequenceId id) const;
+  // Absolute positions one layer's kv head of the sequence holds now, sorted ascending.
+  std::vector<int32_t> kv_positions(SequenceId id, int layer, int kv_head) const;
   int sequences() const;
   KvPoolUsage kv_pool() const;
   int max_batch() const;

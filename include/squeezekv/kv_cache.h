@@ -1,6 +1,7 @@
 // KV cache configuration and per-layer accounting (DESIGN.md "The cache contract").
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <optional>
 #include <string>
@@ -11,7 +12,9 @@
 
 namespace squeezekv {
 
-enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSqueeze, kKvzip };
+// kCustom: sinks + recent window + the highest scores of a caller's KvScorer (CacheConfig::scorer;
+// the Python package's ScorePolicy); only the library's API can give one.
+enum class KvPolicy : uint8_t { kFull, kWindow, kH2O, kSnapKV, kPyramidKV, kSqueeze, kKvzip, kCustom };
 // How K and V rows are stored: f16, f32, or blocks of 32 values along the head dim with their own
 // scales (q8_0: 8.5 bits a value; q4_0, q4_1: 4.5 and 5; GGUF's layouts; the CPU only for now).
 enum class KvDType : uint8_t { kF16, kF32, kQ8_0, kQ4_0, kQ4_1 };
@@ -37,6 +40,37 @@ enum class SqueezeMetric : uint8_t { kKeyCosine, kAttentionEntropy, kResidualCos
 // perplexity at 4k tokens: docs/DESIGN.md).
 enum class SqueezeResolve : uint8_t { kFirstChunk, kPrompt };
 
+// What a caller's scoring rule sees of one layer when the layer holds more rows than its budget at
+// a step's end (the only time it is asked). Letters: G kv heads, n slots held per head, D head dim.
+// The arrays are the cache's own, valid during the call only.
+struct KvScoreInput {
+  int layer = 0;
+  int n_kv_heads = 0;              // G
+  int rows = 0;                    // n: slots per head (a head-adaptive layer's dead slots hold position INT32_MAX)
+  int head_dim = 0;                // D
+  int64_t stride = 0;              // elements from one head's positions (and mass) to the next
+  int step_rows = 0;               // rows this step appended (> 1 for a prompt chunk)
+  int64_t tokens_seen = 0;         // rows the layer was ever given, this step's included
+  const int32_t* positions = nullptr;  // [G][stride], the first n of each head: absolute positions
+  const float* mass = nullptr;         // [G][stride]: attention mass accumulated as h2o's (DESIGN.md)
+  const float* keys = nullptr;         // [G][n][D] f32 keys after RoPE when KvScorer::wants_keys(), else null
+};
+
+// A scoring rule given through the API (KvPolicy::kCustom): higher keeps. The policy keeps the
+// sinks and the recent window as h2o does and, of the other rows, the highest scores (ties to the
+// older position); a scorer that returns the mass keeps exactly what h2o keeps.
+// Thread safety: called by the thread that steps the sequence; one scorer may serve many sequences
+// only when its score() may run for them at once (an Engine steps its sequences on one thread).
+class KvScorer {
+ public:
+  virtual ~KvScorer() = default;
+  // Whether score() wants the keys (a copy into f32 on every call: the CPU, and row types f16,
+  // f32 and q8_0, only; 4-bit keys are stored rotated).
+  virtual bool wants_keys() const { return false; }
+  // Writes scores [G][n] (finite; the policy refuses others). May throw (the step fails with it).
+  virtual void score(const KvScoreInput& in, float* scores) = 0;
+};
+
 struct CacheConfig {
   KvPolicy policy = KvPolicy::kFull;
   KvDType dtype = KvDType::kF16;  // --kv-type (K and V), --kv-type-k (K alone)
@@ -57,6 +91,9 @@ struct CacheConfig {
   bool squeeze_cap = true;
   HeadAlloc head_alloc = HeadAlloc::kUniform;
   SqueezeResolve squeeze_resolve = SqueezeResolve::kFirstChunk;  // docs/DESIGN.md: why not prompt
+  // KvPolicy::kCustom's scoring rule (required there, unused by the other policies); shared by
+  // copies of this config and by copied sequences.
+  std::shared_ptr<KvScorer> scorer;
 };
 
 // Refuses invalid combinations before any work, naming the flag (throws Error).

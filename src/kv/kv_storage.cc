@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/kv_rows.h"
 #include "kv/select.h"
 #include "squeezekv/error.h"
 
@@ -251,6 +252,24 @@ KvView KvStorage::view() const {
 int64_t KvStorage::bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror) {
   const int64_t rows = static_cast<int64_t>(n_kv_heads) * capacity;
   return rows * (static_cast<int64_t>(kv_row_bytes(types.k, head_dim) + kv_row_bytes(types.v, head_dim)) + 8 * (host_mirror ? 2 : 1));
+}
+
+void KvStorage::read_keys(float* keys) const {
+  if (kv_rotates_keys(types_.k))
+    throw Error("kv keys: 4-bit keys (--kv-type q4_0, q4_1) are stored rotated; reading them needs f16, f32 or q8_0 rows");
+  const size_t row = kv_row_bytes(types_.k, D_);
+  std::vector<uint8_t> staged;
+  const uint8_t* base = static_cast<const uint8_t*>(arrays_.k);
+  for (int g = 0; g < G_; ++g) {
+    const uint8_t* src = base + static_cast<size_t>(g) * capacity_ * row;
+    if (!backend_->host_visible()) {
+      staged.resize(static_cast<size_t>(count_) * row);
+      backend_->download(staged.data(), src, staged.size());
+      src = staged.data();
+    }
+    for (int i = 0; i < count_; ++i)
+      kv_dequantize_row(types_.k, src + static_cast<size_t>(i) * row, keys + (static_cast<size_t>(g) * count_ + i) * D_, D_);
+  }
 }
 
 int64_t KvStorage::bytes_per_token() const {

@@ -131,6 +131,9 @@ class KvStorage {
     count_dev_ = count_dev;
     arrays_.count_dev = count_dev;
   }
+  // The held keys as f32, keys [G][count()][D] (after RoPE, as attention meets them): a deep copy
+  // (from a device's memory first). Throws Error for the 4-bit types, whose keys are stored rotated.
+  void read_keys(float* keys) const;
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
   // Bytes a storage of this shape allocates: K, V, positions and mass (and a device's host mirror

@@ -130,6 +130,8 @@ std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const PolicyContext& c);
 // Without a coordinator the layer behaves as uniform h2o at the average budget.
 std::unique_ptr<EvictionPolicy> make_squeeze_policy(const PolicyContext& c);
 std::unique_ptr<EvictionPolicy> make_kvzip_policy(const PolicyContext& c);
+std::unique_ptr<EvictionPolicy> make_custom_policy(const PolicyContext& c);
+void validate_custom(const CacheConfig& c);
 void validate_snapkv(const CacheConfig& c);
 void validate_squeeze(const CacheConfig& c);
 

@@ -118,6 +118,9 @@ std::vector<LayerStats> Engine::kv_stats(SequenceId id) const {
   for (const LayerCache& c : impl_->get(id).caches.layers) out.push_back(c.stats());
   return out;
 }
+std::vector<int32_t> Engine::kv_positions(SequenceId id, int layer, int kv_head) const {
+  return held_positions(impl_->get(id), layer, kv_head);
+}
 int Engine::sequences() const { return static_cast<int>(impl_->seqs.size()); }
 KvPoolUsage Engine::kv_pool() const {
   KvPoolUsage u;

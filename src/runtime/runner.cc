@@ -397,4 +397,16 @@ int64_t Runner::matrix_bytes() const {
   return b;
 }
 
+std::vector<int32_t> held_positions(const SequenceState& seq, int layer, int kv_head) {
+  const auto& layers = seq.caches.layers;
+  if (layer < 0 || layer >= static_cast<int>(layers.size())) throw Error("kv_positions: layer " + std::to_string(layer) + " out of range [0, " + std::to_string(layers.size()) + ")");
+  const KvStorage& s = layers[layer].storage();
+  s.sync_to_host();
+  if (kv_head < 0 || kv_head >= s.n_kv_heads()) throw Error("kv_positions: kv head " + std::to_string(kv_head) + " out of range [0, " + std::to_string(s.n_kv_heads()) + ")");
+  std::vector<int32_t> pos(s.positions(kv_head), s.positions(kv_head) + s.count());
+  std::sort(pos.begin(), pos.end());  // slots are unordered after eviction
+  pos.resize(static_cast<size_t>(s.live(kv_head)));  // dead slots (kDeadPos) sort last
+  return pos;
+}
+
 }  // namespace squeezekv

@@ -33,6 +33,10 @@ struct SequenceState {
 // capped at 16384).
 int sequence_max_tokens(const ModelConfig& model, const CacheConfig& cache);
 
+// Absolute positions one layer's kv head holds now, sorted ascending (Error naming a layer or head
+// out of range).
+std::vector<int32_t> held_positions(const SequenceState& seq, int layer, int kv_head);
+
 // Throws Error "<op>: token id X outside the vocabulary [0, V)" for the first id out of range.
 void check_token_ids(std::span<const int> tokens, int vocab_size, const char* op);
 

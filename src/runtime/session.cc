@@ -78,17 +78,7 @@ std::vector<LayerStats> Session::kv_stats() const {
   return out;
 }
 
-std::vector<int32_t> Session::kv_positions(int layer, int kv_head) const {
-  const auto& layers = impl_->seq.caches.layers;
-  if (layer < 0 || layer >= static_cast<int>(layers.size())) throw Error("kv_positions: layer " + std::to_string(layer) + " out of range");
-  const KvStorage& s = layers[layer].storage();
-  s.sync_to_host();
-  if (kv_head < 0 || kv_head >= s.n_kv_heads()) throw Error("kv_positions: kv head " + std::to_string(kv_head) + " out of range");
-  std::vector<int32_t> pos(s.positions(kv_head), s.positions(kv_head) + s.count());
-  std::sort(pos.begin(), pos.end());  // slots are unordered after eviction
-  pos.resize(static_cast<size_t>(s.live(kv_head)));  // dead slots (kDeadPos) sort last
-  return pos;
-}
+std::vector<int32_t> Session::kv_positions(int layer, int kv_head) const { return held_positions(impl_->seq, layer, kv_head); }
 
 const SqueezeCoordinator* Session::coordinator() const { return impl_->seq.caches.coordinator.get(); }
 

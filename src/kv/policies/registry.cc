@@ -23,6 +23,8 @@ const PolicyInfo kPolicies[] = {
      make_squeeze_policy, validate_squeeze},
     {KvPolicy::kKvzip, "kvzip", "KVzip: prompt scored by reconstructing it (query-agnostic)", false, true, make_kvzip_policy,
      nullptr},
+    {KvPolicy::kCustom, "custom", "a scoring function given through the API (Python: ScorePolicy): sinks + recent window + highest scores",
+     false, true, make_custom_policy, validate_custom},
 };
 }  // namespace
 
