@@ -2,7 +2,9 @@
 // step over random prompts and budgets, and SqueezeAttention on a long real prompt.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -15,6 +17,7 @@
 #include "kv/kv_storage.h"
 #include "kv/select.h"
 #include "runtime/runner.h"
+#include "squeezekv/error.h"
 #include "squeezekv/generate.h"
 #include "squeezekv/model.h"
 #include "core/kv_rows.h"
@@ -149,6 +152,86 @@ TEST(KvPolicy, KvzipScoringLeavesTheStepsOutputAndCountsIntact) {
       for (int p = 0; p < 4; ++p) EXPECT_TRUE(std::binary_search(pos.begin(), pos.end(), p)) << "sink " << p;
     }
   }
+}
+
+// The custom policy (a caller's KvScorer): a scorer that returns the accumulated mass keeps what
+// h2o keeps, step for step and head for head (uniform and head-adaptive splits); one that wants
+// keys gets every held row's key as f32 (f16 and q8_0 rows), and its scores decide; a score that is
+// not finite and a missing scorer are refused with the policy's name.
+TEST(KvPolicy, CustomScorerOfTheMassKeepsWhatH2OKeeps) {
+  struct MassScorer final : KvScorer {
+    int calls = 0;
+    void score(const KvScoreInput& in, float* out) override {
+      ++calls;
+      for (int g = 0; g < in.n_kv_heads; ++g)
+        std::memcpy(out + static_cast<size_t>(g) * in.rows, in.mass + g * in.stride, sizeof(float) * in.rows);
+    }
+  };
+  const Model& m = smollm2();
+  const auto prompt = random_tokens(120, m.config().vocab_size, 11);
+  const auto cont = random_tokens(8, m.config().vocab_size, 12);
+  for (HeadAlloc ha : {HeadAlloc::kUniform, HeadAlloc::kAdaptive}) {
+    CacheConfig h2o = policy(KvPolicy::kH2O, 40), custom = policy(KvPolicy::kCustom, 40);
+    h2o.head_alloc = custom.head_alloc = ha;
+    auto scorer = std::make_shared<MassScorer>();
+    custom.scorer = scorer;
+    Session *a = nullptr, *b = nullptr;
+    const auto la = run(m, h2o, prompt, cont, 64, &a);
+    const auto lb = run(m, custom, prompt, cont, 64, &b);
+    std::unique_ptr<Session> oa(a), ob(b);
+    EXPECT_EQ(la, lb);
+    for (int l = 0; l < m.config().n_layers; ++l)
+      for (int g = 0; g < m.config().n_kv_heads; ++g) ASSERT_EQ(a->kv_positions(l, g), b->kv_positions(l, g)) << l << " " << g;
+    EXPECT_EQ(scorer->calls, m.config().n_layers * (2 + static_cast<int>(cont.size())));  // over budget: both prompt chunks, every step
+  }
+
+  struct NewestKeyNorm final : KvScorer {  // keeps the largest keys; checks the keys it is given
+    KvDType type;
+    explicit NewestKeyNorm(KvDType t) : type(t) {}
+    bool wants_keys() const override { return true; }
+    void score(const KvScoreInput& in, float* out) override {
+      for (int g = 0; g < in.n_kv_heads; ++g)
+        for (int i = 0; i < in.rows; ++i) {
+          double n2 = 0;
+          for (int d = 0; d < in.head_dim; ++d) n2 += std::pow(in.keys[(static_cast<size_t>(g) * in.rows + i) * in.head_dim + d], 2);
+          out[static_cast<size_t>(g) * in.rows + i] = static_cast<float>(n2);
+        }
+    }
+  };
+  for (KvDType t : {KvDType::kF16, KvDType::kQ8_0}) {
+    CacheConfig c = policy(KvPolicy::kCustom, 30);
+    c.dtype = t;
+    c.recent = 4;
+    c.scorer = std::make_shared<NewestKeyNorm>(t);
+    Session* s = nullptr;
+    run(m, c, prompt, {}, 120, &s);
+    std::unique_ptr<Session> own(s);
+    EXPECT_EQ(s->kv_positions(0, 0).size(), 30u);
+  }
+  struct NotFinite final : KvScorer {
+    void score(const KvScoreInput& in, float* out) override {
+      for (int i = 0; i < in.n_kv_heads * in.rows; ++i) out[i] = std::numeric_limits<float>::quiet_NaN();
+    }
+  };
+  CacheConfig bad = policy(KvPolicy::kCustom, 30);
+  bad.scorer = std::make_shared<NotFinite>();
+  try {
+    run(m, bad, prompt, {}, 120);
+    ADD_FAILURE() << "a NaN score was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+  }
+  CacheConfig none = policy(KvPolicy::kCustom, 30);
+  try {
+    validate(none);
+    ADD_FAILURE() << "a custom policy without a scorer was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-policy custom"), std::string::npos) << e.what();
+  }
+  CacheConfig q4 = policy(KvPolicy::kCustom, 30);
+  q4.dtype = KvDType::kQ4_0;
+  q4.scorer = std::make_shared<NewestKeyNorm>(KvDType::kQ4_0);
+  EXPECT_THROW(run(m, q4, prompt, {}, 120), Error);  // 4-bit keys are stored rotated
 }
 
 TEST(KvPolicy, InvariantsOverRandomPromptsAndBudgets) {

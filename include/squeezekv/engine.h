@@ -55,10 +55,11 @@ class Engine {
   // many sequences (and for the bench, which fills B sequences to a depth with one prefill).
   SequenceId copy_sequence(SequenceId id);
 
-  // Runs up to prefill_chunk() prompt tokens of one sequence; returns the logits [V] of its last row.
+  // Runs up to prefill_chunk() prompt tokens of one sequence; returns the logits [V] of its last row
+  // (all_logits: of every row, [n][V], as Session::forward gives them).
   // prompt_end: the position where the whole prompt ends, when it is given in chunks (0: with
   // these tokens): squeeze decides its schedule and kvzip scores the prompt there.
-  std::span<const float> prefill(SequenceId id, std::span<const int> tokens, int prompt_end = 0);
+  std::span<const float> prefill(SequenceId id, std::span<const int> tokens, int prompt_end = 0, bool all_logits = false);
   // Several sequences' prompt chunks as one step (each sequence once, each part 1 to
   // prefill_chunk() tokens, at most max(prefill_chunk(), max_batch) tokens in all): the weights are
   // read once for all of them. Returns the logits [n][V] of each part's last row, in the order

@@ -29,10 +29,11 @@ def perplexity(model: Model, text: Union[str, os.PathLike], ctx: int = 1024, pre
     rest one token a step (eviction active every step) and scores every continuation token.
     Returns the record ``squeezekv eval ppl --json`` writes (``ppl``, ``window_ppl``, ``kept_bytes``,
     ...). ``decode_activations="f32"`` as the CLI's eval."""
+    run = _run(model, decode_activations)
     if not Path(text).is_file():
         raise FileNotFoundError(f"text: file '{text}' does not exist")
     kv = as_config(kv)
-    rec = model._m.perplexity(_run(model, decode_activations), kv._native(), os.fspath(text), _check_int("ctx", ctx, 2),
+    rec = model._m.perplexity(run, kv._native(), os.fspath(text), _check_int("ctx", ctx, 2),
                               _check_int("prefix", prefix, 1), _check_int("windows", windows, 1))
     return json.loads(rec)
 
@@ -44,6 +45,7 @@ def retrieval(model: Model, task: str = "passkey", ctx: int = 1024,
     """Needles at depths in a haystack (filler sentences, or the text file ``haystack``), the question
     after the compressed context, greedy answers, exact match. Returns the record
     ``squeezekv eval retrieval --json`` writes (``accuracy``, ``by_depth``, ``samples``, ...)."""
+    run = _run(model, decode_activations)
     if task not in _TASKS:
         raise ValueError(f"task: expected one of {', '.join(_TASKS)}, got {task!r}")
     if isinstance(depths, (str, bytes)) or not all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in depths):
@@ -54,7 +56,7 @@ def retrieval(model: Model, task: str = "passkey", ctx: int = 1024,
             raise FileNotFoundError(f"haystack: file '{haystack}' does not exist")
         hs = os.fspath(haystack)
     kv = as_config(kv)
-    rec = model._m.retrieval(_run(model, decode_activations), kv._native(), task, _check_int("ctx", ctx, 1),
+    rec = model._m.retrieval(run, kv._native(), task, _check_int("ctx", ctx, 1),
                              [float(d) for d in depths], _check_int("samples", samples, 1), _check_int("seed", seed, 0),
                              hs, _check_int("max_answer_tokens", max_answer_tokens, 1), bool(question_aware))
     return json.loads(rec)

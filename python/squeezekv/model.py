@@ -159,8 +159,8 @@ class Sequence:
         self.kv = kv
 
     def prefill(self, ids: Seq[int], all_logits: bool = False) -> np.ndarray:
-        """Runs prompt tokens (in chunks); returns the last row's logits [V], or [n, V] with
-        ``all_logits`` (each row then runs as its own step)."""
+        """Runs prompt tokens (in chunks of the model's ``prefill_chunk``); returns the last row's
+        logits [V], or every row's [n, V] with ``all_logits``."""
         return self._seq.prefill(_ids("Sequence.prefill", ids), bool(all_logits))
 
     def decode(self, token: int) -> np.ndarray:

@@ -125,8 +125,9 @@ SessionOptions session_options(const py::dict& d) {
   return so;
 }
 
-py::array_t<float> to_array(std::span<const float> x, py::ssize_t rows, py::ssize_t cols) {
-  py::array_t<float> a(rows > 1 ? std::vector<py::ssize_t>{rows, cols} : std::vector<py::ssize_t>{cols});
+// A new array of x: [cols], or [rows][cols] when `matrix`.
+py::array_t<float> to_array(std::span<const float> x, py::ssize_t rows, py::ssize_t cols, bool matrix = false) {
+  py::array_t<float> a(matrix ? std::vector<py::ssize_t>{rows, cols} : std::vector<py::ssize_t>{cols});
   std::memcpy(a.mutable_data(), x.data(), x.size() * sizeof(float));
   return a;
 }
@@ -218,18 +219,15 @@ class PySequence {
       for (size_t s = 0; s < ids.size(); s += chunk) {
         const size_t T = std::min<size_t>(chunk, ids.size() - s);
         if (all_logits) {
-          // every row's logits: a one-row prefill each (the engine returns a chunk's last row)
-          for (size_t t = 0; t < T; ++t) {
-            const auto l = e.prefill(id_, std::span<const int>(ids.data() + s + t, 1), end);
-            all.insert(all.end(), l.begin(), l.end());
-          }
+          const auto l = e.prefill(id_, std::span<const int>(ids.data() + s, T), end, true);
+          all.insert(all.end(), l.begin(), l.end());
         } else {
           const auto l = e.prefill(id_, std::span<const int>(ids.data() + s, T), end);
           if (s + T == ids.size()) last.assign(l.begin(), l.end());
         }
       }
     });
-    if (all_logits) return to_array(all, static_cast<py::ssize_t>(ids.size()), V);
+    if (all_logits) return to_array(all, static_cast<py::ssize_t>(ids.size()), V, true);
     return to_array(last, 1, V);
   }
   py::array_t<float> decode(int token) {
@@ -259,7 +257,7 @@ class PySequence {
   }
   py::array_t<int32_t> kv_positions(int layer, int kv_head) {
     const auto p = locked(*st_, [&] { return eng("Sequence.kv_positions").kv_positions(id_, layer, kv_head); });
-    py::array_t<int32_t> a(static_cast<py::ssize_t>(p.size()));
+    py::array_t<int32_t> a(std::vector<py::ssize_t>{static_cast<py::ssize_t>(p.size())});
     if (!p.empty()) std::memcpy(a.mutable_data(), p.data(), p.size() * sizeof(int32_t));
     return a;
   }

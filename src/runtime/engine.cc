@@ -59,7 +59,7 @@ SequenceId Engine::copy_sequence(SequenceId id) {
 
 void Engine::remove_sequence(SequenceId id) { impl_->seqs.erase(id); }
 
-std::span<const float> Engine::prefill(SequenceId id, std::span<const int> tokens, int prompt_end) {
+std::span<const float> Engine::prefill(SequenceId id, std::span<const int> tokens, int prompt_end, bool all_logits) {
   SequenceState& s = impl_->get(id);
   const int n = static_cast<int>(std::min(tokens.size(), static_cast<size_t>(INT32_MAX)));
   if (n > impl_->runner.prefill_chunk())
@@ -67,7 +67,7 @@ std::span<const float> Engine::prefill(SequenceId id, std::span<const int> token
                 std::to_string(impl_->runner.prefill_chunk()) + ")");
   const Segment seg{&s, tokens.data(), n, prompt_end};
   impl_->runner.step({&seg, 1}, "engine");
-  return impl_->runner.logits(n - 1, 1, false);
+  return all_logits ? impl_->runner.logits(0, n, false) : impl_->runner.logits(n - 1, 1, false);
 }
 
 std::span<const float> Engine::prefill(std::span<const PrefillPart> parts) {

@@ -1,0 +1,280 @@
+"""The Python package against the engine's other front doors: greedy text equal to
+`squeezekv generate`, logits equal to the C++ session's (the transformers reference that
+model_test checks) and to a step-by-step run, eval numbers equal to `squeezekv eval`, a Python h2o
+that keeps exactly what the built-in h2o keeps, and a clear exception for every wrong argument."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import squeezekv
+from conftest import EMMA, REF, cli
+
+PROMPT = "The capital of France is"
+SQUEEZE = squeezekv.KVConfig(policy="squeeze", budget=32)
+
+
+def cli_text(*args: str) -> str:
+    out = cli("generate", "-t", "2", "--temp", "0", *args).stdout
+    return out.removesuffix("\n")
+
+
+# ---- generation ---------------------------------------------------------------------------------
+
+def test_greedy_text_equals_the_cli(model):
+    r = model.generate(PROMPT, max_tokens=24, temperature=0)
+    assert PROMPT + r.text == cli_text("-p", PROMPT, "-n", "24")
+    assert r.stop_reason in ("length", "eos")
+    assert r.prompt_tokens == len(model.tokenize(PROMPT))
+    assert len(r.tokens) == 24 or r.stop_reason == "eos"
+
+
+def test_greedy_text_with_a_policy_equals_the_cli(model):
+    prompt = EMMA.read_text()[:3000]
+    r = model.generate(prompt, max_tokens=16, temperature=0, kv=SQUEEZE)
+    expected = cli_text("-p", prompt, "-n", "16", "--kv-policy", "squeeze", "--kv-budget", "32")
+    assert prompt + r.text == expected
+    assert all(s.tokens_kept <= s.budget for s in r.kv_stats)
+    assert sum(s.budget for s in r.kv_stats) == 32 * model.config.n_layers  # the coordinator's total
+
+
+def test_sampled_text_equals_the_cli_for_the_same_seed(model):
+    r = model.generate(PROMPT, max_tokens=16, temperature=0.9, seed=7)
+    assert PROMPT + r.text == cli("generate", "-t", "2", "-p", PROMPT, "-n", "16", "--temp", "0.9", "--seed", "7").stdout.removesuffix("\n")
+
+
+def test_chat_equals_the_cli(model):
+    r = model.chat([{"role": "user", "content": "Write one sentence about the sea."}], max_tokens=20, temperature=0)
+    assert r.text == cli_text("--chat", "-p", "Write one sentence about the sea.", "-n", "20")
+
+
+def test_stream_gives_the_generated_text_in_pieces(model):
+    pieces = list(model.stream(PROMPT, max_tokens=12, temperature=0))
+    assert len(pieces) > 1
+    assert "".join(pieces) == model.generate(PROMPT, max_tokens=12, temperature=0).text
+
+
+def test_stop_strings_end_the_text(model):
+    full = model.generate(PROMPT, max_tokens=24, temperature=0).text
+    stop = full[6:10]
+    r = model.generate(PROMPT, max_tokens=24, temperature=0, stop=stop)
+    assert r.stop_reason == "stop" and r.text == full[:full.index(stop)]
+
+
+def test_generate_batch_equals_one_at_a_time(model):
+    prompts = [PROMPT, "Once upon a time", "def fibonacci(n):"]
+    kvs = [squeezekv.KVConfig(), squeezekv.KVConfig(policy="h2o", budget=8), squeezekv.KVConfig(policy="window", budget=8)]
+    batch = model.generate_batch(prompts, max_tokens=12, temperature=0, kv=kvs)
+    for p, k, b in zip(prompts, kvs, batch):
+        assert b.text == model.generate(p, max_tokens=12, temperature=0, kv=k).text
+
+
+def test_tokenize_and_detokenize(model):
+    ids = model.tokenize(PROMPT)
+    assert model.detokenize(ids) == PROMPT
+    assert model.tokenize(PROMPT, add_bos=False) == ids  # SmolLM2 adds no BOS
+    assert model.config.vocab_size == 49152 and model.config.n_layers == 30
+
+
+# ---- the low-level sequence ---------------------------------------------------------------------
+
+def test_logits_equal_the_transformers_reference():
+    """What model_test checks of the C++ session (f32 rows, f32 activations: within 1e-3)."""
+    meta = json.loads((REF / "logits_smollm2.json").read_text())
+    ref = np.fromfile(REF / "logits_smollm2.bin", dtype=np.float32)
+    V = meta["vocab"]
+    with squeezekv.load(threads=2, decode_activations="f32") as m:
+        for case in meta["cases"]:
+            seq = m.sequence(squeezekv.KVConfig(type="f32"))
+            got = seq.prefill(case["ids"], all_logits=True)
+            assert got.shape == (len(case["ids"]), V) and got.dtype == np.float32
+            want = ref[case["offset"]:case["offset"] + case["rows"] * V].reshape(case["rows"], V)
+            rows = got[case["first_row"]:case["first_row"] + case["rows"]]
+            assert np.abs(rows - want).max() <= 1e-3 * max(1.0, np.abs(want).max())
+
+
+def test_prefill_then_decode_equals_prefill_of_all(model_f32):
+    ids = model_f32.tokenize(EMMA.read_text()[:400])[:40]
+    a = model_f32.sequence(squeezekv.KVConfig(type="f32"))
+    whole = a.prefill(ids, all_logits=True)
+    b = model_f32.sequence(squeezekv.KVConfig(type="f32"))
+    last = b.prefill(ids[:20])
+    np.testing.assert_allclose(last, whole[19], atol=1e-3)
+    for i in range(20, 40):
+        np.testing.assert_allclose(b.decode(ids[i]), whole[i], atol=1e-3)  # one row against a chunk: f32 sums in another order
+    assert b.position == 40
+
+
+def test_kv_stats_and_positions(model):
+    ids = model.tokenize(EMMA.read_text()[:2000])[:300]
+    seq = model.sequence(squeezekv.KVConfig(policy="h2o", budget=64, sinks=4, recent=16))
+    seq.prefill(ids)
+    stats = seq.kv_stats()
+    assert len(stats) == model.config.n_layers
+    for s in stats:
+        assert s.tokens_seen == 300 and s.tokens_kept == 64 and s.budget == 64
+        assert s.kept_bytes == 64 * model.config.n_kv_heads * model.config.head_dim * 2 * 2
+        assert s.full_bytes == 300 * model.config.n_kv_heads * model.config.head_dim * 2 * 2
+    pos = seq.kv_positions(3, 1)
+    assert pos.dtype == np.int32 and len(pos) == 64
+    assert list(pos[:4]) == [0, 1, 2, 3] and list(pos[-16:]) == list(range(284, 300))  # sinks, recent window
+    c = seq.copy()
+    t = ids[5]
+    np.testing.assert_array_equal(seq.decode(t), c.decode(t))
+
+
+def test_the_engine_default_ctx_and_a_full_context(model):
+    seq = model.sequence(squeezekv.KVConfig(ctx=8))
+    seq.prefill([1, 2, 3, 4, 5, 6, 7, 8])
+    with pytest.raises(squeezekv.Error, match="full"):
+        seq.decode(9)
+    r = model.generate(PROMPT, max_tokens=50, temperature=0, kv=squeezekv.KVConfig(ctx=12))
+    assert r.stop_reason == "length" and len(r.tokens) == 12 - r.prompt_tokens + 1
+
+
+# ---- policies in Python -------------------------------------------------------------------------
+
+class PyH2O(squeezekv.ScorePolicy):
+    """h2o's rule in Python: the accumulated attention is the score."""
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, layer, positions, mass, keys=None):
+        self.calls += 1
+        assert keys is None and positions.shape == mass.shape and positions.dtype == np.int32
+        return mass
+
+
+@pytest.mark.parametrize("head_alloc", ["uniform", "adaptive"])
+def test_python_h2o_keeps_what_the_built_in_h2o_keeps(model_f32, head_alloc):
+    m = model_f32
+    ids = m.tokenize(EMMA.read_text()[:5000])[:560]
+    py = PyH2O()
+    a = m.sequence(squeezekv.KVConfig(policy="h2o", budget=48, head_alloc=head_alloc))
+    b = m.sequence(squeezekv.KVConfig(policy=py, budget=48, head_alloc=head_alloc))
+    np.testing.assert_array_equal(a.prefill(ids[:500]), b.prefill(ids[:500]))
+    for t in ids[500:]:
+        np.testing.assert_array_equal(a.decode(t), b.decode(t))
+        for layer in range(m.config.n_layers):
+            for g in range(m.config.n_kv_heads):
+                np.testing.assert_array_equal(a.kv_positions(layer, g), b.kv_positions(layer, g))
+    assert py.calls == m.config.n_layers * 61  # the prompt's end and each of the 60 steps, every layer over budget
+
+
+def test_a_python_policy_changes_what_is_kept(model):
+    class Oldest(squeezekv.ScorePolicy):
+        wants_keys = True
+
+        def score(self, layer, positions, mass, keys=None):
+            assert keys is not None and keys.shape == positions.shape + (model.config.head_dim,)
+            return -positions.astype(np.float32)  # keep the oldest beyond the sinks and recent window
+
+    seq = model.sequence(squeezekv.KVConfig(policy=Oldest(), budget=32, sinks=4, recent=8))
+    seq.prefill(list(range(100, 300)))
+    assert list(seq.kv_positions(0, 0)) == list(range(0, 24)) + list(range(192, 200))
+    assert seq.kv_stats()[0].budget == 32
+
+
+def test_errors_inside_a_python_policy_raise(model):
+    class Raises(squeezekv.ScorePolicy):
+        def score(self, layer, positions, mass, keys=None):
+            raise RuntimeError("no scores today")
+
+    class WrongShape(squeezekv.ScorePolicy):
+        def score(self, layer, positions, mass, keys=None):
+            return mass[:, :-1]
+
+    class NotFinite(squeezekv.ScorePolicy):
+        def score(self, layer, positions, mass, keys=None):
+            return np.full(mass.shape, np.nan, dtype=np.float32)
+
+    for policy, message in [(Raises(), "no scores today"), (WrongShape(), "expected scores of shape"),
+                            (NotFinite(), "not finite")]:
+        seq = model.sequence(squeezekv.KVConfig(policy=policy, budget=16))
+        with pytest.raises(squeezekv.Error, match=message):
+            seq.prefill(list(range(100, 150)))
+
+
+# ---- evaluation ---------------------------------------------------------------------------------
+
+def test_perplexity_equals_the_cli(model_f32, tmp_path):
+    kv = squeezekv.KVConfig(policy="squeeze", budget=64)
+    r = squeezekv.eval.perplexity(model_f32, EMMA, ctx=256, prefix=128, windows=1, kv=kv)
+    out = tmp_path / "ppl.json"
+    cli("eval", "ppl", "-t", "2", "--text", str(EMMA), "--ctx", "256", "--prefix", "128", "--windows", "1",
+        "--kv-policy", "squeeze", "--kv-budget", "64", "--json", str(out))
+    rec = json.loads(out.read_text())
+    assert r["ppl"] == rec["ppl"] and r["kept_bytes"] == rec["kept_bytes"] and r["tokens"] == rec["tokens"]
+    assert 5 < r["ppl"] < 100 and math.isfinite(r["ppl"])
+
+
+def test_retrieval_equals_the_cli(model_f32, tmp_path):
+    r = squeezekv.eval.retrieval(model_f32, ctx=256, depths=[0.5], samples=2, kv=squeezekv.KVConfig(policy="h2o", budget=96))
+    out = tmp_path / "ret.json"
+    cli("eval", "retrieval", "-t", "2", "--ctx", "256", "--depths", "0.5", "--samples", "2", "--kv-policy", "h2o",
+        "--kv-budget", "96", "--json", str(out))
+    rec = json.loads(out.read_text())
+    assert r["accuracy"] == rec["accuracy"]
+    assert [s["answer"] for s in r["samples"]] == [s["answer"] for s in rec["samples"]]
+
+
+# ---- wrong arguments ----------------------------------------------------------------------------
+
+def test_wrong_arguments_raise_and_name_the_input(model, tmp_path):
+    cases = [
+        (lambda: squeezekv.load(tmp_path / "missing.gguf"), FileNotFoundError, "missing.gguf"),
+        (lambda: squeezekv.load(device="tpu"), ValueError, "device"),
+        (lambda: squeezekv.load(threads="two"), TypeError, "threads"),
+        (lambda: squeezekv.load(threads=-1), ValueError, "threads"),
+        (lambda: squeezekv.load(max_memory="lots"), ValueError, "max_memory"),
+        (lambda: squeezekv.load(dummy=tmp_path / "none.json"), FileNotFoundError, "dummy"),
+        (lambda: squeezekv.KVConfig(policy="lru", budget=8)._native(), ValueError, "--kv-policy"),
+        (lambda: squeezekv.KVConfig(policy=3), TypeError, "policy"),
+        (lambda: squeezekv.KVConfig(budget="8"), TypeError, "budget"),
+        (lambda: squeezekv.KVConfig(budget=2.5), TypeError, "budget"),
+        (lambda: model.sequence(squeezekv.KVConfig(policy="h2o", budget=-4)), ValueError, "--kv-budget"),
+        (lambda: model.sequence(squeezekv.KVConfig(policy="h2o")), ValueError, "--kv-budget"),
+        (lambda: model.sequence(squeezekv.KVConfig(type="q3")), ValueError, "--kv-type"),
+        (lambda: model.sequence(squeezekv.KVConfig(policy=PyH2O())), ValueError, "budget"),
+        (lambda: squeezekv.KVConfig(policy=squeezekv.ScorePolicy(), budget=8), TypeError, "score"),
+        (lambda: model.sequence(kv={"policy": "h2o"}), TypeError, "KVConfig"),
+        (lambda: model.generate(PROMPT, max_tokens=-1), ValueError, "max_tokens"),
+        (lambda: model.generate(PROMPT, max_tokens="8"), TypeError, "max_tokens"),
+        (lambda: model.generate(PROMPT, temperature=-1.0), ValueError, "temp"),
+        (lambda: model.generate(PROMPT, top_p=2.0), ValueError, "top-p"),
+        (lambda: model.generate(PROMPT, stop=5), TypeError, "stop"),
+        (lambda: model.generate(12), TypeError, "prompt"),
+        (lambda: model.generate([]), ValueError, "prompt"),
+        (lambda: model.generate([model.config.vocab_size]), ValueError, "token id"),
+        (lambda: model.tokenize(b"bytes"), TypeError, "tokenize"),
+        (lambda: model.detokenize([-1]), ValueError, "token id"),
+        (lambda: model.detokenize("abc"), TypeError, "detokenize"),
+        (lambda: model.sequence().decode(1.5), TypeError, "token"),
+        (lambda: model.sequence().prefill([]), ValueError, "no tokens"),
+        (lambda: model.sequence().prefill([[1, 2]]), TypeError, "token ids"),
+        (lambda: model.sequence().kv_positions(99, 0), ValueError, "layer 99"),
+        (lambda: model.chat([{"role": "robot", "content": "hi"}]), ValueError, "role"),
+        (lambda: model.chat("hi"), TypeError, "messages"),
+        (lambda: squeezekv.eval.perplexity(model, tmp_path / "none.txt"), FileNotFoundError, "text"),
+        (lambda: squeezekv.eval.perplexity(model, EMMA, ctx=100, prefix=200), ValueError, "prefix"),
+        (lambda: squeezekv.eval.retrieval(model, task="sudoku"), ValueError, "task"),
+        (lambda: squeezekv.eval.retrieval("model"), TypeError, "model"),
+    ]
+    for call, exc, text in cases:
+        with pytest.raises(exc, match=text):
+            call()
+
+
+def test_a_sequence_after_its_model_is_closed_raises():
+    m = squeezekv.load(threads=2)
+    seq = m.sequence()
+    seq.prefill([1, 2, 3])
+    m.close()
+    assert m.closed
+    with pytest.raises(squeezekv.Error, match="closed"):
+        seq.decode(4)
+    with pytest.raises(squeezekv.Error, match="closed"):
+        m.generate(PROMPT)
+    seq.close()
+    seq.close()  # twice is fine
