@@ -23,7 +23,7 @@ prompt = "Once upon a time, there was a little girl named Lily. She loved to pla
 a = cpu.generate(prompt, max_tokens=48, temperature=0).text
 b = gpu.generate(prompt, max_tokens=48, temperature=0).text
 print("greedy text equal (exact mode):", a == b, repr(b[:80]))
-ids = cpu.tokenize(prompt * 8)
+ids = cpu.tokenize(prompt * 12)
 la = cpu.sequence(squeezekv.KVConfig(type="f32")).prefill(ids, all_logits=True)
 lb = gpu.sequence(squeezekv.KVConfig(type="f32")).prefill(ids, all_logits=True)
 print(f"prompt logits [{la.shape}] max |cpu - cuda| / scale: {np.abs(la - lb).max() / np.abs(la).max():.2e}")
@@ -37,12 +37,12 @@ class PyH2O(squeezekv.ScorePolicy):
         return mass
 
 
-for t in ["f16", "q8_0"]:
+for t in ["f16"]:  # (q8_0 rows on CUDA need a head dim that is a multiple of 64; TinyStories-656K has 16)
     s1 = gpu.sequence(squeezekv.KVConfig(policy="h2o", budget=24, type=t))
     s2 = gpu.sequence(squeezekv.KVConfig(policy=PyH2O(), budget=24, type=t))
     s1.prefill(ids[:60]); s2.prefill(ids[:60])
     same, n = True, 0
-    for tok in ids[60:100]:
+    for tok in ids[60:110]:
         l1 = s1.decode(tok); l2 = s2.decode(tok)
         same &= bool(np.array_equal(l1, l2))
         for layer in range(gpu.config.n_layers):
