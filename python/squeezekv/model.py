@@ -316,6 +316,18 @@ class Model:
                                     self._gen_options(max_tokens, temperature, top_k, top_p, min_p, seed, stop), native)
         return [_result(r) for r in res]
 
+    def decode_batch(self, sequences: list[Sequence], tokens: Seq[int]) -> np.ndarray:
+        """One decode step of several of this model's sequences together (at most ``max_batch``):
+        the weights are read once for all of them. Returns logits [n, V] in the order given; each
+        row is what that sequence's own ``decode`` gives on the CPU (bit for bit), on a GPU within
+        bf16's rounding of it unless loaded with ``batch_invariant=True``."""
+        if not isinstance(sequences, (list, tuple)) or not all(isinstance(q, Sequence) for q in sequences):
+            raise TypeError("decode_batch: expected a list of squeezekv.Sequence")
+        for q in sequences:
+            if q._model is not self:
+                raise ValueError("decode_batch: a sequence belongs to another model")
+        return self._m.decode_batch([q._seq for q in sequences], _ids("decode_batch: tokens", tokens))
+
     def device_description(self) -> str:
         return self._m.device_description()
 

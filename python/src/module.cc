@@ -266,11 +266,44 @@ class PySequence {
     return std::make_unique<PySequence>(st_, c);
   }
   SequenceId id() const { return id_; }
+  const State& state() const { return st_; }
 
  private:
   State st_;
   SequenceId id_ = -1;
 };
+
+// One decode step of several sequences of one model (Engine::decode): the weights read once for
+// all of them; logits [n][V] in the order given.
+py::array_t<float> decode_batch(const State& st, const std::vector<PySequence*>& seqs, const std::vector<int>& tokens) {
+  if (seqs.empty()) throw Error("decode_batch: no sequences given");
+  if (seqs.size() != tokens.size())
+    throw Error("decode_batch: " + std::to_string(seqs.size()) + " sequences but " + std::to_string(tokens.size()) + " tokens");
+  std::vector<SequenceId> ids;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i] == nullptr) throw Error("decode_batch: sequence " + std::to_string(i) + " is None");
+    if (seqs[i]->state() != st) throw Error("decode_batch: sequence " + std::to_string(i) + " belongs to another model");
+    if (seqs[i]->id() < 0) throw Error("decode_batch: sequence " + std::to_string(i) + " was closed");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j]->id() == seqs[i]->id()) throw Error("decode_batch: sequence " + std::to_string(i) + " is listed twice");
+    ids.push_back(seqs[i]->id());
+  }
+  const int V = st->get("decode_batch").config().vocab_size;
+  std::vector<float> out;
+  locked(*st, [&] {
+    Engine& e = st->eng("decode_batch");
+    if (static_cast<int>(ids.size()) > e.max_batch())
+      throw Error("decode_batch: " + std::to_string(ids.size()) + " sequences, more than the model's max_batch of " +
+                  std::to_string(e.max_batch()) + " (squeezekv.load(max_batch=...))");
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (e.position(ids[i]) >= e.max_tokens(ids[i]))
+        throw Error("decode_batch: sequence " + std::to_string(i) + "'s context of " + std::to_string(e.max_tokens(ids[i])) +
+                    " tokens is full (KVConfig.ctx)");
+    const auto l = e.decode(ids, tokens);
+    out.assign(l.begin(), l.end());
+  });
+  return to_array(out, static_cast<py::ssize_t>(ids.size()), V, true);
+}
 
 GenerateOptions generate_options(const py::dict& d) {
   GenerateOptions o;
@@ -536,6 +569,7 @@ PYBIND11_MODULE(_core, m) {
              return std::make_unique<PyRun>(st, prompt, gen, c);
            })
       .def("generate_many", &generate_many)
+      .def("decode_batch", &decode_batch)
       .def("perplexity",
            [](const State& st, const py::dict& run, const CacheConfig& c, const std::string& text, int ctx, int prefix,
               int windows) {

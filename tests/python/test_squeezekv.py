@@ -70,6 +70,29 @@ def test_generate_batch_equals_one_at_a_time(model):
         assert b.text == model.generate(p, max_tokens=12, temperature=0, kv=k).text
 
 
+def test_decode_batch_equals_each_sequence_alone(model):
+    """One engine step for several sequences (each with its own cache) gives each its lone logits."""
+    kvs = [squeezekv.KVConfig(), squeezekv.KVConfig(policy="h2o", budget=16), squeezekv.KVConfig(policy="squeeze", budget=24)]
+    prompts = [model.tokenize(p) for p in ["Once upon a time, in a land", "The quick brown fox jumps over the lazy dog " * 3, PROMPT]]
+    together = [model.sequence(k) for k in kvs]
+    alone = [model.sequence(k) for k in kvs]
+    nxt = []
+    for s, a, p in zip(together, alone, prompts):
+        l = s.prefill(p)
+        a.prefill(p)
+        nxt.append(int(l.argmax()))
+    for _ in range(6):
+        batch = model.decode_batch(together, nxt)
+        assert batch.shape == (3, model.config.vocab_size)
+        for i, a in enumerate(alone):
+            np.testing.assert_array_equal(batch[i], a.decode(nxt[i]))
+        nxt = [int(r.argmax()) for r in batch]
+    with pytest.raises(squeezekv.Error, match="listed twice"):
+        model.decode_batch([together[0], together[0]], [1, 2])
+    with pytest.raises(squeezekv.Error, match="3 sequences but 2 tokens"):
+        model.decode_batch(together, [1, 2])
+
+
 def test_tokenize_and_detokenize(model):
     ids = model.tokenize(PROMPT)
     assert model.detokenize(ids) == PROMPT
