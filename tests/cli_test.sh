@@ -189,6 +189,32 @@ expect_error "--kv-budget" bench -m "$m" --tokenizer "$tok" --kv-policy h2o
 expect_error "--json" bench -m "$m" --tokenizer "$tok" -p 8 -n 2 -r 1 --json /nonexistent/dir/b.json
 expect_error "--kv-stats" bench -m "$m" --tokenizer "$tok" -p 8 -n 2 -r 1 --kv-stats
 
+# saved KV caches (docs/kv_file.md): a document's cache saved, then loaded under a longer prompt,
+# gives what the whole prompt gives cold (full cache: the int8 decode products are chunking-
+# invariant); a kvzip cache loads and answers; mismatches and damage are refused naming them
+kvdir="$(mktemp -d)"
+doc="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends."
+q=" One day, Lily saw a big"
+"$bin" generate -m "$m" --tokenizer "$tok" -p "$doc" -n 0 -t 2 --save-kv "$kvdir/full.kv" > /dev/null 2>&1 && ok || bad "--save-kv failed"
+cold="$("$bin" generate -m "$m" --tokenizer "$tok" -p "$doc$q" -n 16 --temp 0 -t 2 2>/dev/null)"
+warm="$("$bin" generate -m "$m" --tokenizer "$tok" -p "$doc$q" -n 16 --temp 0 -t 2 --load-kv "$kvdir/full.kv" 2>"$kvdir/err")"
+[ -n "$cold" ] && [ "$cold" = "$warm" ] && ok || bad "--load-kv: '$warm' differs from the cold run's '$cold'"
+grep -q "load-kv: [0-9]* cached tokens" "$kvdir/err" && ok || bad "--load-kv: no cached-token line: $(cat "$kvdir/err")"
+"$bin" generate -m "$m" --tokenizer "$tok" -p "$doc" -n 0 -t 2 --kv-policy kvzip --kv-budget 12 --save-kv "$kvdir/zip.kv" > /dev/null 2>&1 && ok || bad "kvzip --save-kv failed"
+"$bin" generate -m "$m" --tokenizer "$tok" -p "$doc$q" -n 8 --temp 0 -t 2 --kv-policy kvzip --kv-budget 12 --load-kv "$kvdir/zip.kv" > /dev/null 2>&1 && ok || bad "kvzip --load-kv failed"
+"$bin" generate -m "$m" --tokenizer "$tok" -p "$doc" -n 6 --temp 0 -t 2 --kv-policy h2o --kv-budget 16 --save-kv "$kvdir/after.kv" --save-kv-after 2>&1 | grep -q "save-kv: " && ok || bad "--save-kv-after wrote nothing"
+expect_error "--kv-budget: the cache was saved with 12, this run asks 16" generate -m "$m" --tokenizer "$tok" -p "$doc$q" --kv-policy kvzip --kv-budget 16 --load-kv "$kvdir/zip.kv"
+expect_error "the prompt differs from the" generate -m "$m" --tokenizer "$tok" -p "A different story$q" --load-kv "$kvdir/full.kv"
+expect_error "the prompt adds nothing" generate -m "$m" --tokenizer "$tok" -p "$doc" --load-kv "$kvdir/full.kv"
+expect_error "cannot be read" generate -m "$m" --tokenizer "$tok" -p "$doc$q" --load-kv "$kvdir/none.kv"
+head -c 200 "$kvdir/full.kv" > "$kvdir/cut.kv"
+expect_error "kv cache '$kvdir/cut.kv'" generate -m "$m" --tokenizer "$tok" -p "$doc$q" --load-kv "$kvdir/cut.kv"
+printf 'GGUF but not a cache' > "$kvdir/magic.kv"
+expect_error "no SQKV magic" generate -m "$m" --tokenizer "$tok" -p "$doc$q" --load-kv "$kvdir/magic.kv"
+expect_error "saved for another model" generate -m "$shared/models/tinystories-656k" -p "$doc$q" --load-kv "$kvdir/full.kv"
+expect_error "--save-kv: cannot write" generate -m "$m" --tokenizer "$tok" -p "$doc" --save-kv /nonexistent/dir/x.kv
+rm -rf "$kvdir"
+
 # serve: wrong flags are refused before it listens
 expect_error "--parallel" serve -m "$m" --tokenizer "$tok" --port 0 --parallel 0
 expect_error "--queue" serve -m "$m" --tokenizer "$tok" --port 0 --queue -1

@@ -116,7 +116,7 @@ TEST(PolicyRegistry, EveryPolicyHasOneRowAndItsNameRoundTrips) {
     EXPECT_EQ(&policy_info(i.id), &i);
     EXPECT_NE(std::string(kv_policy_names()).find(i.name), std::string::npos);
   }
-  EXPECT_EQ(names.size(), 7u);  // full window h2o snapkv pyramidkv squeeze kvzip
+  EXPECT_EQ(names.size(), 8u);  // full window h2o snapkv pyramidkv squeeze kvzip custom
   try {
     parse_kv_policy("h2");
     FAIL() << "no error";

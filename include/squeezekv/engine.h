@@ -54,6 +54,13 @@ class Engine {
   // memory like any new sequence (MemoryLimitError when it does not fit). For a prompt shared by
   // many sequences (and for the bench, which fills B sequences to a depth with one prefill).
   SequenceId copy_sequence(SequenceId id);
+  // A saved KV cache of a sequence that has run `tokens` (docs/kv_file.md; Session::save_kv).
+  std::vector<uint8_t> save_sequence(SequenceId id, std::span<const int> tokens) const;
+  // A new sequence restored from saved bytes, with the cache settings they were saved with
+  // (checked, and counted against --max-memory and the KV pool, as add_sequence); `tokens`, when
+  // given, receives the ids it covers. It continues exactly as the saved sequence would have on
+  // the same device. FormatError / Error as Session::load_kv.
+  SequenceId load_sequence(std::span<const uint8_t> bytes, std::vector<int>* tokens = nullptr, const std::string& source = "bytes");
 
   // Runs up to prefill_chunk() prompt tokens of one sequence; returns the logits [V] of its last row
   // (all_logits: of every row, [n][V], as Session::forward gives them).

@@ -94,9 +94,11 @@ class Generation {
 };
 
 // Prefills the prompt, then samples until an end-of-generation token, a stop string or
-// max_tokens. on_text receives text as it is produced (whole UTF-8 characters).
+// max_tokens. on_text receives text as it is produced (whole UTF-8 characters); after_prompt, when
+// given, runs once the prompt has run and before the first token is sampled (the CLI's --save-kv).
 GenerateResult generate(Session& session, std::span<const int> prompt, const GenerateOptions& opt,
-                        const std::function<void(std::string_view)>& on_text = {});
+                        const std::function<void(std::string_view)>& on_text = {},
+                        const std::function<void()>& after_prompt = {});
 
 // Prompt text -> token ids: BOS first when the model adds one, unless the text already opens with
 // BOS's text (a chat rendering that writes it).

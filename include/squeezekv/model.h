@@ -44,6 +44,11 @@ class Model {
     std::vector<std::pair<std::string, int64_t>> bytes_by_type;
   };
   WeightSummary weight_summary() const;
+  // What identifies these weights in a saved KV cache (docs/kv_file.md): a 64-bit FNV-1a hash of
+  // the hyper-parameters, every norm vector, the tokenizer's tokens and samples of the embedding
+  // table's bytes (its type, first and last 4 KiB): the same for every load of one file, whatever
+  // the device or decode arithmetic, different for another model, fine-tune or quantization.
+  uint64_t fingerprint() const { return fingerprint_; }
 
   Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, std::string chat_template,
         std::unique_ptr<ModelWeights> weights);
@@ -53,6 +58,7 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string chat_template_;
   std::unique_ptr<ModelWeights> weights_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace squeezekv

@@ -77,6 +77,21 @@ class Session {
   std::vector<LayerStats> kv_stats() const;
   // Absolute positions one layer's kv head holds now, sorted ascending.
   std::vector<int32_t> kv_positions(int layer, int kv_head) const;
+  // A saved KV cache (docs/kv_file.md): the sequence's caches, position and the token ids it has
+  // run (`tokens`, position() of them, which the caller kept), as bytes. Error when a policy is
+  // between phases (a squeeze schedule or kvzip's scoring pending: save once the prompt has run)
+  // or for the custom policy.
+  std::vector<uint8_t> save_kv(std::span<const int> tokens) const;
+  // Replaces the sequence with a saved one (from save_kv of a session of this model with this
+  // session's cache settings and --ctx) and returns the token ids it covers; it then continues
+  // exactly as the saved one would have on the same device. FormatError naming `source` for bytes
+  // that are not a saved cache; Error for another model or settings that differ (naming the flag),
+  // before the sequence is touched.
+  std::vector<int> load_kv(std::span<const uint8_t> bytes, const std::string& source = "bytes");
+  // The same through a file (written whole: a temporary file renamed over the path); Error naming
+  // the path when it cannot be written or read.
+  void save_kv_file(const std::string& path, std::span<const int> tokens) const;
+  std::vector<int> load_kv_file(const std::string& path);
   // The squeeze coordinator of this sequence (null for other policies).
   const SqueezeCoordinator* coordinator() const;
 

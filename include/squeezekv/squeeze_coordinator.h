@@ -40,6 +40,7 @@ class SqueezeCoordinator {
   // the last report to count; reset() clears it. Not part of the seed's contract: an extra step
   // after its allocation (--squeeze-cap).
   void set_token_cap(int64_t tokens);
+  int64_t token_cap() const;  // 0: none
   // Reported concentration of a layer (nullopt before its report).
   std::optional<double> concentration(int layer_id) const;
   int n_sink() const { return n_sink_; }

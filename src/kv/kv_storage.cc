@@ -1,6 +1,7 @@
 #include "kv/kv_storage.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cassert>
 #include <cstring>
 #include <string>
@@ -252,6 +253,88 @@ KvView KvStorage::view() const {
 int64_t KvStorage::bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror) {
   const int64_t rows = static_cast<int64_t>(n_kv_heads) * capacity;
   return rows * (static_cast<int64_t>(kv_row_bytes(types.k, head_dim) + kv_row_bytes(types.v, head_dim)) + 8 * (host_mirror ? 2 : 1));
+}
+
+KvStorageImage KvStorage::image() const {
+  sync_to_host();
+  KvStorageImage im;
+  const size_t G = static_cast<size_t>(G_), n = static_cast<size_t>(count_), cap = static_cast<size_t>(capacity_);
+  const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
+  im.count = count_;
+  im.newest = newest_;
+  im.live = live_;
+  im.k.resize(G * n * row);
+  im.v.resize(G * n * vrow);
+  im.pos.resize(G * n);
+  im.mass.resize(G * n);
+  for (size_t g = 0; g < G; ++g) {
+    backend_->download(im.k.data() + g * n * row, static_cast<const uint8_t*>(arrays_.k) + g * cap * row, n * row);
+    backend_->download(im.v.data() + g * n * vrow, static_cast<const uint8_t*>(arrays_.v) + g * cap * vrow, n * vrow);
+    std::copy_n(pos_host_ + g * cap, n, im.pos.data() + g * n);
+    std::copy_n(mass_host_ + g * cap, n, im.mass.data() + g * n);
+  }
+  if (k_offset_) {
+    im.k_offset.resize(G * D_);
+    backend_->download(im.k_offset.data(), k_offset_->data(), im.k_offset.size() * sizeof(float));
+  }
+  return im;
+}
+
+void KvStorage::restore(const KvStorageImage& im, int32_t position_limit) {
+  const size_t G = static_cast<size_t>(G_), n = static_cast<size_t>(im.count), cap = static_cast<size_t>(capacity_);
+  const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
+  auto fail = [](const std::string& m) { throw Error("kv restore: " + m); };
+  if (im.count < 0 || im.count > capacity_)
+    fail(std::to_string(im.count) + " rows do not fit the layer's capacity of " + std::to_string(capacity_));
+  if (im.live.size() != G || im.k.size() != G * n * row || im.v.size() != G * n * vrow || im.pos.size() != G * n ||
+      im.mass.size() != G * n || im.k_offset.size() != (k_offset_ ? G * D_ : 0))
+    fail("the rows' sizes do not match the layer's shape and row types");
+  int32_t newest = -1;
+  std::vector<int32_t> sorted(n);
+  for (size_t g = 0; g < G; ++g) {
+    int live = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t p = im.pos[g * n + i];
+      if (p == kDeadPos) continue;
+      if (p < 0 || p >= position_limit)
+        fail("kv head " + std::to_string(g) + " holds position " + std::to_string(p) + ", outside [0, " + std::to_string(position_limit) + ")");
+      if (!std::isfinite(im.mass[g * n + i])) fail("kv head " + std::to_string(g) + " has a mass that is not finite");
+      sorted[live++] = p;
+      newest = std::max(newest, p);
+    }
+    std::sort(sorted.begin(), sorted.begin() + live);
+    if (std::adjacent_find(sorted.begin(), sorted.begin() + live) != sorted.begin() + live)
+      fail("kv head " + std::to_string(g) + " holds a position twice");
+    if (im.live[g] != live) fail("kv head " + std::to_string(g) + "'s live count disagrees with its positions");
+  }
+  if (im.newest < newest || im.newest >= position_limit) fail("the newest position is not the newest held");
+  for (float x : im.k_offset)
+    if (!std::isfinite(x)) fail("the key offsets are not finite");
+  // every stored value finite (a damaged scale or half would turn attention, and then the mass the
+  // policies sort by, into NaN)
+  std::vector<float> x(static_cast<size_t>(D_));
+  for (size_t r = 0; r < G * n; ++r)
+    for (int kv = 0; kv < 2; ++kv) {
+      kv_dequantize_row(kv == 0 ? types_.k : types_.v, (kv == 0 ? im.k.data() + r * row : im.v.data() + r * vrow), x.data(), D_);
+      for (float e : x)
+        if (!std::isfinite(e)) fail(std::string(kv == 0 ? "a key" : "a value") + " row holds a value that is not finite");
+    }
+  for (size_t g = 0; g < G; ++g) {
+    backend_->upload(static_cast<uint8_t*>(arrays_.k) + g * cap * row, im.k.data() + g * n * row, n * row);
+    backend_->upload(static_cast<uint8_t*>(arrays_.v) + g * cap * vrow, im.v.data() + g * n * vrow, n * vrow);
+    std::copy_n(im.pos.data() + g * n, n, pos_host_ + g * cap);
+    std::copy_n(im.mass.data() + g * n, n, mass_host_ + g * cap);
+  }
+  if (!backend_->host_visible()) {
+    backend_->upload(arrays_.pos, pos_host_, G * cap * sizeof(int32_t));
+    backend_->upload(arrays_.mass, mass_host_, G * cap * sizeof(float));
+  }
+  if (k_offset_) backend_->upload(k_offset_->data(), im.k_offset.data(), im.k_offset.size() * sizeof(float));
+  pos_stale_ = mass_stale_ = false;
+  count_ = im.count;
+  live_ = im.live;
+  newest_ = last_appended_ = im.newest;
+  newest_dev_ = nullptr;
 }
 
 void KvStorage::read_keys(float* keys) const {

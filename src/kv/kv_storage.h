@@ -22,6 +22,18 @@ namespace squeezekv {
 
 struct Eviction;
 
+// A storage's held rows and metadata in host memory, packed [G][count] (what a saved cache holds;
+// KvStorage::image and restore).
+struct KvStorageImage {
+  int count = 0;
+  int32_t newest = -1;
+  std::vector<int> live;        // [G] rows held per head
+  std::vector<uint8_t> k, v;    // [G][count] rows of the K and V types
+  std::vector<int32_t> pos;     // [G][count] absolute positions (dead slots kDeadPos)
+  std::vector<float> mass;      // [G][count]
+  std::vector<float> k_offset;  // [G][D] for a kv_rotates_keys type, else empty
+};
+
 class KvStorage {
  public:
   // The position of a dead slot: later than any query, so attention masks it.
@@ -131,6 +143,14 @@ class KvStorage {
     count_dev_ = count_dev;
     arrays_.count_dev = count_dev;
   }
+  // A deep copy of the held rows into host memory (from a device's first).
+  KvStorageImage image() const;
+  // Replaces the held rows with an image of a storage of this shape and these row types. The image
+  // is checked first (Error naming what does not fit: sizes, more rows than the capacity, per head
+  // positions that repeat or lie at or beyond `position_limit`, live counts that disagree with the
+  // dead slots, mass or row values that are not finite), so a damaged file cannot leave rows a
+  // later step trips on.
+  void restore(const KvStorageImage& im, int32_t position_limit);
   // The held keys as f32, keys [G][count()][D] (after RoPE, as attention meets them): a deep copy
   // (from a device's memory first). Throws Error for the 4-bit types, whose keys are stored rotated.
   void read_keys(float* keys) const;

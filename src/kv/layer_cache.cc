@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include <string>
+
 #include "squeezekv/error.h"
 
 namespace squeezekv {
@@ -89,6 +91,27 @@ void LayerCache::copy_from(const LayerCache& src, SqueezeCoordinator* coordinato
   storage_.copy_from(src.storage_);
   tokens_seen_ = src.tokens_seen_;
   last_step_rows_ = src.last_step_rows_;
+}
+
+LayerCache::Image LayerCache::image() const {
+  if (const char* why = policy_->unsaveable()) throw Error("kv save: layer " + std::to_string(layer_) + ": " + why);
+  return {tokens_seen_, last_step_rows_, policy_->state(), storage_.image()};
+}
+
+void LayerCache::restore(const Image& im, int32_t position_limit) {
+  const std::string where = "kv restore: layer " + std::to_string(layer_) + ": ";
+  // (last_step_rows may exceed this sequence's chunk: the saver's may have been longer)
+  if (im.tokens_seen < 0 || im.tokens_seen > max_tokens_ || im.last_step_rows < 0 || im.last_step_rows > max_tokens_)
+    throw Error(where + "its counters are outside the sequence's limits");
+  if (!policy_->set_state(im.policy)) throw Error(where + "the policy's state does not fit this policy");
+  // the storage laid out for the restored budget (a squeeze schedule, pyramidkv's taper), empty
+  storage_.clear();
+  fit_capacity();
+  if (im.rows.count > policy_->max_head_rows() + max_step_rows_)
+    throw Error(where + std::to_string(im.rows.count) + " rows are more than its budget allows");
+  storage_.restore(im.rows, position_limit);
+  tokens_seen_ = im.tokens_seen;
+  last_step_rows_ = im.last_step_rows;
 }
 
 LayerStats LayerCache::stats() const {

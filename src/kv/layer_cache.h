@@ -70,6 +70,17 @@ class LayerCache {
   // Makes this layer a deep copy of src (a layer of the same plan): its rows, its policy's state
   // (a coordinated policy now reports to `coordinator`) and its counters.
   void copy_from(const LayerCache& src, SqueezeCoordinator* coordinator);
+  // For a saved cache: the counters, the policy's state and the rows (Error when the policy's
+  // state cannot be saved now); restore() takes them back into a layer of the same plan, after the
+  // sequence's coordinator (if any) has its schedule again, checking them first.
+  struct Image {
+    int64_t tokens_seen = 0;
+    int last_step_rows = 0;
+    std::vector<double> policy;
+    KvStorageImage rows;
+  };
+  Image image() const;
+  void restore(const Image& im, int32_t position_limit);
   LayerStats stats() const;
   const KvStorage& storage() const { return storage_; }
   void bind_device_count(const int32_t* count_dev) { storage_.bind_device_count(count_dev); }

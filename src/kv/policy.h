@@ -80,6 +80,13 @@ class EvictionPolicy {
   const ScoringPass* scoring() const { return const_cast<EvictionPolicy*>(this)->scoring(); }
 
   virtual void reset() {}
+  // For a saved cache (runtime/kv_file.cc): the policy's state beyond the rows and the coordinator
+  // (a budget decided, a phase), as numbers; set_state takes what state() gave on a policy made from
+  // the same config and returns false when the numbers cannot be its state (a damaged file).
+  virtual std::vector<double> state() const { return {}; }
+  virtual bool set_state(std::span<const double> s) { return s.empty(); }
+  // Why this policy's state cannot be saved now (a measurement under way), or null when it can.
+  virtual const char* unsaveable() const { return nullptr; }
   // A copy of this policy with all its state, for a copied sequence (Engine::copy_sequence); a
   // coordinated policy reports to `coordinator` (the copy's own) instead of the original's.
   virtual std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator* coordinator) const = 0;

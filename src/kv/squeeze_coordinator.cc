@@ -220,6 +220,7 @@ void SqueezeCoordinator::reset() {
 }
 
 void SqueezeCoordinator::set_token_cap(int64_t tokens) { cap_ = tokens > 0 ? tokens : 0; }
+int64_t SqueezeCoordinator::token_cap() const { return cap_; }
 
 void SqueezeCoordinator::check_layer(int layer_id) const {
   if (layer_id < 0 || layer_id >= n_layers_)

@@ -18,7 +18,37 @@ Model::Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, std::stri
     : config_(std::move(config)),
       tokenizer_(std::move(tokenizer)),
       chat_template_(std::move(chat_template)),
-      weights_(std::move(weights)) {}
+      weights_(std::move(weights)) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  const ModelConfig& c = config_;
+  const int64_t dims[] = {static_cast<int64_t>(c.arch), c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
+                          c.vocab_size, c.qkv_bias, c.rope_adjacent_pairs};
+  mix(dims, sizeof dims);
+  mix(&c.rope_theta, sizeof c.rope_theta);
+  mix(&c.norm_eps, sizeof c.norm_eps);
+  mix(weights_->out_norm.data(), weights_->out_norm.size() * sizeof(float));
+  for (const LayerWeights& l : weights_->layers) {
+    mix(l.attn_norm.data(), l.attn_norm.size() * sizeof(float));
+    mix(l.ffn_norm.data(), l.ffn_norm.size() * sizeof(float));
+  }
+  for (int i = 0; i < tokenizer_->vocab_size(); ++i) {
+    const std::string& t = tokenizer_->token_text(i);
+    mix(t.data(), t.size());
+    mix("", 1);
+  }
+  const WeightMatrix& e = weights_->tok_embd;
+  const size_t bytes = static_cast<size_t>(e.row_bytes) * e.rows, sample = std::min<size_t>(bytes, 4096);
+  mix(&e.type, sizeof e.type);
+  if (e.data != nullptr && sample > 0) {
+    mix(e.data, sample);
+    mix(e.data + bytes - sample, sample);
+  }
+  fingerprint_ = h;
+}
 
 Model::~Model() = default;
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "runtime/kv_file.h"
 #include "runtime/runner.h"
 #include "squeezekv/error.h"
 
@@ -55,6 +56,22 @@ SequenceId Engine::copy_sequence(SequenceId id) {
   const SequenceId copy = impl_->next_id++;
   impl_->seqs.emplace(copy, std::move(s));
   return copy;
+}
+
+std::vector<uint8_t> Engine::save_sequence(SequenceId id, std::span<const int> tokens) const {
+  return serialize_sequence(impl_->runner.model(), impl_->get(id), tokens);
+}
+
+SequenceId Engine::load_sequence(std::span<const uint8_t> bytes, std::vector<int>* tokens, const std::string& source) {
+  const SavedSequence saved = parse_saved_sequence(bytes, impl_->runner.model(), source);
+  auto s = std::make_unique<SequenceState>(impl_->runner.new_sequence(saved.cache, impl_->held()));
+  if (const std::string why = saved_settings_mismatch(saved, s->config, s->max_tokens); !why.empty())
+    throw Error("kv cache '" + source + "': " + why);  // (a --ctx beyond what this engine allows)
+  restore_sequence(*s, saved);
+  if (tokens != nullptr) *tokens = saved.tokens;
+  const SequenceId id = impl_->next_id++;
+  impl_->seqs.emplace(id, std::move(s));
+  return id;
 }
 
 void Engine::remove_sequence(SequenceId id) { impl_->seqs.erase(id); }

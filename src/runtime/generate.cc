@@ -209,7 +209,7 @@ int Generation::accept(int id) {
 }
 
 GenerateResult generate(Session& session, std::span<const int> prompt, const GenerateOptions& opt,
-                        const std::function<void(std::string_view)>& on_text) {
+                        const std::function<void(std::string_view)>& on_text, const std::function<void()>& after_prompt) {
   using clock = std::chrono::steady_clock;
   Generation g(session.model().tokenizer(), prompt, opt, [&on_text](std::string_view s) {
     if (on_text) on_text(s);
@@ -218,6 +218,7 @@ GenerateResult generate(Session& session, std::span<const int> prompt, const Gen
   const auto t0 = clock::now();
   std::span<const float> logits = session.forward(prompt);
   const auto t1 = clock::now();
+  if (after_prompt) after_prompt();
   for (int id = g.next(logits); id >= 0; id = g.next(logits)) logits = session.forward(std::span<const int>(&id, 1));
   GenerateResult res = std::move(g.result());
   res.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();

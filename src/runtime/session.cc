@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/enum_table.h"
+#include "runtime/kv_file.h"
 #include "runtime/runner.h"
 #include "squeezekv/error.h"
 
@@ -79,6 +80,22 @@ std::vector<LayerStats> Session::kv_stats() const {
 }
 
 std::vector<int32_t> Session::kv_positions(int layer, int kv_head) const { return held_positions(impl_->seq, layer, kv_head); }
+
+std::vector<uint8_t> Session::save_kv(std::span<const int> tokens) const {
+  return serialize_sequence(impl_->runner.model(), impl_->seq, tokens);
+}
+
+std::vector<int> Session::load_kv(std::span<const uint8_t> bytes, const std::string& source) {
+  Impl& m = *impl_;
+  const SavedSequence saved = parse_saved_sequence(bytes, m.runner.model(), source);
+  if (const std::string why = saved_settings_mismatch(saved, m.plan.config(), m.seq.max_tokens); !why.empty())
+    throw Error("kv cache '" + source + "': " + why);
+  restore_sequence(m.seq, saved);
+  return saved.tokens;
+}
+
+void Session::save_kv_file(const std::string& path, std::span<const int> tokens) const { write_kv_file(path, save_kv(tokens)); }
+std::vector<int> Session::load_kv_file(const std::string& path) { return load_kv(read_kv_file(path), path); }
 
 const SqueezeCoordinator* Session::coordinator() const { return impl_->seq.caches.coordinator.get(); }
 

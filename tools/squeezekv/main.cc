@@ -58,6 +58,8 @@ struct GenArgs {
   bool chat = false;
   std::vector<std::string> stop;
   SamplerConfig sampler;
+  std::string save_kv, load_kv;  // saved KV caches (docs/kv_file.md)
+  bool save_kv_after = false;
 };
 
 // -m omitted: $SQUEEZEKV_MODEL, then ./models/..., then <exe>/../models/... (the build tree).
@@ -126,6 +128,14 @@ void add_generation(CLI::App* app, GenArgs& g) {
   app->add_option("--seed", g.sampler.seed, "random seed");
   app->add_option("--stop", g.stop, "stop string (repeatable)");
   app->add_option("--system", g.system, "system message (chat)");
+}
+
+void add_kv_files(CLI::App* app, GenArgs& g) {
+  app->add_option("--save-kv", g.save_kv, "write the KV cache to FILE once the prompt has run (docs/kv_file.md)");
+  app->add_flag("--save-kv-after", g.save_kv_after, "--save-kv: write it after the generation instead (prompt and generated tokens)");
+  app->add_option("--load-kv", g.load_kv,
+                  "start from a saved KV cache: the prompt must begin with the tokens it covers, and only the rest is run "
+                  "(the same model and KV flags as when it was saved)");
 }
 
 // "8G", "512M", "64k", "1000000": bytes (K, M, G, T: powers of 1024); Error naming the flag.
@@ -242,11 +252,43 @@ int run_generate(const CommonArgs& a, GenArgs& g) {
   go.max_tokens = g.n;
   go.sampler = g.sampler;
   go.stop = g.stop;
+  // a saved cache: the prompt must extend the tokens it covers; only the rest runs
+  size_t cached = 0;
+  if (!g.load_kv.empty()) {
+    const std::vector<int> have = session.load_kv_file(g.load_kv);
+    const size_t same = std::mismatch(have.begin(), have.end(), prompt.begin(), prompt.end()).first - have.begin();
+    if (same < have.size())
+      throw Error("--load-kv: the prompt differs from the " + std::to_string(have.size()) + " tokens the cache covers at token " +
+                  std::to_string(same) + (same < prompt.size() ? "" : " (the prompt ends there)"));
+    if (prompt.size() == have.size())
+      throw Error("--load-kv: the prompt adds nothing to the " + std::to_string(have.size()) +
+                  " tokens the cache covers; give at least one more (the cache holds no logits)");
+    cached = have.size();
+    std::fprintf(stderr, "load-kv: %zu cached tokens from %s, %zu to run\n", cached, g.load_kv.c_str(), prompt.size() - cached);
+  }
+  if (!g.save_kv.empty()) {  // writable: checked before the run, not after it
+    if (!std::ofstream(g.save_kv + ".tmp", std::ios::app)) throw Error("--save-kv: cannot write '" + g.save_kv + "'");
+    std::filesystem::remove(g.save_kv + ".tmp");
+  }
+  auto save = [&](std::span<const int> run) {
+    session.save_kv_file(g.save_kv, run.first(static_cast<size_t>(session.position())));
+    std::fprintf(stderr, "save-kv: %d tokens to %s\n", session.position(), g.save_kv.c_str());
+  };
   if (!g.chat) std::fwrite(g.prompt.data(), 1, g.prompt.size(), stdout);
-  const GenerateResult r = generate(session, prompt, go, [](std::string_view s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
-  });
+  const GenerateResult r = generate(
+      session, std::span<const int>(prompt).subspan(cached), go,
+      [](std::string_view s) {
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        std::fflush(stdout);
+      },
+      [&] {
+        if (!g.save_kv.empty() && !g.save_kv_after) save(prompt);
+      });
+  if (!g.save_kv.empty() && g.save_kv_after) {
+    std::vector<int> run = prompt;
+    run.insert(run.end(), r.tokens.begin(), r.tokens.end());
+    save(run);
+  }
   std::fputc('\n', stdout);
   std::fflush(stdout);
   print_stats(r);
@@ -411,6 +453,7 @@ int main(int argc, char** argv) {
   CLI::App* g = app.add_subcommand("generate", "generate text from a prompt");
   add_common(g, common);
   add_generation(g, gen);
+  add_kv_files(g, gen);
   g->add_option("-p,--prompt", gen.prompt, "prompt text");
   g->add_option("-f,--file", gen.prompt_file, "read the prompt from a file");
   g->add_flag("--chat", gen.chat, "wrap the prompt in the model's chat template");

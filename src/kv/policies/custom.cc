@@ -22,6 +22,12 @@ class CustomPolicy final : public EvictionPolicy {
   std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<CustomPolicy>(*this); }
   void before_compaction(const KvStorage&, const StepInfo& info) override { tokens_seen_ = info.tokens_seen; }
   void reset() override { tokens_seen_ = 0; }
+  std::vector<double> state() const override { return {static_cast<double>(tokens_seen_)}; }
+  bool set_state(std::span<const double> s) override {
+    if (s.size() != 1 || !(s[0] >= 0 && s[0] <= 9e15) || s[0] != std::floor(s[0])) return false;
+    tokens_seen_ = static_cast<int64_t>(s[0]);
+    return true;
+  }
 
   bool select(const KvStorage& s, int step_rows, Eviction& out) override {
     const int n = s.count(), G = s.n_kv_heads(), D = s.head_dim();

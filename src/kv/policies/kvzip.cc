@@ -57,9 +57,19 @@ class KvzipPolicy final : public EvictionPolicy, public ScoringPass {
     phase_ = Phase::kPrompt;
     just_scored_ = false;
   }
+  std::vector<double> state() const override { return {static_cast<double>(phase_), just_scored_ ? 1.0 : 0.0}; }
+  bool set_state(std::span<const double> s) override {
+    if (s.size() != 2 || (s[0] != 0 && s[0] != 2) || (s[1] != 0 && s[1] != 1)) return false;  // never mid-scoring
+    phase_ = static_cast<Phase>(static_cast<int>(s[0]));
+    just_scored_ = s[1] == 1;
+    return true;
+  }
+  const char* unsaveable() const override {
+    return phase_ == Phase::kScoring ? "kvzip has not scored the prompt yet (save once the prompt has run)" : nullptr;
+  }
 
  private:
-  enum class Phase { kPrompt, kScoring, kDecode };
+  enum class Phase { kPrompt = 0, kScoring = 1, kDecode = 2 };  // (the numbers a saved cache holds)
   CacheConfig cfg_;
   int max_tokens_, G_;
   bool adaptive_;

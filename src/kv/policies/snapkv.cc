@@ -74,6 +74,14 @@ class PyramidKVPolicy final : public SnapKVPolicy {
     decided_ = false;
     budget_ = cfg_.budget;
   }
+  std::vector<double> state() const override { return {decided_ ? 1.0 : 0.0, static_cast<double>(budget_)}; }
+  bool set_state(std::span<const double> s) override {
+    if (s.size() != 2 || (s[0] != 0 && s[0] != 1) || !(s[1] >= 1 && s[1] <= 2.0 * cfg_.budget) || s[1] != std::floor(s[1]))
+      return false;
+    decided_ = s[0] == 1;
+    budget_ = static_cast<int>(s[1]);
+    return true;
+  }
 
  private:
   void decide_budget(const KvStorage& s) override {

@@ -8,6 +8,7 @@
 // fallback average in the step that fixes the schedule. With --squeeze-cap the coordinator caps
 // each budget at the prompt's length and hands the excess on (water_fill_budgets).
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "kv/policy.h"
@@ -64,6 +65,16 @@ class SqueezePolicy final : public EvictionPolicy {
     reported_ = false;
     concentration_ = 0.0;
     meter_.reset();
+  }
+  std::vector<double> state() const override { return {reported_ ? 1.0 : 0.0, concentration_}; }
+  bool set_state(std::span<const double> s) override {
+    if (s.size() != 2 || (s[0] != 0 && s[0] != 1) || !std::isfinite(s[1])) return false;
+    reported_ = s[0] == 1;
+    concentration_ = s[1];
+    return true;
+  }
+  const char* unsaveable() const override {
+    return coord_ != nullptr && !reported_ ? "the squeeze schedule is still being measured (save once the prompt has run)" : nullptr;
   }
 
  private:
