@@ -153,7 +153,7 @@ class Sequence:
     one model share its engine, which runs one call at a time.
     """
 
-    def __init__(self, model: "Model", native: "_core.Sequence", kv: KVConfig):
+    def __init__(self, model: "Model", native: "_core.Sequence", kv: Optional[KVConfig]):
         self._model = model
         self._seq = native
         self.kv = kv
@@ -182,6 +182,25 @@ class Sequence:
     def kv_positions(self, layer: int, kv_head: int) -> np.ndarray:
         """The absolute positions one layer's kv head holds now, ascending (int32)."""
         return self._seq.kv_positions(_check_int("layer", layer), _check_int("kv_head", kv_head))
+
+    @property
+    def tokens(self) -> list[int]:
+        """The token ids this sequence has run (what a saved cache covers)."""
+        return list(self._seq.tokens)
+
+    def save(self, path: Union[str, os.PathLike, None] = None) -> bytes:
+        """The sequence's KV cache as saved bytes (docs/kv_file.md: rows as held, compressed; the
+        policies' state; the tokens), also written to ``path`` when given. ``Model.load_sequence``
+        restores it; the restored sequence continues exactly as this one would."""
+        data = self._seq.save()
+        if path is not None:
+            tmp = Path(os.fspath(path) + ".tmp")
+            try:
+                tmp.write_bytes(data)
+                tmp.replace(path)
+            except OSError as e:
+                raise OSError(f"Sequence.save: cannot write '{path}': {e.strerror}") from None
+        return data
 
     def copy(self) -> "Sequence":
         """A deep copy that continues exactly as this one would."""
@@ -247,6 +266,20 @@ class Model:
         """A new sequence with its own KV cache."""
         kv = as_config(kv)
         return Sequence(self, self._m.sequence(kv._native()), kv)
+
+    def load_sequence(self, saved: Union[bytes, str, os.PathLike]) -> Sequence:
+        """A sequence restored from a saved cache (``Sequence.save``'s bytes, or a file written by it
+        or by ``squeezekv generate --save-kv``), with the KV settings it was saved with."""
+        if isinstance(saved, (bytes, bytearray)):
+            data, source = bytes(saved), "bytes"
+        elif isinstance(saved, (str, os.PathLike)):
+            if not Path(saved).is_file():
+                raise FileNotFoundError(f"load_sequence: file '{saved}' does not exist")
+            data, source = Path(saved).read_bytes(), os.fspath(saved)
+        else:
+            raise TypeError(f"load_sequence: expected bytes or a path, got {type(saved).__name__}")
+        native = self._m.load_sequence(data, source)
+        return Sequence(self, native, None)  # (its settings are the saved ones)
 
     def _prompt(self, prompt: Union[str, Seq[int]]) -> list[int]:
         if isinstance(prompt, str):

@@ -189,7 +189,7 @@ class PySequence {
   PySequence(State st, const CacheConfig& cache) : st_(std::move(st)) {
     id_ = locked(*st_, [&] { return st_->eng("sequence").add_sequence(cache); });
   }
-  PySequence(State st, SequenceId id) : st_(std::move(st)), id_(id) {}
+  PySequence(State st, SequenceId id, std::vector<int> run = {}) : st_(std::move(st)), id_(id), run_(std::move(run)) {}
   ~PySequence() { close(); }
   void close() {
     if (id_ < 0) return;
@@ -225,6 +225,7 @@ class PySequence {
           const auto l = e.prefill(id_, std::span<const int>(ids.data() + s, T), end);
           if (s + T == ids.size()) last.assign(l.begin(), l.end());
         }
+        run_.insert(run_.end(), ids.begin() + static_cast<ptrdiff_t>(s), ids.begin() + static_cast<ptrdiff_t>(s + T));
       }
     });
     if (all_logits) return to_array(all, static_cast<py::ssize_t>(ids.size()), V, true);
@@ -240,9 +241,16 @@ class PySequence {
                     " tokens is full (KVConfig.ctx)");
       const auto l = e.decode(std::span<const SequenceId>(&id_, 1), std::span<const int>(&token, 1));
       out.assign(l.begin(), l.end());
+      run_.push_back(token);
     });
     return to_array(out, 1, V);
   }
+  // A saved KV cache of this sequence (docs/kv_file.md), as bytes.
+  py::bytes save() {
+    const auto b = locked(*st_, [&] { return eng("Sequence.save").save_sequence(id_, run_); });
+    return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  const std::vector<int>& tokens() const { return run_; }
   int position() {
     return locked(*st_, [&] { return eng("Sequence.position").position(id_); });
   }
@@ -263,14 +271,16 @@ class PySequence {
   }
   std::unique_ptr<PySequence> copy() {
     const SequenceId c = locked(*st_, [&] { return eng("Sequence.copy").copy_sequence(id_); });
-    return std::make_unique<PySequence>(st_, c);
+    return std::make_unique<PySequence>(st_, c, run_);
   }
   SequenceId id() const { return id_; }
   const State& state() const { return st_; }
+  void ran(int token) { run_.push_back(token); }
 
  private:
   State st_;
   SequenceId id_ = -1;
+  std::vector<int> run_;  // the token ids this sequence has run (what a saved cache covers)
 };
 
 // One decode step of several sequences of one model (Engine::decode): the weights read once for
@@ -302,6 +312,7 @@ py::array_t<float> decode_batch(const State& st, const std::vector<PySequence*>&
     const auto l = e.decode(ids, tokens);
     out.assign(l.begin(), l.end());
   });
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->ran(tokens[i]);
   return to_array(out, static_cast<py::ssize_t>(ids.size()), V, true);
 }
 
@@ -564,6 +575,16 @@ PYBIND11_MODULE(_core, m) {
       .def("device_description",
            [](const State& st) { return locked(*st, [&] { return st->eng("device_description").device_description(); }); })
       .def("sequence", [](const State& st, const CacheConfig& c) { return std::make_unique<PySequence>(st, c); })
+      .def("load_sequence",
+           [](const State& st, const py::bytes& data, const std::string& source) {
+             const std::string b = data;
+             std::vector<int> covered;
+             const SequenceId id = locked(*st, [&] {
+               return st->eng("load_sequence")
+                   .load_sequence(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size()), &covered, source);
+             });
+             return std::make_unique<PySequence>(st, id, covered);
+           })
       .def("run",
            [](const State& st, const py::handle& prompt, const py::dict& gen, const CacheConfig& c) {
              return std::make_unique<PyRun>(st, prompt, gen, c);
@@ -619,6 +640,8 @@ PYBIND11_MODULE(_core, m) {
       .def("kv_stats", &PySequence::kv_stats)
       .def("kv_positions", &PySequence::kv_positions, py::arg("layer"), py::arg("kv_head"))
       .def("copy", &PySequence::copy)
+      .def("save", &PySequence::save)
+      .def_property_readonly("tokens", &PySequence::tokens)
       .def("close", &PySequence::close);
 
   py::class_<PyRun>(m, "Run")

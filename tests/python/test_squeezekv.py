@@ -301,3 +301,28 @@ def test_a_sequence_after_its_model_is_closed_raises():
         m.generate(PROMPT)
     seq.close()
     seq.close()  # twice is fine
+
+
+def test_a_saved_sequence_continues_as_the_original(model, tmp_path):
+    """Sequence.save and Model.load_sequence (docs/kv_file.md): bit-identical logits afterwards."""
+    ids = model.tokenize(EMMA.read_text()[:3000])[:400]
+    seq = model.sequence(squeezekv.KVConfig(policy="kvzip", budget=64))
+    seq.prefill(ids)
+    path = tmp_path / "doc.kv"
+    data = seq.save(path)
+    assert path.read_bytes() == data and seq.tokens == ids
+    for saved in (data, path):
+        restored = model.load_sequence(saved)
+        assert restored.tokens == ids and restored.position == 400
+        assert [s.budget for s in restored.kv_stats()] == [s.budget for s in seq.kv_stats()]
+        fork = seq.copy()
+        for t in ids[:5]:
+            np.testing.assert_array_equal(restored.decode(t), fork.decode(t))
+    with pytest.raises(squeezekv.FormatError, match="no SQKV magic"):
+        model.load_sequence(b"not a cache")
+    with pytest.raises(squeezekv.FormatError, match="truncated or damaged"):
+        model.load_sequence(data[:-1])
+    with pytest.raises(FileNotFoundError, match="load_sequence"):
+        model.load_sequence(tmp_path / "none.kv")
+    with pytest.raises(TypeError, match="load_sequence"):
+        model.load_sequence(12)
