@@ -25,6 +25,11 @@ void quantize_q8_0(const float* x, uint8_t* b) {
   for (int i = 0; i < kBlock; ++i) b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * id)));
 }
 
+// A 4-bit code from its scaled value (0.5 already added): [0, 15], NaN as 0 (a float-to-int
+// conversion of NaN, or of a value beyond int, is undefined; rows of a damaged model or cache can
+// carry one).
+int nibble(float v) { return v >= 0.0f ? (v < 15.0f ? static_cast<int>(v) : 15) : 0; }
+
 void quantize_q4_0(const float* x, uint8_t* b) {
   float amax = 0.0f, max = 0.0f;  // the value of largest magnitude, with its sign
   for (int i = 0; i < kBlock; ++i)
@@ -32,9 +37,7 @@ void quantize_q4_0(const float* x, uint8_t* b) {
   const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(b, d);
   for (int i = 0; i < kBlock / 2; ++i) {
-    const int lo = std::min(15, static_cast<int>(x[i] * id + 8.5f));
-    const int hi = std::min(15, static_cast<int>(x[i + 16] * id + 8.5f));
-    b[2 + i] = static_cast<uint8_t>(std::max(0, lo) | (std::max(0, hi) << 4));
+    b[2 + i] = static_cast<uint8_t>(nibble(x[i] * id + 8.5f) | (nibble(x[i + 16] * id + 8.5f) << 4));
   }
 }
 
@@ -45,9 +48,7 @@ void quantize_q4_1(const float* x, uint8_t* b) {
   put_f16(b, d);
   put_f16(b + 2, lo);
   for (int i = 0; i < kBlock / 2; ++i) {
-    const int a = std::min(15, static_cast<int>((x[i] - lo) * id + 0.5f));
-    const int c = std::min(15, static_cast<int>((x[i + 16] - lo) * id + 0.5f));
-    b[4 + i] = static_cast<uint8_t>(std::max(0, a) | (std::max(0, c) << 4));
+    b[4 + i] = static_cast<uint8_t>(nibble((x[i] - lo) * id + 0.5f) | (nibble((x[i + 16] - lo) * id + 0.5f) << 4));
   }
 }
 

@@ -308,8 +308,8 @@ void KvStorage::restore(const KvStorageImage& im, int32_t position_limit) {
     if (im.live[g] != live) fail("kv head " + std::to_string(g) + "'s live count disagrees with its positions");
   }
   if (im.newest < newest || im.newest >= position_limit) fail("the newest position is not the newest held");
-  for (float x : im.k_offset)
-    if (!std::isfinite(x)) fail("the key offsets are not finite");
+  for (float x : im.k_offset)  // (means of keys: far below f16's range; larger ones overflow a new key's rotation)
+    if (!(std::fabs(x) <= 65504.0f)) fail("the key offsets are not finite numbers within f16's range");
   // every stored value finite (a damaged scale or half would turn attention, and then the mass the
   // policies sort by, into NaN)
   std::vector<float> x(static_cast<size_t>(D_));
