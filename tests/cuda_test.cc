@@ -1068,6 +1068,70 @@ TEST_F(Cuda, CopiedSequenceContinuesBitForBit) {
   EXPECT_EQ(engine.kv_pool().reserved, 0);
 }
 
+// Saved KV caches (docs/kv_file.md) on the device: a cache saved on CUDA and restored on CUDA
+// continues bit for bit (every policy, f16 and q8_0 rows); a file saved on the CPU continues on
+// CUDA, and one saved on CUDA on the CPU, within the exact mode's CPU-against-CUDA tolerance of the
+// run that did the prompt on that device itself (the full cache: the same rows on both).
+TEST_F(Cuda, SavedCachesRestoreOnTheDeviceAndAcrossDevices) {
+  const std::string path = ::testing::TempDir() + "/squeezekv_kv_file_64.json";
+  {
+    std::ofstream f(path);
+    f << R"({"model_type": "llama", "hidden_size": 512, "intermediate_size": 512, "num_hidden_layers": 3,
+             "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
+             "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": true})";
+  }
+  const auto m = Model::dummy(path);
+  const int V = m->config().vocab_size;
+  const std::vector<int> doc = prompt(*m, 90), next = prompt(*m, 6);
+  auto continued = [&](Session& s) {
+    std::vector<float> out;
+    for (int t : next) {
+      const auto l = s.forward(std::span<const int>(&t, 1));
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  SessionOptions cpu;
+  cpu.threads = 2;
+  cpu.prefill_chunk = 32;
+  cpu.cache.max_tokens = 256;
+  SessionOptions gpu = cpu;
+  gpu.device = Device::kCuda;
+  gpu.f32_device_weights = true;
+  for (KvDType t : {KvDType::kF16, KvDType::kQ8_0})
+    for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kSqueeze, KvPolicy::kKvzip}) {
+      SessionOptions g = gpu;
+      g.cache.policy = p;
+      g.cache.budget = p == KvPolicy::kFull ? 0 : 40;
+      g.cache.dtype = t;
+      Session a(*m, g);
+      a.forward(doc);
+      const std::vector<uint8_t> bytes = a.save_kv(doc);
+      const std::vector<float> want = continued(a);
+      Session b(*m, g);
+      EXPECT_EQ(b.load_kv(bytes), doc);
+      const std::vector<float> got = continued(b);
+      EXPECT_TRUE(got == want) << kv_policy_name(p) << " " << kv_dtype_name(t) << ": a restored device cache differs";
+    }
+  for (KvDType t : {KvDType::kF16, KvDType::kQ8_0}) {
+    SessionOptions c = cpu, g = gpu;
+    c.cache.dtype = g.cache.dtype = t;
+    Session on_cpu(*m, c), on_gpu(*m, g);
+    on_cpu.forward(doc);
+    on_gpu.forward(doc);
+    const std::vector<uint8_t> from_cpu = on_cpu.save_kv(doc), from_gpu = on_gpu.save_kv(doc);
+    const std::vector<float> cpu_own = continued(on_cpu), gpu_own = continued(on_gpu);
+    Session gpu_from_cpu(*m, g), cpu_from_gpu(*m, c);
+    gpu_from_cpu.load_kv(from_cpu);
+    cpu_from_gpu.load_kv(from_gpu);
+    const Diff dg = compare(gpu_own, continued(gpu_from_cpu), V), dc = compare(cpu_own, continued(cpu_from_gpu), V);
+    std::printf("%s rows: CPU-saved on CUDA max err %.3g (scale %.3g), CUDA-saved on the CPU %.3g (scale %.3g)\n",
+                kv_dtype_name(t), dg.max_abs, dg.scale, dc.max_abs, dc.scale);
+    EXPECT_LE(dg.max_abs, 2e-3 * std::max(1.0, dg.scale)) << kv_dtype_name(t);
+    EXPECT_LE(dc.max_abs, 2e-3 * std::max(1.0, dc.scale)) << kv_dtype_name(t);
+  }
+}
+
 // A freed device buffer's block goes back to the backend's cache (no cudaFree, which would wait
 // for the whole device) and the next buffer of the same rounded size takes it; the cached bytes
 // count as free memory.
