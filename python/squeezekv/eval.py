@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from .kv import KVConfig, as_config
-from .model import Model, _check_int
+from ._checks import _check_int
+from .model import Model
 
 _TASKS = ("passkey", "niah-multikey", "niah-multivalue")
 

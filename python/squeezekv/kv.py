@@ -7,6 +7,7 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _core
+from ._checks import _check_int, _check_real
 
 
 class ScorePolicy:
@@ -85,10 +86,10 @@ class KVConfig:
                     raise TypeError(f"KVConfig.policy: {type(v).__name__} does not define score()")
             elif f.name in _NAMES and not isinstance(v, str):
                 raise TypeError(f"KVConfig.{f.name}: expected a str, got {type(v).__name__}")
-            elif f.name in _INTS and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
-                raise TypeError(f"KVConfig.{f.name}: expected an int, got {type(v).__name__}")
-            elif f.name in _REALS and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
-                raise TypeError(f"KVConfig.{f.name}: expected a number, got {type(v).__name__}")
+            elif f.name in _INTS:
+                _check_int(f"KVConfig.{f.name}", v)
+            elif f.name in _REALS:
+                _check_real(f"KVConfig.{f.name}", v)
             elif f.name in _BOOLS and not isinstance(v, bool):
                 raise TypeError(f"KVConfig.{f.name}: expected a bool, got {type(v).__name__}")
         if self.ctx is not None and self.ctx < 1:

@@ -9,6 +9,7 @@ from typing import Iterator, Optional, Sequence as Seq, Union
 import numpy as np
 
 from . import _core
+from ._checks import _check_int, _check_real
 from .kv import KVConfig, as_config
 
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -90,20 +91,6 @@ def _result(d: dict) -> GenerationResult:
                             prompt_tokens=d["prompt_tokens"], prompt_seconds=d["prompt_seconds"],
                             generate_seconds=d["generate_seconds"], stop_reason=d["stop_reason"],
                             kv_stats=_stats(d.get("kv_stats", [])))
-
-
-def _check_int(name: str, v: object, low: Optional[int] = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
-    if low is not None and v < low:
-        raise ValueError(f"{name}: must be >= {low}, got {v}")
-    return int(v)
-
-
-def _check_real(name: str, v: object) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name}: expected a number, got {type(v).__name__}")
-    return float(v)
 
 
 def _size(name: str, v: Union[int, str, None]) -> int:

@@ -107,9 +107,7 @@ void LayerCache::restore(const Image& im, int32_t position_limit) {
   // the storage laid out for the restored budget (a squeeze schedule, pyramidkv's taper), empty
   storage_.clear();
   fit_capacity();
-  if (im.rows.count > policy_->max_head_rows() + max_step_rows_)
-    throw Error(where + std::to_string(im.rows.count) + " rows are more than its budget allows");
-  storage_.restore(im.rows, position_limit);
+  storage_.restore(im.rows, position_limit);  // (refuses more rows than the capacity the budget sized)
   tokens_seen_ = im.tokens_seen;
   last_step_rows_ = im.last_step_rows;
 }
