@@ -212,6 +212,7 @@ expect_error "kv cache '$kvdir/cut.kv'" generate -m "$m" --tokenizer "$tok" -p "
 printf 'GGUF but not a cache' > "$kvdir/magic.kv"
 expect_error "no SQKV magic" generate -m "$m" --tokenizer "$tok" -p "$doc$q" --load-kv "$kvdir/magic.kv"
 expect_error "saved for another model" generate -m "$shared/models/tinystories-656k" -p "$doc$q" --load-kv "$kvdir/full.kv"
+expect_error "--kv-policy custom: needs a scoring function" generate -m "$m" --tokenizer "$tok" -p "$doc" --kv-policy custom --kv-budget 8
 expect_error "--save-kv: cannot write" generate -m "$m" --tokenizer "$tok" -p "$doc" --save-kv /nonexistent/dir/x.kv
 rm -rf "$kvdir"
 
