@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/quant_dot.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/quant.h"
 #include "core/half.h"
 #include "kv/kv_storage.h"
 #include "squeezekv/engine.h"
@@ -119,7 +121,7 @@ TEST_F(Cuda, ExactModeMatchesTheCpu) {
     cpu.cache.dtype = KvDType::kF32;
     SessionOptions gpu = cpu;
     gpu.device = Device::kCuda;
-    gpu.f32_device_weights = true;
+    gpu.device_weights = DeviceWeightFormat::kF32;
     const auto ids = prompt(*c.model, 40);
     const Logits a = run(*c.model, cpu, ids, 8), b = run(*c.model, gpu, ids, 8);
     const int V = c.model->config().vocab_size;
@@ -163,7 +165,7 @@ struct Attended {
 Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap, const std::vector<float>& k,
                 const std::vector<float>& v, const std::vector<int32_t>& pos, const std::vector<float>& q,
                 const std::vector<int32_t>& qpos, MassReduce reduce, bool dev_count, int64_t mass_row_begin = 0, bool exact = true) {
-  auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, exact, Activations::kF32});
+  auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, exact ? DeviceWeightFormat::kF32 : DeviceWeightFormat::kBf16, Activations::kF32});
   KvStorage st(G, D, cap, type, be.get());
   auto put = [&](const void* src, size_t bytes) {
     auto buf = be->alloc(bytes);
@@ -341,7 +343,7 @@ TEST_F(Cuda, Q8RowsAndPromptAttentionMatchTheCpu) {
     std::iota(pos.begin(), pos.end(), 0);
     std::vector<uint8_t> rows[2][2];  // [backend][K, V]
     for (int dev : {0, 1}) {
-      auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, true, Activations::kF32});
+      auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, DeviceWeightFormat::kF32, Activations::kF32});
       KvStorage st(G, D, cap, KvType::kQ8_0, be.get());
       auto kb = be->alloc(k.size() * 4), vb = be->alloc(v.size() * 4), pb = be->alloc(pos.size() * 4);
       be->upload(kb->data(), k.data(), k.size() * 4), be->upload(vb->data(), v.data(), v.size() * 4);
@@ -408,7 +410,7 @@ TEST_F(Cuda, DeferredMassEqualsTheMassKernel) {
         std::vector<std::vector<int32_t>> kept(2);
         for (int defer = 0; defer < 2; ++defer) {
           if (defer == 0) setenv("SQUEEZEKV_CUDA_DEFER_MASS", "0", 1);
-          auto be = make_backend({Device::kCuda, 2, true, Activations::kF32});
+          auto be = make_backend({Device::kCuda, 2, DeviceWeightFormat::kF32, Activations::kF32});
           unsetenv("SQUEEZEKV_CUDA_DEFER_MASS");
           auto put = [&](const void* src, size_t bytes) {
             auto buf = be->alloc(bytes);
@@ -457,8 +459,8 @@ TEST_F(Cuda, DeferredMassEqualsTheMassKernel) {
 // And eviction_error's sums (Backend::error_energy) as the CPU forms them, to double rounding.
 TEST_F(Cuda, ChunkEvictionEqualsTheCpuReference) {
   std::mt19937 rng(21);
-  auto gpu = make_backend({Device::kCuda, 2, true, Activations::kF32});
-  auto cpu = make_backend({Device::kCpu, 2, true, Activations::kF32});
+  auto gpu = make_backend({Device::kCuda, 2, DeviceWeightFormat::kF32, Activations::kF32});
+  auto cpu = make_backend({Device::kCpu, 2, DeviceWeightFormat::kF32, Activations::kF32});
   const int G = 8, D = 128;
   struct Shape {
     int count, n_evict, keep_below, recent;
@@ -547,8 +549,8 @@ TEST_F(Cuda, ChunkEvictionEqualsTheCpuReference) {
 // a Llama-3 vocabulary, short rows, and ties at the top (the lower index wins).
 TEST_F(Cuda, ArgmaxRowsEqualTheCpu) {
   std::mt19937 rng(22);
-  auto gpu = make_backend({Device::kCuda, 2, true, Activations::kF32});
-  auto cpu = make_backend({Device::kCpu, 2, true, Activations::kF32});
+  auto gpu = make_backend({Device::kCuda, 2, DeviceWeightFormat::kF32, Activations::kF32});
+  auto cpu = make_backend({Device::kCpu, 2, DeviceWeightFormat::kF32, Activations::kF32});
   for (int64_t V : {int64_t{1}, int64_t{33}, int64_t{1000}, int64_t{128256}}) {
     const int n = 9;
     std::vector<float> x(static_cast<size_t>(n * V));
@@ -575,8 +577,8 @@ TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
 
-  auto cpu = make_backend({Device::kCpu, 2, false, Activations::kF32});
-  auto gpu = make_backend({Device::kCuda, 2, false, Activations::kF32});
+  auto cpu = make_backend({Device::kCpu, 2, DeviceWeightFormat::kBf16, Activations::kF32});
+  auto gpu = make_backend({Device::kCuda, 2, DeviceWeightFormat::kBf16, Activations::kF32});
   struct Host {
     std::vector<uint16_t> bits;
     WeightMatrix w;
@@ -667,6 +669,165 @@ TEST_F(Cuda, FusedProductsEqualTheSeparateOps) {
   std::printf("fused and joined products: %d outputs as the separate ops; max error against the CPU (1-4 rows) %.3g\n", cases, worst);
 }
 
+// Weights kept in their GGUF blocks on the device (--device-weights native), every block type:
+// decode rows (1-16, the integer GEMV against 8-bit activations) within float rounding of the
+// CPU's integer products on the same 8-bit activations (cpu::ref::dot_q8, in double), each row the
+// same bits alone and in a batch; more rows (a prompt chunk, a large batch: dequantized to bf16
+// and cuBLAS) within bf16's rounding of the exact product; parts of different types in one call,
+// with bias, RoPE and SwiGLU as the bf16 path applies them.
+TEST_F(Cuda, PackedWeightsMatchTheCpu) {
+  const std::vector<DType> types = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
+                                    DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+  auto gpu = make_backend({Device::kCuda, 2, DeviceWeightFormat::kNative, Activations::kInt8});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<std::unique_ptr<Buffer>> keep;
+  auto up = [&](const void* src, size_t bytes) {
+    keep.push_back(gpu->alloc(bytes));
+    gpu->upload(keep.back()->data(), src, bytes);
+    return keep.back()->data();
+  };
+  auto down = [&](const float* src, size_t n) {
+    std::vector<float> h(n);
+    gpu->download(h.data(), src, n * 4);
+    return h;
+  };
+  const int R = 83, C = 512;  // rows not a multiple of the GEMV's 4 a block; two 256-blocks a row
+  double worst_gemv = 0, worst_tc = 0;
+  for (DType t : types) {
+    const size_t row_bytes = dtype_bytes(t, C);
+    std::vector<uint8_t> raw(row_bytes * R);
+    for (int r = 0; r < R; ++r) random_blocks(t, raw.data() + r * row_bytes, C / dtype_info(t).block_values, 0.035f, 9, r);
+    const WeightMatrix host{t, raw.data(), R, C, row_bytes};
+    std::unique_ptr<Buffer> wkeep;
+    const WeightMatrix w = gpu->prepare_weight(host, Backend::WeightUse::kMatrix, wkeep);
+    ASSERT_EQ(w.type, t) << "native weights keep the type";
+    std::vector<float> deq(static_cast<size_t>(R) * C), bias(R);
+    for (int r = 0; r < R; ++r) dequantize_row(t, raw.data() + r * row_bytes, deq.data() + static_cast<size_t>(r) * C, C);
+    for (float& b : bias) b = 0.01f * nd(rng);
+    const float* bd = static_cast<const float*>(up(bias.data(), bias.size() * 4));
+    std::vector<float> alone;  // [16][R]: each row multiplied alone
+    for (int T : {1, 2, 3, 4, 9, 16, 40}) {
+      std::vector<float> x(static_cast<size_t>(T) * C);
+      std::mt19937 xr(77);  // the same rows for every T: row i alone and in a batch
+      for (float& e : x) e = std::normal_distribution<float>()(xr);
+      const float* xd = static_cast<const float*>(up(x.data(), x.size() * 4));
+      keep.push_back(gpu->alloc(static_cast<size_t>(T) * R * 4));
+      float* od = keep.back()->as<float>();
+      if (T > 4) gpu->matmul_rows(od, xd, w, T, bd, Activations::kInt8);
+      else gpu->matmul(od, xd, w, T, bd, Activations::kInt8);
+      const std::vector<float> out = down(od, static_cast<size_t>(T) * R);
+      for (int i = 0; i < T; ++i) {
+        std::vector<cpu::Q8Block> xq(C / 32);
+        cpu::ref::quantize_q8(xq.data(), x.data() + static_cast<size_t>(i) * C, C);
+        for (int r = 0; r < R; ++r) {
+          double exact = bias[r], scale = std::fabs(bias[r]);
+          for (int c = 0; c < C; ++c) {
+            exact += double(deq[static_cast<size_t>(r) * C + c]) * x[static_cast<size_t>(i) * C + c];
+            scale += std::fabs(double(deq[static_cast<size_t>(r) * C + c]) * x[static_cast<size_t>(i) * C + c]);
+          }
+          const float got = out[static_cast<size_t>(i) * R + r];
+          if (T <= 16) {
+            const double want = cpu::ref::dot_q8(t, raw.data() + r * row_bytes, xq.data(), C) + bias[r];
+            const double err = std::fabs(got - want) / scale;
+            worst_gemv = std::max(worst_gemv, err);
+            ASSERT_LE(err, 1e-5) << dtype_info(t).name << " T " << T << " row " << i << " out " << r;
+            if (T == 1) alone.push_back(got);
+            else if (i == 0) ASSERT_EQ(got, alone[r]) << dtype_info(t).name << " T " << T << ": row 0 alone and in a batch";
+          } else {
+            const double err = std::fabs(got - exact) / scale;
+            worst_tc = std::max(worst_tc, err);
+            ASSERT_LE(err, 1e-2) << dtype_info(t).name << " T " << T << " row " << i << " out " << r;
+          }
+        }
+      }
+    }
+  }
+  // two parts of different types (q in Q4_K, v in Q6_K: a Q4_K_M layer) with RoPE on q, and
+  // gate, up through SwiGLU: the same bits as each matrix alone and the ops after it
+  const int D = 64, H = 4, G = 2, E = 256, F = 512;
+  auto matrix = [&](DType t, int rows, int cols, uint64_t stream, std::vector<uint8_t>& raw) {
+    raw.resize(dtype_bytes(t, cols) * rows);
+    for (int r = 0; r < rows; ++r) random_blocks(t, raw.data() + r * dtype_bytes(t, cols), cols / dtype_info(t).block_values, 0.035f, stream, r);
+    std::unique_ptr<Buffer> b;
+    const WeightMatrix m = gpu->prepare_weight(WeightMatrix{t, raw.data(), rows, cols, dtype_bytes(t, cols)}, Backend::WeightUse::kMatrix, b);
+    keep.push_back(std::move(b));
+    return m;
+  };
+  std::vector<uint8_t> rq, rv, rg, ru;
+  const WeightMatrix wq = matrix(DType::Q4_K, H * D, E, 1, rq), wv = matrix(DType::Q6_K, G * D, E, 2, rv),
+                     wg = matrix(DType::Q4_K, F, E, 3, rg), wu = matrix(DType::Q5_K, F, E, 4, ru);
+  std::vector<float> inv(D / 2);
+  for (int i = 0; i < D / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / D);
+  for (int T : {1, 3, 40}) {
+    std::vector<float> x(static_cast<size_t>(T) * E);
+    for (float& e : x) e = nd(rng);
+    std::vector<int32_t> pos;
+    for (int t = 0; t < T; ++t) pos.push_back(5 + 31 * t);
+    const float* xd = static_cast<const float*>(up(x.data(), x.size() * 4));
+    const RopeSpec rope{static_cast<const int32_t*>(up(pos.data(), pos.size() * 4)), static_cast<const float*>(up(inv.data(), inv.size() * 4)),
+                        D, RopePairing::kHalves};
+    keep.push_back(gpu->alloc(static_cast<size_t>(T) * (2 * H * D + 2 * G * D + 4 * F) * 4));
+    float* oq = keep.back()->as<float>();
+    float *ov = oq + T * H * D, *oq2 = ov + T * G * D, *ov2 = oq2 + T * H * D, *og = ov2 + T * G * D, *ou = og + T * F,
+          *og2 = ou + T * F, *ou2 = og2 + T * F;
+    const MatmulPart parts[2] = {{oq, &wq, nullptr, &rope}, {ov, &wv, nullptr, nullptr}};
+    gpu->matmuls(parts, 2, xd, T, Activations::kInt8, RowMode::kChunk);
+    gpu->matmul_swiglu(og, ou, xd, wg, wu, T, Activations::kInt8, RowMode::kChunk);
+    gpu->matmul(oq2, xd, wq, T, nullptr, Activations::kInt8);
+    gpu->rope(oq2, rope.pos, T, H, D, rope.inv_freq, RopePairing::kHalves);
+    gpu->matmul(ov2, xd, wv, T, nullptr, Activations::kInt8);
+    gpu->matmul(og2, xd, wg, T, nullptr, Activations::kInt8);
+    gpu->matmul(ou2, xd, wu, T, nullptr, Activations::kInt8);
+    gpu->silu_mul(og2, ou2, static_cast<int64_t>(T) * F);
+    EXPECT_EQ(down(oq, T * H * D), down(oq2, T * H * D)) << "q with RoPE, T " << T;
+    EXPECT_EQ(down(ov, T * G * D), down(ov2, T * G * D)) << "v, T " << T;
+    EXPECT_EQ(down(og, T * F), down(og2, T * F)) << "silu(gate) * up, T " << T;
+  }
+  std::printf("packed weights, 12 types: GEMV within %.3g of the CPU's integer products, bf16 tiles within %.3g of the exact product\n",
+              worst_gemv, worst_tc);
+}
+
+// Whole models with native weights: the default model (Q4_1) and a dummy Llama in the Q4_K_M
+// mix (Q4_K, Q6_K, and Q5_0 / Q8_0 where a row is not whole 256-blocks), Q8_0 and Q4_0 (output
+// Q6_K, and Q8_0 on rows of 704), prompt and decode logits
+// against the CPU's (8-bit decode activations, as the device's), within the bf16 mode's tolerance.
+TEST_F(Cuda, NativeWeightModelsMatchTheCpu) {
+  std::vector<Case> cases;
+  // (the default model is fetched by scripts/setup: a GPU machine that cannot download it, or
+  // take its 80 MB, runs the dummy presets only)
+  if (std::ifstream(test::default_model()).good()) cases.push_back({"SmolLM2 Q4_1", Model::load(test::default_model())});
+  else std::printf("no %s: the dummy presets only\n", test::default_model().c_str());
+  for (const char* preset : {"Q4_K_M", "Q8_0", "Q4_0"}) {
+    LoadOptions lo;
+    lo.dummy_type = preset;
+    cases.push_back({std::string("dummy ") + preset, Model::dummy(test::ref_dir() + "/../../bench/configs/small-llama.json", 1, lo)});
+  }
+  for (auto& c : cases) {
+    SessionOptions cpu;
+    cpu.threads = 2;
+    cpu.prefill_chunk = 16;
+    cpu.decode_activations = DecodeActivations::kInt8;
+    SessionOptions gpu = cpu;
+    gpu.device = Device::kCuda;
+    const auto ids = prompt(*c.model, 40);
+    const Logits a = run(*c.model, cpu, ids, 8), b = run(*c.model, gpu, ids, 8);
+    gpu.device_weights = DeviceWeightFormat::kBf16;
+    const Logits bf = run(*c.model, gpu, ids, 8);
+    const int V = c.model->config().vocab_size;
+    const Diff p = compare(a.prefill, b.prefill, V), d = compare(a.decode, b.decode, V), db = compare(a.decode, bf.decode, V);
+    std::printf("%-14s native: prefill max err %.3g (scale %.3g, argmax agree %.2f), decode max err %.3g (bf16 weights: %.3g)\n",
+                c.name.c_str(), p.max_abs, p.scale, p.argmax_agree, d.max_abs, db.max_abs);
+    EXPECT_LE(p.max_abs, 0.05 * std::max(1.0, p.scale)) << c.name;
+    // decode steps: the CPU's integer sums on the same 8-bit activations, over a cache whose rows
+    // came from the prompt's bf16 tiles: no further from the CPU than bf16 weights are (random
+    // weights have near ties: one of the 8 steps may pick another token, as with bf16 weights)
+    EXPECT_LE(d.max_abs, std::max(1.5 * db.max_abs, 1e-3 * std::max(1.0, d.scale))) << c.name;
+    EXPECT_GE(p.argmax_agree, 0.9) << c.name;
+    EXPECT_GE(d.argmax_agree, 0.75) << c.name;
+  }
+}
+
 // Decode batches on the tensor cores by gemm_rows (CudaOptions::BatchProducts::kMma): within bf16's rounding of the
 // activations of the CPU's f32 products, and batch-invariant: every row's outputs are the same bits
 // in a batch of 5 as in one of 130 (each output summed by one warp per column slice in the same
@@ -677,7 +838,7 @@ TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
   CudaOptions o;
   o.batch = CudaOptions::BatchProducts::kMma;
   auto gpu = make_cuda_backend(o);
-  auto cpu = make_backend({Device::kCpu, 2, false, Activations::kF32});
+  auto cpu = make_backend({Device::kCpu, 2, DeviceWeightFormat::kBf16, Activations::kF32});
   constexpr int kMax = 130;
   double worst = 0;
   int compared = 0;
@@ -720,8 +881,8 @@ TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
 TEST_F(Cuda, NormsMatchTheCpu) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  auto cpu = make_backend({Device::kCpu, 2, false, Activations::kF32});
-  auto gpu = make_backend({Device::kCuda, 2, false, Activations::kF32});
+  auto cpu = make_backend({Device::kCpu, 2, DeviceWeightFormat::kBf16, Activations::kF32});
+  auto gpu = make_backend({Device::kCuda, 2, DeviceWeightFormat::kBf16, Activations::kF32});
   int cases = 0;
   for (int E : {4, 6, 64, 576, 4096, 4100, 8192, 12288, 16384, 16388, 18000})
     for (int T : {1, 3}) {
@@ -791,7 +952,7 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
     cpu.cache.snapkv_window = 8;
     SessionOptions gpu = cpu;
     gpu.device = Device::kCuda;
-    gpu.f32_device_weights = true;
+    gpu.device_weights = DeviceWeightFormat::kF32;
     const auto [same, total] = same_survivors(*m, cpu, gpu, ids);
     std::printf("%-10s survivor sets identical: %d of %d (layer, kv head)\n", kv_policy_name(policy), same, total);
     if (policy == KvPolicy::kWindow) {
@@ -830,7 +991,7 @@ TEST_F(Cuda, Q8KvSessionsMatchTheCpu) {
     cpu.cache.dtype = KvDType::kQ8_0;
     SessionOptions gpu = cpu;
     gpu.device = Device::kCuda;
-    gpu.f32_device_weights = true;
+    gpu.device_weights = DeviceWeightFormat::kF32;
     const Logits a = run(*m, cpu, ids, 8), b = run(*m, gpu, ids, 8);
     const int V = m->config().vocab_size;
     const Diff p = compare(a.prefill, b.prefill, V), d = compare(a.decode, b.decode, V);
@@ -983,7 +1144,7 @@ TEST_F(Cuda, GraphReplayEqualsDirectLaunches) {
   for (KvPolicy policy : {KvPolicy::kFull, KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSqueeze}) {
     SessionOptions on;
     on.device = Device::kCuda;
-    on.f32_device_weights = true;
+    on.device_weights = DeviceWeightFormat::kF32;
     on.prefill_chunk = 128;
     on.cache.max_tokens = 1024;
     on.cache.policy = policy;
@@ -1097,7 +1258,7 @@ TEST_F(Cuda, SavedCachesRestoreOnTheDeviceAndAcrossDevices) {
   cpu.cache.max_tokens = 256;
   SessionOptions gpu = cpu;
   gpu.device = Device::kCuda;
-  gpu.f32_device_weights = true;
+  gpu.device_weights = DeviceWeightFormat::kF32;
   for (KvDType t : {KvDType::kF16, KvDType::kQ8_0})
     for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kSqueeze, KvPolicy::kKvzip}) {
       SessionOptions g = gpu;

@@ -19,6 +19,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/tile8.h"
+#include "backend/cuda/quant_groups.h"
 #include "core/kv_rows.h"
 #include "core/quant.h"
 #include "core/half.h"
@@ -71,6 +72,77 @@ TEST(Quant, DequantizeMatchesGgufPy) {
     if (dtype_info(t).block_values > 1) {
       EXPECT_EQ(real_cases[name], 1) << name << ": no real tensor in quant.json";
     }
+  }
+}
+
+// The CUDA kernels' layout and group unpacking (backend/cuda/quant_groups.h, plain C++ compiled here for the
+// host) gives every block type's integers, scales and offsets exactly as core/quant.h does.
+template <DType T>
+void check_packed(const uint8_t* row, int groups) {
+  constexpr int kGroups = dtype_info(T).block_values / 32;
+  const int64_t nb = groups / kGroups;
+  // the device's layout (planes of the blocks' fields), 16-byte aligned as on the device
+  std::vector<uint64_t> planes((nb * dtype_info(T).block_bytes + 15) / 16 * 2);
+  auto* planar = reinterpret_cast<uint8_t*>(planes.data());
+  cuda::to_planes(T, row, planar, nb);
+  for (int g = 0; g < groups; ++g) {
+    QuantGroup want;
+    unpack_group(T, row + static_cast<size_t>(g / kGroups) * dtype_info(T).block_bytes, g % kGroups, want);
+    cuda::PackedGroup got;
+    cuda::unpack_planar<T>(planar, nb, g, got);
+    int8_t q[32];
+    std::memcpy(q, got.q, 32);
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(q[i], want.q[i]) << dtype_info(T).name << " group " << g << " value " << i;
+    auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
+    for (int h = 0; h < 2; ++h) {
+      ASSERT_TRUE(same(got.scale[h], want.scale[h])) << dtype_info(T).name << " group " << g;
+      ASSERT_TRUE(same(got.min[h], want.min[h])) << dtype_info(T).name << " group " << g;
+    }
+  }
+}
+
+TEST(Quant, CudaGroupUnpackingEqualsTheCore) {
+  for (DType t : kBlockTypes) {
+    for (uint64_t seed : {1, 2, 3}) {
+      const int blocks = 6;
+      std::vector<uint8_t> raw(static_cast<size_t>(blocks) * dtype_info(t).block_bytes);
+      random_blocks(t, raw.data(), blocks, 0.035f, seed, 0);
+      if (seed == 3)  // every byte patterned, the f16 fields too (infinities and NaN alike)
+        for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(i * 131 + 7);
+      const int groups = blocks * dtype_info(t).block_values / 32;
+      switch (t) {
+#define SQK_CASE(X) \
+  case DType::X: check_packed<DType::X>(raw.data(), groups); break;
+        SQK_CASE(Q8_0) SQK_CASE(Q4_0) SQK_CASE(Q4_1) SQK_CASE(Q5_0) SQK_CASE(Q5_1) SQK_CASE(Q2_K) SQK_CASE(Q3_K)
+        SQK_CASE(Q4_K) SQK_CASE(Q5_K) SQK_CASE(Q6_K) SQK_CASE(IQ4_NL) SQK_CASE(IQ4_XS)
+#undef SQK_CASE
+        default: FAIL() << "no case for " << dtype_info(t).name;
+      }
+    }
+  }
+}
+
+// Random blocks (dummy weights) are the same bytes for the same seed and stream, differ across
+// streams, and dequantize to finite values within about the asked range.
+TEST(Quant, RandomBlocksAreDeterministicAndBounded) {
+  for (DType t : kBlockTypes) {
+    const int blocks = 16, n = blocks * dtype_info(t).block_values;
+    std::vector<uint8_t> a(static_cast<size_t>(blocks) * dtype_info(t).block_bytes), b(a.size()), c(a.size());
+    random_blocks(t, a.data(), blocks, 0.035f, 7, 3);
+    random_blocks(t, b.data(), blocks, 0.035f, 7, 3);
+    random_blocks(t, c.data(), blocks, 0.035f, 7, 4);
+    EXPECT_EQ(a, b) << dtype_info(t).name;
+    EXPECT_NE(a, c) << dtype_info(t).name;
+    std::vector<float> v(n);
+    dequantize_row(t, a.data(), v.data(), n);
+    double amax = 0, sq = 0;
+    for (float x : v) {
+      ASSERT_TRUE(std::isfinite(x)) << dtype_info(t).name;
+      amax = std::max(amax, double(std::fabs(x)));
+      sq += double(x) * x;
+    }
+    EXPECT_LE(amax, 2.5 * 0.035) << dtype_info(t).name;
+    EXPECT_GE(std::sqrt(sq / n), 0.002) << dtype_info(t).name;  // not all zero
   }
 }
 

@@ -12,7 +12,7 @@ inline std::string env_or(const char* name, const char* fallback) {
 }
 inline std::string shared_dir() { return env_or("SQUEEZEKV_TEST_SHARED", SQUEEZEKV_SHARED_DIR); }
 inline std::string ref_dir() { return env_or("SQUEEZEKV_TEST_REF", SQUEEZEKV_REF_DIR); }
-inline std::string default_model() { return SQUEEZEKV_DEFAULT_MODEL; }
+inline std::string default_model() { return env_or("SQUEEZEKV_TEST_DEFAULT_MODEL", SQUEEZEKV_DEFAULT_MODEL); }
 inline std::string stories260k() { return shared_dir() + "/models/stories260k/stories260K.bin"; }
 inline std::string tok512() { return shared_dir() + "/models/stories260k/tok512.bin"; }
 inline std::string tinystories() { return shared_dir() + "/models/tinystories-656k"; }

@@ -12,4 +12,17 @@ const char* device_name(Device d);
 // Whether this build has the device's backend.
 bool device_available(Device d);
 
+// How a device (--device cuda) holds the weight matrices.
+enum class DeviceWeightFormat : uint8_t {
+  kNative,  // quantized types in their GGUF blocks (the file's bytes), multiplied as they are:
+            // decode rows by integer products against 8-bit activations (llama.cpp's), prompt
+            // chunks and large batches through each matrix dequantized to bf16 on the way to the
+            // tensor cores; BF16, F16 and F32 matrices as kBf16. The default.
+  kBf16,    // every matrix dequantized to bf16 at load (2 bytes a weight)
+  kF32,     // every matrix in f32: the exact test mode
+};
+// "native" | "bf16" | "f32"; throws Error naming --device-weights and the accepted values otherwise.
+DeviceWeightFormat parse_device_weights(const std::string& s);
+const char* device_weights_name(DeviceWeightFormat f);
+
 }  // namespace squeezekv

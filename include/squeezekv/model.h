@@ -19,6 +19,11 @@ struct ModelWeights;  // src/model/weights.h
 struct LoadOptions {
   std::string tokenizer_path;  // llama2.c checkpoints only: the tok*.bin file
   int64_t max_memory = 0;      // --max-memory: the weights must fit in these bytes (0: no limit)
+  // Model::dummy only (--dummy-type): BF16, or a quantized preset with the tensor-type mix that
+  // llama.cpp's quantizer writes for it: Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q5_1, Q5_0, Q4_1, Q4_0
+  // (output.weight Q6_K except in Q8_0; the _M presets' attn_v and ffn_down Q6_K on the first and
+  // last eighth of the layers and every third between)
+  std::string dummy_type = "BF16";
 };
 
 class Model {
@@ -26,8 +31,9 @@ class Model {
   // Picks the format from the path: a directory is Hugging Face, a file starting with "GGUF" is
   // GGUF, anything else is a llama2.c checkpoint (needs options.tokenizer_path).
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
-  // Random BF16 weights of the shape a Hugging Face config.json describes (for speed runs where
-  // the real weights cannot go); the weights depend on the seed only. Its tokenizer knows bytes.
+  // Random weights of the shape a Hugging Face config.json describes (for speed runs where the
+  // real weights cannot go), BF16 or options.dummy_type; the weights depend on the seed only. Its
+  // tokenizer knows bytes.
   // options.max_memory is checked before anything is allocated.
   static std::unique_ptr<Model> dummy(const std::string& config_json, uint64_t seed = 1, const LoadOptions& options = {});
   ~Model();

@@ -30,7 +30,7 @@ const char* decode_activations_name(DecodeActivations a);  // "f32" | "int8"
 struct SessionOptions {
   Device device = Device::kCpu;
   int threads = 0;            // CPU threads (0: all cores)
-  bool f32_device_weights = false;  // --device cuda: matrices in f32 (exact test mode) instead of bf16
+  DeviceWeightFormat device_weights = DeviceWeightFormat::kNative;  // --device-weights (--device cuda)
   bool cuda_graphs = true;    // --device cuda: a repeated step (decode) replayed as one CUDA graph
   // --batch-invariant (--device cuda): a sequence decoded in a batch gets the bits it gets alone
   // (the products in 4-row GEMV launches); off: cuBLAS for batches of more than 4, within bf16's

@@ -374,7 +374,7 @@ def load(path: Union[str, os.PathLike, None] = None, device: str = "cpu", thread
          tokenizer: Union[str, os.PathLike, None] = None, dummy: Union[str, os.PathLike, None] = None,
          decode_activations: str = "int8", prefill_chunk: int = 512, max_batch: int = 16,
          max_memory: Union[int, str, None] = None, kv_memory: Union[int, str, float, None] = None,
-         device_weights: str = "bf16", cuda_graphs: bool = True, batch_invariant: bool = False) -> Model:
+         device_weights: str = "native", cuda_graphs: bool = True, batch_invariant: bool = False) -> Model:
     """Loads a model: a GGUF file, a Hugging Face directory, or a llama2.c checkpoint (with
     ``tokenizer``); ``dummy``: random weights of a config.json's shape instead. ``path=None``:
     the default model, found as the CLI finds it. ``threads=0``: all cores. The other options are
@@ -385,11 +385,11 @@ def load(path: Union[str, os.PathLike, None] = None, device: str = "cpu", thread
         raise ValueError("device 'cuda': this build of squeezekv has no CUDA backend")
     if decode_activations not in ("int8", "f32"):
         raise ValueError(f"decode_activations: expected 'int8' or 'f32', got {decode_activations!r}")
-    if device_weights not in ("bf16", "f32"):
-        raise ValueError(f"device_weights: expected 'bf16' or 'f32', got {device_weights!r}")
+    if device_weights not in ("native", "bf16", "f32"):
+        raise ValueError(f"device_weights: expected 'native', 'bf16' or 'f32', got {device_weights!r}")
     run: dict = {"device": device, "threads": _check_int("threads", threads, 0),
                  "prefill_chunk": _check_int("prefill_chunk", prefill_chunk, 1),
-                 "decode_activations": decode_activations, "device_weights_f32": device_weights == "f32",
+                 "decode_activations": decode_activations, "device_weights": device_weights,
                  "cuda_graphs": bool(cuda_graphs), "batch_invariant": bool(batch_invariant)}
     if threads == 0:
         run["threads"] = os.cpu_count() or 1

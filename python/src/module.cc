@@ -114,7 +114,7 @@ SessionOptions session_options(const py::dict& d) {
     else if (key == "max_memory") so.max_memory = v.cast<int64_t>();
     else if (key == "kv_memory") so.kv_memory = v.cast<int64_t>();
     else if (key == "kv_memory_fraction") so.kv_memory_fraction = v.cast<double>();
-    else if (key == "device_weights_f32") so.f32_device_weights = v.cast<bool>();
+    else if (key == "device_weights") so.device_weights = parse_device_weights(py::str(v));
     else if (key == "cuda_graphs") so.cuda_graphs = v.cast<bool>();
     else if (key == "batch_invariant") so.batch_invariant = v.cast<bool>();
     else throw Error("load: unknown run option '" + key + "'");

@@ -49,6 +49,12 @@ Backend::MemoryInfo Backend::memory() const {
 
 Device parse_device(const std::string& name) { return parse_enum("--device", name, kDevices); }
 const char* device_name(Device d) { return enum_name(d, kDevices); }
+namespace {
+const EnumName<DeviceWeightFormat> kWeightFormats[] = {
+    {"native", DeviceWeightFormat::kNative}, {"bf16", DeviceWeightFormat::kBf16}, {"f32", DeviceWeightFormat::kF32}};
+}  // namespace
+DeviceWeightFormat parse_device_weights(const std::string& s) { return parse_enum("--device-weights", s, kWeightFormats); }
+const char* device_weights_name(DeviceWeightFormat f) { return enum_name(f, kWeightFormats); }
 
 bool device_available(Device d) {
 #if SQUEEZEKV_CUDA
@@ -90,7 +96,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (o.device == Device::kCpu) return make_cpu_backend(o.threads, o.decode == Activations::kInt8);
 #if SQUEEZEKV_CUDA
   CudaOptions co;
-  co.f32_weights = o.f32_device_weights;
+  co.f32_weights = o.device_weights == DeviceWeightFormat::kF32;
+  co.native_weights = o.device_weights == DeviceWeightFormat::kNative;
   co.graphs = o.cuda_graphs;
   // for measurements: SQUEEZEKV_CUDA_PDL=0 launches every kernel after the previous one has finished,
   // SQUEEZEKV_CUDA_MMA=0 leaves prompt attention to the CUDA-core kernel, SQUEEZEKV_CUDA_MMA_DECODE=0

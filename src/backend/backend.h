@@ -225,7 +225,7 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, bool tile8_weights = fals
 struct BackendOptions {
   Device device = Device::kCpu;
   int threads = 0;                 // CPU threads (0: all cores)
-  bool f32_device_weights = false; // a device's exact test mode (matrices in f32, not bf16)
+  DeviceWeightFormat device_weights = DeviceWeightFormat::kNative;  // how a device holds the matrices
   Activations decode = Activations::kF32;  // the decode arithmetic the session asks for (the CPU lays weights out for it)
   bool cuda_graphs = true;         // CUDA: repeated launch lists replayed as graphs
   bool batch_invariant = false;    // CUDA: a decode batch's products with each row's lone arithmetic (the CPU's always are)

@@ -1,6 +1,8 @@
 // Scalar dequantization of every block format through unpack_group (core/quant.h).
 #include "core/quant.h"
 
+#include <algorithm>
+
 namespace squeezekv {
 namespace {
 
@@ -58,6 +60,56 @@ void dequantize_row(DType t, const uint8_t* src, float* dst, int64_t n) {
       return bf16_to_f32_row(dst, reinterpret_cast<const uint16_t*>(src), n);
     default:
       kBlockFns[static_cast<int>(t)].dequantize(src, dst, n);
+  }
+}
+
+void random_blocks(DType t, uint8_t* dst, int64_t n_blocks, float a, uint64_t seed, uint64_t stream) {
+  // splitmix64 over a counter started from (seed, stream)
+  uint64_t s = seed * 0x632BE59BD9B4E019ULL + stream * 0x9E3779B97F4A7C15ULL + 1;
+  auto next = [&s] {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  const DTypeInfo& info = dtype_info(t);
+  const size_t bytes = static_cast<size_t>(n_blocks) * info.block_bytes;
+  for (size_t i = 0; i < bytes; i += 8) {
+    const uint64_t r = next();
+    std::memcpy(dst + i, &r, std::min<size_t>(8, bytes - i));
+  }
+  // each type's f16 fields (offset, value): its scale d so that scale x quant reaches about a, and
+  // where it has one, the offset's scale
+  struct Field {
+    int offset;
+    float value;
+  };
+  Field f[2] = {{-1, 0.0f}, {-1, 0.0f}};
+  switch (t) {
+    case DType::Q8_0: f[0] = {0, a / 127}; break;
+    case DType::Q4_0: f[0] = {0, a / 8}; break;
+    case DType::Q4_1: f[0] = {0, a / 8}, f[1] = {2, -a}; break;
+    case DType::Q5_0: f[0] = {0, a / 16}; break;
+    case DType::Q5_1: f[0] = {0, a / 16}, f[1] = {2, -a}; break;
+    case DType::Q2_K: f[0] = {80, a / 45}, f[1] = {82, a / 15}; break;
+    case DType::Q3_K: f[0] = {108, a / 128}; break;
+    case DType::Q4_K: f[0] = {0, a / 945}, f[1] = {2, a / 63}; break;
+    case DType::Q5_K: f[0] = {0, a / 1953}, f[1] = {2, a / 63}; break;
+    case DType::Q6_K: f[0] = {208, a / 4096}; break;
+    case DType::IQ4_NL: f[0] = {0, a / 127}; break;
+    case DType::IQ4_XS: f[0] = {0, a / 4064}; break;
+    default: return;  // plain float types have no blocks
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint8_t* blk = dst + static_cast<size_t>(b) * info.block_bytes;
+    for (const Field& x : f) {
+      if (x.offset < 0) continue;
+      const uint16_t h = f32_to_f16(x.value);
+      std::memcpy(blk + x.offset, &h, 2);
+    }
+    if (t == DType::Q8_0)
+      for (int i = 2; i < 34; ++i)
+        if (blk[i] == 0x80) blk[i] = 0x81;  // -128 -> -127: |q| <= 127 as QuantGroup promises
   }
 }
 

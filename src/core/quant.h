@@ -177,4 +177,10 @@ void unpack_group(DType t, const uint8_t* blk, int g, QuantGroup& o);
 // dst[n] <- src (n values of type t; n a multiple of t's block size).
 void dequantize_row(DType t, const uint8_t* src, float* dst, int64_t n);
 
+// n_blocks random blocks of block type t at dst whose values stay within about [-a, a]: random
+// quants and packed sub-scales, the f16 scale fields set so that the largest products reach a
+// (and Q8_0 quants above -128). The same bytes for the same (seed, stream) on every machine: for
+// dummy weights of a real shape (model/dummy.cc) and kernel tests, never as a quantizer.
+void random_blocks(DType t, uint8_t* dst, int64_t n_blocks, float a, uint64_t seed, uint64_t stream);
+
 }  // namespace squeezekv

@@ -1,9 +1,11 @@
 // Random ("dummy") weights of a real model's shape, from its Hugging Face config.json: for speed
-// runs where the real weights cannot go (the GPU machine downloads nothing). Matrices are BF16,
-// uniform in [-a, a] with a = 0.02 * sqrt(3) (standard deviation 0.02, the usual initialiser), the
-// norms 1, biases 0.02-scaled; every row is drawn from its own counter-based stream, so the
-// weights depend on the seed only (not on threads or the device). The tokenizer has the 256 byte
-// tokens only: enough for token ids, not for text.
+// runs where the real weights cannot go (the GPU machine downloads nothing). BF16 matrices are
+// uniform in [-a, a] with a = 0.02 * sqrt(3) (standard deviation 0.02, the usual initialiser);
+// quantized presets (--dummy-type) write random blocks of each tensor's type (core/quant.h
+// random_blocks) with the tensor-type mix llama.cpp's quantizer writes for that preset; the norms
+// are 1, biases 0.02-scaled; every row is drawn from its own counter-based stream, so the weights
+// depend on the seed only (not on threads or the device). The tokenizer has the 256 byte tokens
+// only: enough for token ids, not for text.
 #include <omp.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <optional>
 
 #include "core/half.h"
+#include "core/quant.h"
 #include "model/loaders.h"
 #include "model/weights.h"
 #include "squeezekv/error.h"
@@ -45,10 +48,54 @@ struct Spec {
   std::string name;
   std::vector<int64_t> shape;
   bool norm = false;
+  DType type = DType::BF16;
 };
 
-// The tensors of a dummy model of config c, with their shapes.
-std::vector<Spec> dummy_specs(const ModelConfig& c, bool tied) {
+// A --dummy-type preset: the matrices' type, and whether it mixes as llama.cpp's _M presets do.
+struct Preset {
+  const char* name;
+  DType base;
+  bool k_mix;  // attn_v and ffn_down in Q6_K on the layers llama.cpp gives more bits
+};
+constexpr Preset kPresets[] = {
+    {"BF16", DType::BF16, false}, {"Q8_0", DType::Q8_0, false}, {"Q6_K", DType::Q6_K, false}, {"Q5_K_M", DType::Q5_K, true},
+    {"Q4_K_M", DType::Q4_K, true}, {"Q5_1", DType::Q5_1, false}, {"Q5_0", DType::Q5_0, false}, {"Q4_1", DType::Q4_1, false},
+    {"Q4_0", DType::Q4_0, false},
+};
+
+const Preset& find_preset(const std::string& name) {
+  std::string names;
+  for (const Preset& p : kPresets) {
+    if (name == p.name) return p;
+    names += std::string(names.empty() ? "" : ", ") + p.name;
+  }
+  throw Error("--dummy-type: unknown preset '" + name + "' (expected one of " + names + ")");
+}
+
+// llama.cpp's use_more_bits (src/llama-quant.cpp): the first and last eighth of the layers and
+// every third one between them.
+bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// The type preset p gives a matrix (name without "blk.N.", its layer or -1, its columns), as
+// llama.cpp's quantizer picks it: output.weight Q6_K (Q8_0 stays Q8_0); with k_mix attn_v and
+// ffn_down Q6_K where more_bits; a K type on columns that are not whole 256-blocks falls back as
+// llama.cpp's does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0).
+DType preset_type(const Preset& p, const std::string& name, int layer, int n_layers, int64_t cols) {
+  DType t = p.base;
+  if (t == DType::BF16) return t;
+  if (name == "output.weight" && t != DType::Q8_0) t = DType::Q6_K;
+  if (p.k_mix && (name == "attn_v.weight" || name == "ffn_down.weight") && more_bits(layer, n_layers)) t = DType::Q6_K;
+  if (cols % 256 != 0) {
+    if (t == DType::Q4_K) t = DType::Q5_0;
+    if (t == DType::Q5_K) t = DType::Q5_1;
+    if (t == DType::Q6_K) t = DType::Q8_0;
+  }
+  if (cols % 32 != 0) t = DType::BF16;  // no block type fits
+  return t;
+}
+
+// The tensors of a dummy model of config c, with their shapes and types.
+std::vector<Spec> dummy_specs(const ModelConfig& c, bool tied, const Preset& preset) {
   const int64_t E = c.dim, V = c.vocab_size, F = c.ffn_dim;
   const int64_t QD = static_cast<int64_t>(c.n_heads) * c.head_dim, KD = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   std::vector<Spec> specs = {{"token_embd.weight", {V, E}}, {"output_norm.weight", {E}, true}};
@@ -70,24 +117,39 @@ std::vector<Spec> dummy_specs(const ModelConfig& c, bool tied) {
     specs.push_back({p + "ffn_up.weight", {F, E}});
     specs.push_back({p + "ffn_down.weight", {E, F}});
   }
+  for (Spec& s : specs) {
+    if (s.norm || s.shape.size() != 2) continue;
+    int layer = -1;
+    std::string base = s.name;
+    if (s.name.rfind("blk.", 0) == 0) {
+      const size_t dot = s.name.find('.', 4);
+      layer = std::stoi(s.name.substr(4, dot - 4));
+      base = s.name.substr(dot + 1);
+    }
+    s.type = preset_type(preset, base, layer, c.n_layers, s.shape[1]);
+  }
   return specs;
 }
 
 int64_t bytes_of(const std::vector<Spec>& specs) {
-  int64_t values = 0;  // validate_config bounds every size, so this stays far from overflow
-  for (const Spec& sp : specs) values += sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
-  return 2 * values;  // BF16 throughout
+  int64_t bytes = 0;  // validate_config bounds every size, so this stays far from overflow
+  for (const Spec& sp : specs)
+    bytes += static_cast<int64_t>(dtype_bytes(sp.type, sp.shape.back())) * (sp.shape.size() == 2 ? sp.shape[0] : 1);
+  return bytes;
 }
 
 }  // namespace
 
-int64_t dummy_weight_bytes(const ModelConfig& c, bool tied) { return bytes_of(dummy_specs(c, tied)); }
+int64_t dummy_weight_bytes(const ModelConfig& c, bool tied, const std::string& type) {
+  return bytes_of(dummy_specs(c, tied, find_preset(type)));
+}
 
-std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed, int64_t max_memory) {
+std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t seed, int64_t max_memory, const std::string& type) {
+  const Preset& preset = find_preset(type);
   bool tied = false;
   ModelConfig c = read_hf_config(config_path, &tied);
   c.name = "dummy:" + config_path;
-  const std::vector<Spec> specs = dummy_specs(c, tied);
+  const std::vector<Spec> specs = dummy_specs(c, tied, preset);
   // refuse a shape the limit or this machine cannot hold before allocating any of it
   const int64_t need = bytes_of(specs);
   if (max_memory > 0 && need > max_memory)
@@ -95,29 +157,37 @@ std::unique_ptr<Model> make_dummy_model(const std::string& config_path, uint64_t
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (have > 0 && static_cast<double>(need) > 0.9 * have)
     throw Error("--dummy: the weights of '" + config_path + "' take " + std::to_string(static_cast<int64_t>(need / 1e9)) +
-                " GB as BF16, more than this machine's memory (" + std::to_string(static_cast<int64_t>(have / 1e9)) + " GB)");
-  // one owned BF16 buffer per tensor, rows filled in parallel from per-row streams
+                " GB as " + type + ", more than this machine's memory (" + std::to_string(static_cast<int64_t>(have / 1e9)) + " GB)");
+  // one owned buffer per tensor, rows filled in parallel from per-row streams
   std::map<std::string, TensorRef> tensors;
   std::vector<std::shared_ptr<void>> keep;
   const float a = 0.02f * std::sqrt(3.0f);
   for (size_t ti = 0; ti < specs.size(); ++ti) {
     const Spec& s = specs[ti];
     const int64_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
-    auto buf = std::shared_ptr<uint16_t[]>(new uint16_t[static_cast<size_t>(rows * cols)]);
-    uint16_t* d = buf.get();
+    const size_t row_bytes = dtype_bytes(s.type, cols);
+    // 8-byte words: BF16 rows and every block type's fields stay aligned as their loaders expect
+    auto buf = std::shared_ptr<uint64_t[]>(new uint64_t[(static_cast<size_t>(rows) * row_bytes + 7) / 8]);
+    uint8_t* d = reinterpret_cast<uint8_t*>(buf.get());
+    auto* d16 = reinterpret_cast<uint16_t*>(d);
     if (s.norm) {
-      for (int64_t i = 0; i < cols; ++i) d[i] = 0x3F80;  // 1.0
-    } else {
+      for (int64_t i = 0; i < cols; ++i) d16[i] = 0x3F80;  // 1.0
+    } else if (s.type == DType::BF16) {
 #pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) fill_bf16(d + r * cols, cols, a, seed, (static_cast<uint64_t>(ti) << 32) + r);
+      for (int64_t r = 0; r < rows; ++r) fill_bf16(d16 + r * cols, cols, a, seed, (static_cast<uint64_t>(ti) << 32) + r);
+    } else {
+      const int64_t blocks = cols / dtype_info(s.type).block_values;
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r)
+        random_blocks(s.type, d + static_cast<size_t>(r) * row_bytes, blocks, a, seed, (static_cast<uint64_t>(ti) << 32) + r);
     }
     TensorRef t;
-    t.type = DType::BF16;
-    t.data = reinterpret_cast<const uint8_t*>(d);
+    t.type = s.type;
+    t.data = d;
     t.shape = s.shape;
-    t.bytes = static_cast<size_t>(rows * cols) * 2;
+    t.bytes = static_cast<size_t>(rows) * row_bytes;
     tensors[s.name] = t;
-    keep.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint16_t>(buf, d)));
+    keep.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint64_t>(buf, buf.get())));
   }
   TensorLookup lookup = [&](const std::string& name) -> std::optional<TensorRef> {
     auto it = tensors.find(name);

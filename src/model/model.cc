@@ -93,7 +93,7 @@ std::unique_ptr<Model> Model::dummy(const std::string& config_json, uint64_t see
   std::error_code ec;
   if (!std::filesystem::is_regular_file(config_json, ec))
     throw Error("--dummy: config file '" + config_json + "' does not exist (expected a Hugging Face config.json)");
-  return make_dummy_model(config_json, seed, options.max_memory);
+  return make_dummy_model(config_json, seed, options.max_memory, options.dummy_type);
 }
 
 std::string mib(int64_t bytes) {

@@ -87,7 +87,7 @@ Runner::Runner(const Model& m, const SessionOptions& o, int max_rows) : model_(m
     throw Error("--max-memory: the weights (" + mib(weights) + ") and a step's activations (" + mib(scratch) + ") take " +
                 mib(base_bytes_) + ", above the limit of " + mib(opt_.max_memory) + "; lower --prefill-chunk or raise --max-memory");
   act_ = opt_.decode_activations == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
-  backend_ = make_backend({opt_.device, opt_.threads, opt_.f32_device_weights, act_, opt_.cuda_graphs, opt_.batch_invariant});
+  backend_ = make_backend({opt_.device, opt_.threads, opt_.device_weights, act_, opt_.cuda_graphs, opt_.batch_invariant});
   dw_ = std::make_unique<DeviceWeights>(*backend_, m.weights());
   chunk_ = opt_.prefill_chunk;
   const size_t T = static_cast<size_t>(max_rows_), E = c.dim, QD = static_cast<size_t>(c.n_heads) * c.head_dim,

@@ -33,13 +33,14 @@ constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 struct CommonArgs {
   std::string device = "cpu";
-  std::string device_weights = "bf16";
+  std::string device_weights = "native";
   std::string cuda_graphs = "on";
   std::string batch_invariant = "off";
   std::string max_memory;
   std::string kv_memory;
   std::string model;
   std::string dummy;
+  std::string dummy_type;
   std::string tokenizer;
   int threads = 0;
   int ctx = 0;
@@ -82,11 +83,18 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
   app->add_option("-m,--model", a.model, "GGUF file, Hugging Face directory or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   app->add_option("--tokenizer", a.tokenizer, "tokenizer file for a llama2.c checkpoint (tok512.bin)");
   app->add_option("--dummy", a.dummy,
-                  "random BF16 weights of the shape a Hugging Face config.json gives (speed runs; e.g. bench/configs/*.json)");
+                  "random weights of the shape a Hugging Face config.json gives (speed runs; e.g. bench/configs/*.json)");
+  app->add_option("--dummy-type", a.dummy_type,
+                  "--dummy's weights: BF16 (default) | Q8_0 | Q6_K | Q5_K_M | Q4_K_M | Q5_1 | Q5_0 | Q4_1 | Q4_0, the "
+                  "tensor types mixed as llama.cpp's quantizer mixes them (output.weight Q6_K except in Q8_0; the _M "
+                  "presets' attn_v and ffn_down Q6_K on the first and last eighth of the layers and every third between)");
   app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app->add_option("--device", a.device,
-                  "cpu | cuda (an NVIDIA GPU: weights dequantized to bf16 on load; needs a build with the CUDA toolkit)");
-  app->add_option("--device-weights", a.device_weights, "--device cuda: bf16 (default) | f32 (exact, for tests)");
+                  "cpu | cuda (an NVIDIA GPU; needs a build with the CUDA toolkit)");
+  app->add_option("--device-weights", a.device_weights,
+                  "--device cuda: native (default: every GGUF block type kept as stored, decode by integer products "
+                  "against 8-bit activations, prompts through bf16 tiles; BF16/F16/F32 matrices as bf16) | bf16 "
+                  "(every matrix dequantized to bf16 on load) | f32 (exact, for tests)");
   app->add_option("--max-memory", a.max_memory,
                   "most memory the run may hold: weights, activations and every KV cache, checked before allocating "
                   "(bytes, or with K, M, G: 8G); default no limit");
@@ -164,8 +172,10 @@ int64_t parse_size(const std::string& flag, const std::string& text) {
 std::unique_ptr<Model> load(const CommonArgs& a) {
   LoadOptions lo;
   if (!a.max_memory.empty()) lo.max_memory = parse_size("--max-memory", a.max_memory);
+  if (!a.dummy_type.empty() && a.dummy.empty()) throw Error("--dummy-type: only with --dummy CONFIG");
   if (!a.dummy.empty()) {
     if (!a.model.empty()) throw Error("--dummy: give either -m MODEL or --dummy CONFIG, not both");
+    if (!a.dummy_type.empty()) lo.dummy_type = a.dummy_type;
     return Model::dummy(a.dummy, 1, lo);
   }
   lo.tokenizer_path = a.tokenizer;
@@ -177,9 +187,7 @@ std::unique_ptr<Model> load(const CommonArgs& a) {
 SessionOptions session_options(const CommonArgs& a) {
   SessionOptions so;
   so.device = parse_device(a.device);
-  if (a.device_weights != "bf16" && a.device_weights != "f32")
-    throw Error("--device-weights: unknown value '" + a.device_weights + "' (expected bf16 or f32)");
-  so.f32_device_weights = a.device_weights == "f32";
+  so.device_weights = parse_device_weights(a.device_weights);
   so.cuda_graphs = parse_on_off("--cuda-graphs", a.cuda_graphs);
   so.batch_invariant = parse_on_off("--batch-invariant", a.batch_invariant);
   if (!a.max_memory.empty()) so.max_memory = parse_size("--max-memory", a.max_memory);

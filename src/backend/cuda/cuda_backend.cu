@@ -39,6 +39,8 @@
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemm_rows.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/gemv_q.h"
+#include "backend/cuda/quant_groups.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launcher.h"
 #include "backend/cuda/norm.h"
@@ -113,7 +115,8 @@ class CudaBackend final : public Backend {
                         : opt_.batch == CudaOptions::BatchProducts::kBlas ? ", batches by cublas"
                         : opt_.batch == CudaOptions::BatchProducts::kGemv ? ", batch-invariant"
                                                                           : ", batches by gemm_rows";
-    return "cuda, " + name_ + ", " + (opt_.f32_weights ? "f32" : "bf16") + " weights" + (opt_.graphs ? "" : ", no graphs") + batch;
+    const char* weights = opt_.f32_weights ? "f32" : opt_.native_weights ? "native (quantized types as stored)" : "bf16";
+    return "cuda, " + name_ + ", " + weights + " weights" + (opt_.graphs ? "" : ", no graphs") + batch;
   }
   bool host_visible() const override { return false; }
 
@@ -165,6 +168,7 @@ class CudaBackend final : public Backend {
   int64_t graph_replays() const override { return launcher_->replays(); }
 
   WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
+    if (use == WeightUse::kMatrix && packed(w.type)) return upload_packed(w, keep);
     // vectors stay f32; matrices become bf16 (f32 in the exact mode), dequantized row by row
     const bool f32 = use == WeightUse::kVector || opt_.f32_weights;
     keep = alloc(device_row_bytes(w, f32) * static_cast<size_t>(w.rows));
@@ -176,7 +180,8 @@ class CudaBackend final : public Backend {
     const bool f32 = opt_.f32_weights;
     size_t bytes = 0;
     for (int i = 0; i < n; ++i) {
-      if (in[i].cols != in[0].cols) return Backend::prepare_weights(in, n, out, keep);
+      // packed matrices one by one: their products run part by part (packed_product)
+      if (in[i].cols != in[0].cols || packed(in[i].type)) return Backend::prepare_weights(in, n, out, keep);
       bytes += device_row_bytes(in[i], f32) * static_cast<size_t>(in[i].rows);
     }
     std::unique_ptr<Buffer> buf = alloc(bytes);
@@ -201,6 +206,7 @@ class CudaBackend final : public Backend {
   // read once per launch.
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
     const MatmulPart one{out, &w, bias, nullptr};
+    if (packed_product(&one, 1, x, T, RowMode::kIndependent, false)) return;
     if (batch_rows(&one, 1, x, T)) return;
     for (int64_t t0 = 0; t0 < T; t0 += kGemvRows) {
       const int n = static_cast<int>(std::min<int64_t>(kGemvRows, T - t0));
@@ -211,6 +217,7 @@ class CudaBackend final : public Backend {
 
   void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations) override {
     const MatmulPart part{out, &w, bias, nullptr};
+    if (packed_product(&part, 1, x, T, RowMode::kChunk, false)) return;
     if (T <= kGemvRows && launch_gemv(*launcher_, &part, 1, x, static_cast<int>(T), false)) return;
     gemm_parts(&part, 1, x, T);
   }
@@ -219,6 +226,7 @@ class CudaBackend final : public Backend {
   // product for parts laid out together (joined_product), or x converted to bf16 once and one
   // product per part.
   void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) override {
+    if (packed_product(parts, n, x, T, rows, false)) return;
     if (T <= kGemvRows && launch_gemv(*launcher_, parts, n, x, static_cast<int>(T), false)) return;
     if (joined_product(parts, n, x, T, rows, false)) return;
     if (rows == RowMode::kIndependent && T > 1) {
@@ -232,6 +240,7 @@ class CudaBackend final : public Backend {
   void matmul_swiglu(float* gate, float* up, const float* x, const WeightMatrix& w_gate, const WeightMatrix& w_up, int64_t T,
                      Activations act, RowMode rows) override {
     const MatmulPart parts[2] = {{gate, &w_gate, nullptr, nullptr}, {up, &w_up, nullptr, nullptr}};
+    if (w_gate.rows == w_up.rows && packed_product(parts, 2, x, T, rows, true)) return;
     if (T <= kGemvRows && w_gate.rows == w_up.rows && launch_gemv(*launcher_, parts, 2, x, static_cast<int>(T), true)) return;
     if (w_gate.rows == w_up.rows && joined_product(parts, 2, x, T, rows, true)) return;
     Backend::matmul_swiglu(gate, up, x, w_gate, w_up, T, act, rows);
@@ -654,6 +663,93 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Whether matrices of type t stay in their GGUF blocks on the device (native weights).
+  bool packed(DType t) const { return opt_.native_weights && !opt_.f32_weights && packed_type(t); }
+
+  // w's blocks uploaded as they are stored, each row's fields rearranged into planes
+  // (quant_groups.h PlaneSpec: the same bytes) and rows padded to 16 bytes (at most 15 a row:
+  // 0.7% of an 8B model's smallest Q4_K row); the scratch that its products dequantize into
+  // (packed_product) grown now, at load, so that the KV pool sized after the weights leaves room.
+  WeightMatrix upload_packed(const WeightMatrix& w, std::unique_ptr<Buffer>& keep) {
+    if (w.cols % dtype_info(w.type).block_values != 0 || w.row_bytes != dtype_bytes(w.type, w.cols))
+      throw Error("cuda: a " + std::string(dtype_info(w.type).name) + " matrix of " + std::to_string(w.cols) +
+                  " columns is not whole blocks a row");
+    const size_t stride = (w.row_bytes + 15) / 16 * 16;
+    const int64_t nb = w.cols / dtype_info(w.type).block_values;
+    keep = alloc(stride * static_cast<size_t>(w.rows));
+    constexpr size_t kChunkBytes = size_t{8} << 20;  // rows rearranged on the host this many bytes at a time
+    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / stride));
+    std::vector<uint8_t> planar(static_cast<size_t>(std::min(rows, w.rows)) * stride);
+    for (int64_t r0 = 0; r0 < w.rows; r0 += rows) {
+      const int64_t n = std::min(rows, w.rows - r0);
+      for (int64_t i = 0; i < n; ++i) to_planes(w.type, w.row(r0 + i), planar.data() + static_cast<size_t>(i) * stride, nb);
+      upload(keep->as<uint8_t>() + static_cast<size_t>(r0) * stride, planar.data(), static_cast<size_t>(n) * stride);
+    }
+    grow(dequantized_, static_cast<size_t>(w.rows) * w.cols * sizeof(__nv_bfloat16));
+    WeightMatrix d = w;
+    d.data = keep->as<uint8_t>();
+    d.row_bytes = stride;
+    return d;
+  }
+
+  // Products where a part's weights are packed (opt_.native_weights): false, launching nothing,
+  // where none is. Rows through the integer GEMV (x rounded to 8 bits once for every part,
+  // kGemvQRows rows a launch) while that reads the weights fewer times than the other way costs:
+  // up to kPackedGemvRows rows, and any number in the batch-invariant mode, where each row keeps
+  // its lone arithmetic; more rows (prompt chunks, large decode batches) through each matrix
+  // dequantized to bf16 (dequantized_, one matrix at a time) and cuBLAS. Then the parts' RoPE,
+  // or swiglu: silu(gate) * up into parts[0].out. Parts that are not packed take the bf16 GEMV
+  // or cuBLAS beside them.
+  // The crossing (H200, 8B shape, Q4_K: 4.9 GB of blocks, 15 GB as bf16): a GEMV pass reads the
+  // blocks once per 4 rows, the other way reads them once, writes and reads 15 GB of bf16 (~7
+  // GEMV passes); 16 rows is 4 passes.
+  static constexpr int64_t kPackedGemvRows = 16;
+  bool packed_product(const MatmulPart* parts, int n, const float* x, int64_t T, RowMode rows, bool swiglu) {
+    bool any = false;
+    for (int i = 0; i < n; ++i) any = any || packed(parts[i].w->type);
+    if (!any || T == 0) return false;
+    const int64_t C = parts[0].w->cols;
+    const bool invariant = rows == RowMode::kIndependent && opt_.batch == CudaOptions::BatchProducts::kGemv;
+    if (T <= kPackedGemvRows || invariant) {
+      grow(xq_, static_cast<size_t>(T * C));
+      grow(xs_, static_cast<size_t>(T * (C / 32)) * 4 * sizeof(float));
+      if (C % 32 == 0) launch_quantize_q8(*launcher_, xq_->as<int8_t>(), xs_->as<float>(), x, T, C);
+      for (int i = 0; i < n; ++i) {
+        const MatmulPart& p = parts[i];
+        for (int64_t t0 = 0; t0 < T; t0 += kGemvQRows) {
+          const int m = static_cast<int>(std::min<int64_t>(kGemvQRows, T - t0));
+          if (packed(p.w->type)) {
+            launch_gemv_q(*launcher_, p.out + t0 * p.w->rows, xq_->as<int8_t>() + t0 * C, xs_->as<float>() + t0 * (C / 32) * 4, *p.w,
+                          p.bias, m);
+            continue;
+          }
+          const MatmulPart one{p.out + t0 * p.w->rows, p.w, p.bias, nullptr};
+          if (m > kGemvRows || !launch_gemv(*launcher_, &one, 1, x + t0 * C, m, false)) gemm_parts(&one, 1, x + t0 * C, m);
+        }
+      }
+    } else {
+      for (int i = 0; i < n; ++i) {
+        MatmulPart p = parts[i];
+        p.rope = nullptr;
+        WeightMatrix bf = *p.w;
+        if (packed(bf.type)) {
+          launch_dequantize_bf16(*launcher_, dequantized_->as<__nv_bfloat16>(), bf);
+          bf.type = DType::BF16;
+          bf.data = dequantized_->as<uint8_t>();
+          bf.row_bytes = static_cast<size_t>(bf.cols) * sizeof(__nv_bfloat16);
+          p.w = &bf;
+        }
+        gemm_parts(&p, 1, x, T);
+      }
+    }
+    if (swiglu) {
+      launch_silu_mul(*launcher_, parts[0].out, parts[1].out, T * parts[0].w->rows);
+      return true;
+    }
+    rope_parts(parts, n, T);
+    return true;
+  }
+
   // A decode batch of more than kGemvRows rows on the tensor cores (opt_.batch kTuned, kBlas or
   // kMma): x converted to bf16 once for all parts, one product per part (no RoPE: the caller's).
   // False, launching nothing, where the path does not serve the parts (kGemv, few rows, not
@@ -818,6 +914,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Buffer> xb_, ent_, moves_, top_scratch_, ml_, part_acc_, part_ml_, scores_;
   std::unique_ptr<Buffer> kv_rows_k_, kv_rows_v_;  // [G][capacity][D] f16 or f32: a Q8_0 layer's rows (dequantized)
   std::unique_ptr<Buffer> joined_;  // [T][rows of the joined matrices] (joined_product)
+  // packed weights' products: x rounded to 8 bits ([T][C] int8, [T][C/32][4] scales and sums),
+  // and the largest packed matrix dequantized to bf16 [R][C]
+  std::unique_ptr<Buffer> xq_, xs_, dequantized_;
   // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
   std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;
   std::vector<float> host_rows_;              // embedding rows on their way up

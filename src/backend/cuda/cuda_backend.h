@@ -9,6 +9,8 @@ namespace squeezekv {
 
 struct CudaOptions {
   bool f32_weights = false;  // the exact test mode: matrices kept in f32 instead of bf16
+  // quantized matrices kept in their GGUF blocks (gemv_q.h) instead of dequantized to bf16
+  bool native_weights = true;
   bool graphs = true;        // repeated launch lists (decode steps) replayed as CUDA graphs
   bool pdl = true;           // programmatic dependent launch: a kernel starts while the one before finishes
   bool mma_attention = true; // prompt attention on the tensor cores where the shape allows
