@@ -693,13 +693,13 @@ class CudaBackend final : public Backend {
   }
 
   // Products where a part's weights are packed (opt_.native_weights): false, launching nothing,
-  // where none is. Rows through the integer GEMV (x rounded to 8 bits once for every part,
-  // kGemvQRows rows a launch) while that reads the weights fewer times than the other way costs:
-  // up to kPackedGemvRows rows, and any number in the batch-invariant mode, where each row keeps
-  // its lone arithmetic; more rows (prompt chunks, large decode batches) through each matrix
-  // dequantized to bf16 (dequantized_, one matrix at a time) and cuBLAS. Then the parts' RoPE,
-  // or swiglu: silu(gate) * up into parts[0].out. Parts that are not packed take the bf16 GEMV
-  // or cuBLAS beside them.
+  // where none is. Rows through the integer GEMV (x rounded to 8 bits once for every part;
+  // kGemvQRows rows a launch, the parts of one type in one launch with their RoPE or SwiGLU)
+  // while that reads the weights fewer times than the other way costs: up to kPackedGemvRows
+  // rows, and any number in the batch-invariant mode, where each row keeps its lone arithmetic;
+  // more rows (prompt chunks, large decode batches) through each matrix dequantized to bf16
+  // (dequantized_, one matrix at a time) and cuBLAS, RoPE and SwiGLU after. Parts that are not
+  // packed take the bf16 GEMV or cuBLAS beside them.
   // The crossing (H200, 8B shape, Q4_K: 4.9 GB of blocks, 15 GB as bf16): a GEMV pass reads the
   // blocks once per 4 rows, the other way reads them once, writes and reads 15 GB of bf16 (~7
   // GEMV passes); 16 rows is 4 passes.
@@ -710,24 +710,7 @@ class CudaBackend final : public Backend {
     if (!any || T == 0) return false;
     const int64_t C = parts[0].w->cols;
     const bool invariant = rows == RowMode::kIndependent && opt_.batch == CudaOptions::BatchProducts::kGemv;
-    if (T <= kPackedGemvRows || invariant) {
-      grow(xq_, static_cast<size_t>(T * C));
-      grow(xs_, static_cast<size_t>(T * (C / 32)) * 4 * sizeof(float));
-      if (C % 32 == 0) launch_quantize_q8(*launcher_, xq_->as<int8_t>(), xs_->as<float>(), x, T, C);
-      for (int i = 0; i < n; ++i) {
-        const MatmulPart& p = parts[i];
-        for (int64_t t0 = 0; t0 < T; t0 += kGemvQRows) {
-          const int m = static_cast<int>(std::min<int64_t>(kGemvQRows, T - t0));
-          if (packed(p.w->type)) {
-            launch_gemv_q(*launcher_, p.out + t0 * p.w->rows, xq_->as<int8_t>() + t0 * C, xs_->as<float>() + t0 * (C / 32) * 4, *p.w,
-                          p.bias, m);
-            continue;
-          }
-          const MatmulPart one{p.out + t0 * p.w->rows, p.w, p.bias, nullptr};
-          if (m > kGemvRows || !launch_gemv(*launcher_, &one, 1, x + t0 * C, m, false)) gemm_parts(&one, 1, x + t0 * C, m);
-        }
-      }
-    } else {
+    if (T > kPackedGemvRows && !invariant) {
       for (int i = 0; i < n; ++i) {
         MatmulPart p = parts[i];
         p.rope = nullptr;
@@ -741,12 +724,51 @@ class CudaBackend final : public Backend {
         }
         gemm_parts(&p, 1, x, T);
       }
-    }
-    if (swiglu) {
-      launch_silu_mul(*launcher_, parts[0].out, parts[1].out, T * parts[0].w->rows);
+      if (swiglu) launch_silu_mul(*launcher_, parts[0].out, parts[1].out, T * parts[0].w->rows);
+      else rope_parts(parts, n, T);
       return true;
     }
-    rope_parts(parts, n, T);
+    grow(xq_, static_cast<size_t>(T * C));
+    grow(xs_, static_cast<size_t>(T * (C / 32)) * 4 * sizeof(float));
+    if (C % 32 == 0) launch_quantize_q8(*launcher_, xq_->as<int8_t>(), xs_->as<float>(), x, T, C);
+    // SwiGLU in the launch where gate and up are of one type; else each alone, and silu_mul after
+    const bool fused_swiglu = swiglu && parts[0].w->type == parts[1].w->type;
+    for (int64_t t0 = 0; t0 < T; t0 += kGemvQRows) {
+      const int m = static_cast<int>(std::min<int64_t>(kGemvQRows, T - t0));
+      // the parts at rows t0.. (their outputs and rotation positions moved along)
+      MatmulPart at[kMaxSplitParts];
+      RopeSpec rope[kMaxSplitParts];
+      for (int i = 0; i < n; ++i) {
+        at[i] = parts[i];
+        at[i].out = parts[i].out + t0 * parts[i].w->rows;
+        if (parts[i].rope != nullptr) {
+          rope[i] = *parts[i].rope;
+          rope[i].pos += t0;
+          at[i].rope = &rope[i];
+        }
+      }
+      const int8_t* xq = xq_->as<int8_t>() + t0 * C;
+      const float* xs = xs_->as<float>() + t0 * (C / 32) * 4;
+      // runs of parts of one type, each one launch
+      for (int i = 0; i < n;) {
+        int e = i + 1;
+        while (e < n && at[e].w->type == at[i].w->type && !(swiglu && !fused_swiglu)) ++e;
+        const bool sw = fused_swiglu && i == 0 && e == 2;
+        if (packed(at[i].w->type)) {
+          if (!launch_gemv_q(*launcher_, at + i, e - i, xq, xs, m, sw)) throw Error("cuda: packed product of parts not one launch");
+        } else if (!launch_gemv(*launcher_, at + i, e - i, x + t0 * C, m, sw)) {
+          for (int k = i; k < e; ++k) {
+            MatmulPart one = at[k];
+            one.rope = nullptr;
+            gemm_parts(&one, 1, x + t0 * C, m);
+          }
+          if (sw) launch_silu_mul(*launcher_, at[0].out, at[1].out, m * at[0].w->rows);
+          else rope_parts(at + i, e - i, m);
+        }
+        i = e;
+      }
+    }
+    if (swiglu && !fused_swiglu) launch_silu_mul(*launcher_, parts[0].out, parts[1].out, T * parts[0].w->rows);
     return true;
   }
 

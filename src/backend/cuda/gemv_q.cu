@@ -2,12 +2,17 @@
 // groups of quant_groups.h) and the dequantization to bf16 for the tensor-core products.
 #include "backend/cuda/gemv_q.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv_parts.cuh"
 #include "backend/cuda/quant_groups.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv::cuda {
 namespace {
+using namespace gemv_detail;
 
 // One warp a block of 32 values (lane i: value i). xs as launch_quantize_q8 says.
 __global__ void k_quantize_q8(int8_t* xq, float4* xs, const float* x, int64_t n_blocks) {
@@ -26,49 +31,64 @@ __global__ void k_quantize_q8(int8_t* xq, float4* xs, const float* x, int64_t n_
   if (lane == 0) xs[b] = make_float4(d, d * static_cast<float>(s), d * static_cast<float>(s_hi), 0.0f);
 }
 
-constexpr int kGemvWarps = 4;  // weight rows a block
+// The packed GEMV: gemv.cu's launch shape (gemv_parts.cuh: the parts of one launch dealt out
+// in blocks of kGemvBlockRows rows, RoPE or SwiGLU in the block's epilogue), its threads taking
+// the row's groups of 32 in turn: a thread loads its group's 8-bit activations once for the
+// block's 8 rows, unpacks each row's group (quant_groups.h) and adds per half an integer dot
+// (4 dp4a) scaled by both scales, plus the weights' offset times the activations' sum. Each
+// output is summed in the same order whatever T and the other parts are.
+// A block's warps: kQWarps, fewer where a row has fewer than 32 groups of 32 a warp. Measured on
+// the H200 (8B shape, one sequence, 2026-12-02, run-d.sh): 1, 2 and 4 warps a block decode Q4_K_M
+// at 168, 253 and 325 tok/s, Q8_0 at 165, 238 and 290, Q6_K at 129, 197 and 239. (8 would leave
+// one block of 168 registers a thread resident an SM.)
+constexpr int kQWarps = 4;
 
-// grid R / kGemvWarps, block 32 * kGemvWarps: warp w takes row blockIdx.x * kGemvWarps + w, its
-// lanes the row's groups of 32 in turn; per group and half an integer dot (4 dp4a) scaled by the
-// weights' and the activations' scales, plus the weights' offset times the activations' sum.
-template <DType TY, int NT>
-__global__ void __launch_bounds__(32 * kGemvWarps) k_gemv_q(float* out, const uint8_t* w, int64_t row_bytes, const int8_t* xq,
-                                                            const float4* xs, const float* bias, int R, int C) {
-  pdl_enter();
-  const int r = blockIdx.x * kGemvWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (r >= R) return;
-  const uint8_t* row = w + r * row_bytes;
-  const int G = C / 32;
+template <DType TY, int T>
+__global__ void __launch_bounds__(kQWarps * 32) k_gemv_q(const int8_t* xq, const float4* xs, int64_t row_bytes, GemvParts P) {
+  constexpr int RB = kGemvBlockRows, HB = RB / 2;
+  const int C = P.C, G = C / 32;
   const int64_t nb = C / (32 * PackedTraits<TY>::kGroups);
-  float acc[NT];
+  const int p = gemv_part(P);
+  pdl_launch_next();
+  const GemvRows g = gemv_rows(P, p, blockIdx.x - pick(P.first_block, p));
+  // the last row of each group's part (a short last block repeats it; its sums are dropped)
+  const auto *base0 = static_cast<const uint8_t*>(pick(P.w, g.part0)), *base1 = static_cast<const uint8_t*>(pick(P.w, g.part1));
+  const int last0 = pick(P.rows, g.part0) - 1, last1 = pick(P.rows, g.part1) - 1;
+  const uint8_t* wr[RB];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-#pragma unroll 2
-  for (int g = lane; g < G; g += 32) {
-    PackedGroup p;
-    unpack_planar<TY>(row, nb, g, p);
+  for (int i = 0; i < RB; ++i)
+    wr[i] = i < HB ? base0 + min(g.row(i), last0) * row_bytes : base1 + min(g.row(i), last1) * row_bytes;
+  pdl_wait();
+  float acc[RB][T] = {};
+  for (int gi = threadIdx.x; gi < G; gi += blockDim.x) {
+    int4 xa[T], xb[T];
+    float4 s[T];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int4* xv = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * C + 32 * g);
-      const int4 a = xv[0], b = xv[1];
-      const float4 s = xs[static_cast<int64_t>(t) * G + g];
-      int lo = __dp4a(p.q[0], a.x, 0);
-      lo = __dp4a(p.q[1], a.y, lo);
-      lo = __dp4a(p.q[2], a.z, lo);
-      lo = __dp4a(p.q[3], a.w, lo);
-      int hi = __dp4a(p.q[4], b.x, 0);
-      hi = __dp4a(p.q[5], b.y, hi);
-      hi = __dp4a(p.q[6], b.z, hi);
-      hi = __dp4a(p.q[7], b.w, hi);
-      acc[t] += p.scale[0] * (s.x * static_cast<float>(lo)) + p.scale[1] * (s.x * static_cast<float>(hi)) + p.min[0] * s.y +
-                p.min[1] * s.z;
+    for (int t = 0; t < T; ++t) {
+      const int4* xv = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(t) * C + 32 * gi);
+      xa[t] = xv[0], xb[t] = xv[1];
+      s[t] = xs[static_cast<int64_t>(t) * G + gi];
+    }
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+      PackedGroup q;
+      unpack_planar<TY>(wr[i], nb, gi, q);
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        int lo = __dp4a(q.q[0], xa[t].x, 0);
+        lo = __dp4a(q.q[1], xa[t].y, lo);
+        lo = __dp4a(q.q[2], xa[t].z, lo);
+        lo = __dp4a(q.q[3], xa[t].w, lo);
+        int hi = __dp4a(q.q[4], xb[t].x, 0);
+        hi = __dp4a(q.q[5], xb[t].y, hi);
+        hi = __dp4a(q.q[6], xb[t].z, hi);
+        hi = __dp4a(q.q[7], xb[t].w, hi);
+        acc[i][t] += q.scale[0] * (s[t].x * static_cast<float>(lo)) + q.scale[1] * (s[t].x * static_cast<float>(hi)) +
+                     q.min[0] * s[t].y + q.min[1] * s[t].z;
+      }
     }
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const float v = warp_sum(acc[t]);
-    if (lane == 0) out[static_cast<int64_t>(t) * R + r] = bias != nullptr ? v + bias[r] : v;
-  }
+  gemv_finish<T, kQWarps>(P, p, g, acc);
 }
 
 // One thread a group of 32 values: 32 bf16 written as four 16-byte stores. (Four threads a
@@ -121,21 +141,32 @@ void launch_quantize_q8(Launcher& L, int8_t* xq, float* xs, const float* x, int6
   L.launch(k_quantize_q8, blocks_for(blocks, kWarps), 32 * kWarps, 0, xq, reinterpret_cast<float4*>(xs), x, blocks);
 }
 
-void launch_gemv_q(Launcher& L, float* out, const int8_t* xq, const float* xs, const WeightMatrix& w, const float* bias, int T) {
-  const unsigned grid = blocks_for(w.rows, kGemvWarps);
+bool launch_gemv_q(Launcher& L, const MatmulPart* parts, int n, const int8_t* xq, const float* xs, int T, bool swiglu) {
+  if (T < 1 || T > kGemvQRows || !packed_type(parts[0].w->type)) return false;
+  GemvParts P;
+  if (!make_gemv_parts(P, parts, n, swiglu)) return false;
+  const unsigned grid = static_cast<unsigned>(P.first_block[P.n]);
   const auto* s = reinterpret_cast<const float4*>(xs);
-  const int R = static_cast<int>(w.rows), C = static_cast<int>(w.cols);
-  const int64_t rb = static_cast<int64_t>(w.row_bytes);
-  dispatch(w.type, [&](auto ty) {
+  const int64_t rb = static_cast<int64_t>(parts[0].w->row_bytes);
+  // SQUEEZEKV_CUDA_QWARPS=1|2|4: every block that many warps, for measurements
+  static const int forced = [] {
+    const char* e = std::getenv("SQUEEZEKV_CUDA_QWARPS");
+    const int w = e != nullptr ? std::atoi(e) : 0;
+    return w == 1 || w == 2 || w == 4 ? w : 0;
+  }();
+  const int groups = P.C / 32;
+  const unsigned threads = 32u * static_cast<unsigned>(forced > 0 ? forced : std::clamp(groups / 32, 1, kQWarps));
+  dispatch(parts[0].w->type, [&](auto ty) {
     constexpr DType TY = decltype(ty)::value;
     switch (T) {
-      case 1: return L.launch(k_gemv_q<TY, 1>, grid, 32 * kGemvWarps, 0, out, w.data, rb, xq, s, bias, R, C);
-      case 2: return L.launch(k_gemv_q<TY, 2>, grid, 32 * kGemvWarps, 0, out, w.data, rb, xq, s, bias, R, C);
-      case 3: return L.launch(k_gemv_q<TY, 3>, grid, 32 * kGemvWarps, 0, out, w.data, rb, xq, s, bias, R, C);
-      case 4: return L.launch(k_gemv_q<TY, 4>, grid, 32 * kGemvWarps, 0, out, w.data, rb, xq, s, bias, R, C);
-      default: throw Error("cuda: launch_gemv_q serves 1 to 4 rows, not " + std::to_string(T));
+      case 1: return L.launch(k_gemv_q<TY, 1>, grid, threads, 0, xq, s, rb, P);
+      case 2: return L.launch(k_gemv_q<TY, 2>, grid, threads, 0, xq, s, rb, P);
+      case 3: return L.launch(k_gemv_q<TY, 3>, grid, threads, 0, xq, s, rb, P);
+      default: return L.launch(k_gemv_q<TY, 4>, grid, threads, 0, xq, s, rb, P);
     }
   });
+  rope_left(L, parts, n, P, T);
+  return true;
 }
 
 void launch_dequantize_bf16(Launcher& L, __nv_bfloat16* out, const WeightMatrix& w) {

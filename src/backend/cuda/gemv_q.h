@@ -20,11 +20,14 @@ constexpr int kGemvQRows = 4;  // activation rows a packed GEMV launch serves
 // (cpu::quantize_q8's arithmetic, so the integer sums equal the CPU's).
 void launch_quantize_q8(Launcher& L, int8_t* xq, float* xs, const float* x, int64_t T, int64_t C);
 
-// out [T][R] = x @ W^T (+ bias [R]) from x quantized by launch_quantize_q8, T <= kGemvQRows, W of
-// a packed_type (quant_groups.h) as upload_packed lays it out (planes, rows 16-byte aligned). One
-// warp a weight row; each output row's sums are formed in
-// the same order whatever T is (a sequence's result does not depend on what shares the launch).
-void launch_gemv_q(Launcher& L, float* out, const int8_t* xq, const float* xs, const WeightMatrix& w, const float* bias, int T);
+// Every part's out [T][R] = x @ W^T (+ bias [R]) from x quantized by launch_quantize_q8 (T <=
+// kGemvQRows) in one launch, as launch_gemv does for bf16 weights (its parts' RoPE in the
+// epilogue; swiglu: parts 0 (gate) and 1 (up), out[0] = silu(gate) * up). The parts' weights of
+// one packed_type (quant_groups.h) and width, laid out by upload_packed (planes, rows 16-byte
+// aligned). Each output row's sums are formed in the same order whatever T and the other parts
+// are (a sequence's result does not depend on what shares the launch). False, launching nothing,
+// where the parts differ in type or width.
+bool launch_gemv_q(Launcher& L, const MatmulPart* parts, int n, const int8_t* xq, const float* xs, int T, bool swiglu);
 
 // out [R][C] bf16 <- W (a packed_type): value = scale * q + min as core/quant.h's
 // dequantize_row, rounded to bf16.
