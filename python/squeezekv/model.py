@@ -372,11 +372,13 @@ class Model:
 
 def load(path: Union[str, os.PathLike, None] = None, device: str = "cpu", threads: int = 0, *,
          tokenizer: Union[str, os.PathLike, None] = None, dummy: Union[str, os.PathLike, None] = None,
+         dummy_type: str = "BF16",
          decode_activations: str = "int8", prefill_chunk: int = 512, max_batch: int = 16,
          max_memory: Union[int, str, None] = None, kv_memory: Union[int, str, float, None] = None,
          device_weights: str = "native", cuda_graphs: bool = True, batch_invariant: bool = False) -> Model:
     """Loads a model: a GGUF file, a Hugging Face directory, or a llama2.c checkpoint (with
-    ``tokenizer``); ``dummy``: random weights of a config.json's shape instead. ``path=None``:
+    ``tokenizer``); ``dummy``: random weights of a config.json's shape instead (``dummy_type``:
+    BF16 or a llama.cpp preset such as ``"Q4_K_M"``, as ``--dummy-type``). ``path=None``:
     the default model, found as the CLI finds it. ``threads=0``: all cores. The other options are
     the CLI's flags of the same names; ``decode_activations="int8"`` as ``squeezekv generate``."""
     if device not in ("cpu", "cuda"):
@@ -407,7 +409,9 @@ def load(path: Union[str, os.PathLike, None] = None, device: str = "cpu", thread
             raise ValueError("load: give either path or dummy, not both")
         if not Path(dummy).is_file():
             raise FileNotFoundError(f"dummy: config file '{dummy}' does not exist")
-        native = _core.Model.dummy(os.fspath(dummy), 1, mem, run, max_batch)
+        if not isinstance(dummy_type, str):
+            raise TypeError(f"dummy_type: expected a preset name (str), got {type(dummy_type).__name__}")
+        native = _core.Model.dummy(os.fspath(dummy), 1, mem, run, max_batch, dummy_type)
     else:
         p = default_model_path() if path is None else os.fspath(path)
         if not Path(p).exists():

@@ -511,17 +511,20 @@ PYBIND11_MODULE(_core, m) {
           py::arg("path"), py::arg("tokenizer"), py::arg("max_memory"), py::arg("run"), py::arg("max_batch"))
       .def_static(
           "dummy",
-          [](const std::string& config, uint64_t seed, int64_t max_memory, const py::dict& run, int max_batch) {
+          [](const std::string& config, uint64_t seed, int64_t max_memory, const py::dict& run, int max_batch,
+             const std::string& dummy_type) {
             auto st = std::make_shared<ModelState>();
             st->options = session_options(run);
             st->max_batch = max_batch;
             LoadOptions lo;
             lo.max_memory = max_memory;
+            lo.dummy_type = dummy_type;
             py::gil_scoped_release nogil;
             st->model = Model::dummy(config, seed, lo);
             return st;
           },
-          py::arg("config"), py::arg("seed"), py::arg("max_memory"), py::arg("run"), py::arg("max_batch"))
+          py::arg("config"), py::arg("seed"), py::arg("max_memory"), py::arg("run"), py::arg("max_batch"),
+          py::arg("dummy_type") = "BF16")
       .def("close",
            [](ModelState& st) {
              locked(st, [&] {

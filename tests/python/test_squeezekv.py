@@ -3,6 +3,7 @@
 model_test checks) and to a step-by-step run, eval numbers equal to `squeezekv eval`, a Python h2o
 that keeps exactly what the built-in h2o keeps, and a clear exception for every wrong argument."""
 import json
+from pathlib import Path
 import math
 
 import numpy as np
@@ -242,6 +243,22 @@ def test_retrieval_equals_the_cli(model_f32, tmp_path):
     assert [s["answer"] for s in r["samples"]] == [s["answer"] for s in rec["samples"]]
 
 
+# ---- dummy weights ------------------------------------------------------------------------------
+
+SMALL_LLAMA = Path(__file__).resolve().parents[2] / "bench" / "configs" / "small-llama.json"
+
+
+def test_dummy_presets_decode_the_same_tokens_for_a_seed():
+    # BF16 and two quantized presets (Q4_K_M mixes Q4_K, Q6_K and, on rows of 704, Q5_0 and Q8_0)
+    for preset in ("BF16", "Q4_K_M", "Q8_0"):
+        runs = []
+        for _ in range(2):
+            m = squeezekv.load(dummy=SMALL_LLAMA, dummy_type=preset, threads=2)
+            runs.append(m.generate([5, 6, 7, 8], max_tokens=6, temperature=0.0).tokens)
+            m.close()
+        assert runs[0] and runs[0] == runs[1], preset
+
+
 # ---- wrong arguments ----------------------------------------------------------------------------
 
 def test_wrong_arguments_raise_and_name_the_input(model, tmp_path):
@@ -252,6 +269,9 @@ def test_wrong_arguments_raise_and_name_the_input(model, tmp_path):
         (lambda: squeezekv.load(threads=-1), ValueError, "threads"),
         (lambda: squeezekv.load(max_memory="lots"), ValueError, "max_memory"),
         (lambda: squeezekv.load(dummy=tmp_path / "none.json"), FileNotFoundError, "dummy"),
+        (lambda: squeezekv.load(dummy=SMALL_LLAMA, dummy_type="Q3"), ValueError, "--dummy-type"),
+        (lambda: squeezekv.load(dummy=SMALL_LLAMA, dummy_type=4), TypeError, "dummy_type"),
+        (lambda: squeezekv.load(device_weights="int4"), ValueError, "device_weights"),
         (lambda: squeezekv.KVConfig(policy="lru", budget=8)._native(), ValueError, "--kv-policy"),
         (lambda: squeezekv.KVConfig(policy=3), TypeError, "policy"),
         (lambda: squeezekv.KVConfig(budget="8"), TypeError, "budget"),
