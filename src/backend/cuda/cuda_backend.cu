@@ -667,8 +667,9 @@ class CudaBackend final : public Backend {
   bool packed(DType t) const { return opt_.native_weights && !opt_.f32_weights && packed_type(t); }
 
   // w's blocks uploaded as they are stored, each row's fields rearranged into planes
-  // (quant_groups.h PlaneSpec: the same bytes) and rows padded to 16 bytes (at most 15 a row:
-  // 0.7% of an 8B model's smallest Q4_K row); the scratch that its products dequantize into
+  // (quant_groups.h PlaneSpec: the same bytes) and rows padded to 16 bytes (none for the 8B and
+  // 70B shapes, whose rows are multiples of 16 bytes; SmolLM2's Q4_1 rows of 360 bytes gain 8);
+  // `bench` reports the matrices' device bytes. The scratch that its products dequantize into
   // (packed_product) grown now, at load, so that the KV pool sized after the weights leaves room.
   WeightMatrix upload_packed(const WeightMatrix& w, std::unique_ptr<Buffer>& keep) {
     if (w.cols % dtype_info(w.type).block_values != 0 || w.row_bytes != dtype_bytes(w.type, w.cols))
@@ -730,7 +731,7 @@ class CudaBackend final : public Backend {
     }
     grow(xq_, static_cast<size_t>(T * C));
     grow(xs_, static_cast<size_t>(T * (C / 32)) * 4 * sizeof(float));
-    if (C % 32 == 0) launch_quantize_q8(*launcher_, xq_->as<int8_t>(), xs_->as<float>(), x, T, C);
+    launch_quantize_q8(*launcher_, xq_->as<int8_t>(), xs_->as<float>(), x, T, C);  // C: whole blocks (upload_packed)
     // SwiGLU in the launch where gate and up are of one type; else each alone, and silu_mul after
     const bool fused_swiglu = swiglu && parts[0].w->type == parts[1].w->type;
     for (int64_t t0 = 0; t0 < T; t0 += kGemvQRows) {
