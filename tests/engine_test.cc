@@ -48,7 +48,7 @@ CacheConfig squeeze_at_prompt_end(int budget) {
 struct Case {
   std::string prompt;
   CacheConfig cache;
-  int n = 24;
+  int n = test::kSanitized ? 12 : 24;  // tokens generated (under the sanitizers fewer: 147 s there with 24, 2026-12-02)
 };
 
 std::vector<Case> cases() {
@@ -289,7 +289,9 @@ TEST(Engine, CopiedSequenceContinuesBitForBit) {
   Engine engine(m, o, 2);
   const std::vector<int> prompt =
       m.tokenizer().encode("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed", true);
-  const std::vector<int> next = {42, 1000, 7, 300, 12, 9};  // the evicting policies' budgets bind from the prompt on
+  // the evicting policies' budgets bind from the prompt on (under the sanitizers 3 steps: 113 s
+  // there with 6, 2026-12-02)
+  const std::vector<int> next = test::kSanitized ? std::vector<int>{42, 1000, 7} : std::vector<int>{42, 1000, 7, 300, 12, 9};
   CacheConfig pyramid = cache_of(KvPolicy::kPyramidKV, 12);
   pyramid.snapkv_window = 4;
   const std::vector<CacheConfig> configs = {cache_of(KvPolicy::kFull, 0), cache_of(KvPolicy::kH2O, 10), cache_of(KvPolicy::kWindow, 10),

@@ -87,13 +87,14 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
   eval::RetrievalOptions o;
   o.task = eval::RetrievalTask::kPasskey;
   o.ctx = 384;
-  o.depths = {0.1, 0.5};
+  // under the sanitizers one needle depth (385 s there with two, 2026-12-02)
+  o.depths = test::kSanitized ? std::vector<double>{0.5} : std::vector<double>{0.1, 0.5};
   o.samples = 1;
   o.seed = 3;
   o.progress = false;
   SessionOptions full;
   const eval::RetrievalResult r = eval::run_retrieval(*m, full, o);
-  ASSERT_EQ(r.samples.size(), 2u);
+  ASSERT_EQ(r.samples.size(), o.depths.size());
   for (const auto& s : r.samples) {
     EXPECT_TRUE(s.needle_kept);
     EXPECT_TRUE(s.correct) << s.answer;

@@ -5,6 +5,16 @@
 
 namespace squeezekv::test {
 
+// Built with AddressSanitizer (scripts/test's second pass, 10-25x slower): the tests that take
+// longest there run fewer repeats or smaller inputs, never fewer checks.
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)  // Clang
+inline constexpr bool kSanitized = __has_feature(address_sanitizer);
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // The environment may move them (a test binary run on another machine, e.g. the GPU machine).
 inline std::string env_or(const char* name, const char* fallback) {
   const char* e = std::getenv(name);

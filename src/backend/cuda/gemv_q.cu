@@ -39,8 +39,8 @@ __global__ void k_quantize_q8(int8_t* xq, float4* xs, const float* x, int64_t n_
 // output is summed in the same order whatever T and the other parts are.
 // A block's warps: kQWarps, fewer where a row has fewer than 32 groups of 32 a warp. Measured on
 // the H200 (8B shape, one sequence, 2026-12-02, run-d.sh): 1, 2 and 4 warps a block decode Q4_K_M
-// at 168, 253 and 325 tok/s, Q8_0 at 165, 238 and 290, Q6_K at 129, 197 and 239. (8 would leave
-// one block of 168 registers a thread resident an SM.)
+// at 168, 253 and 325 tok/s, Q8_0 at 165, 238 and 290, Q6_K at 129, 197 and 239. (At 168
+// registers a thread, an SM holds one block of 8 warps but three of 4.)
 constexpr int kQWarps = 4;
 
 template <DType TY, int T>
