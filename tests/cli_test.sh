@@ -67,6 +67,9 @@ case "$("$bin" generate -m "$m" --tokenizer "$tok" -p hi --device cuda 2>&1 < /d
 esac
 expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi
 expect_error "not both" generate --dummy /nonexistent/config.json -m "$m" -p hi
+expect_error "--dummy-type: unknown preset 'Q3'" bench --dummy "$(dirname "$0")/../bench/configs/small-llama.json" --dummy-type Q3 -p 8 -n 1
+expect_error "--dummy-type: only with --dummy" generate -m "$m" --tokenizer "$tok" -p hi --dummy-type Q4_K_M
+expect_error "--max-memory" bench --dummy "$(dirname "$0")/../bench/configs/llama-3.1-70b.json" --dummy-type Q4_K_M --max-memory 1G  # 40.5 GiB of blocks, refused before allocating
 big="$(mktemp --suffix=.json)"
 printf '{"model_type": "llama", "hidden_size": 65536, "intermediate_size": 262144, "num_hidden_layers": 96,
  "num_attention_heads": 512, "num_key_value_heads": 64, "vocab_size": 128000}' > "$big"

@@ -18,7 +18,6 @@ const EnumName<DecodeActivations> kActivations[] = {{"f32", DecodeActivations::k
 DecodeActivations parse_decode_activations(const std::string& s) { return parse_enum("--decode-activations", s, kActivations); }
 const char* decode_activations_name(DecodeActivations a) { return enum_name(a, kActivations); }
 
-
 struct Session::Impl {
   CachePlan plan;  // made first: a bad config is refused before the weights go to the device
   Runner runner;
