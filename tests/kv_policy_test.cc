@@ -76,9 +76,10 @@ CacheConfig policy(KvPolicy p, int budget) {
 
 // k, v: the row types of every run (the rule holds for each: eviction moves rows with their scales)
 void check_no_binding_budget_matches_full(const Model& m, KvDType k = KvDType::kF16, KvDType v = KvDType::kF16) {
-  const auto prompt = random_tokens(40, m.config().vocab_size, 1);
-  const auto cont = random_tokens(10, m.config().vocab_size, 2);
-  const int seq = 50;
+  // (under the sanitizers 24 + 6 tokens, still several chunks: 50-67 s there for 40 + 10, 2026-12-02)
+  const auto prompt = random_tokens(test::kSanitized ? 24 : 40, m.config().vocab_size, 1);
+  const auto cont = random_tokens(test::kSanitized ? 6 : 10, m.config().vocab_size, 2);
+  const int seq = 50;  // at least the sequence (and above snapkv's window of 32)
   auto typed = [&](CacheConfig c) {
     c.dtype = k;
     c.dtype_v = v;
@@ -110,8 +111,9 @@ TEST(KvPolicy, NonBindingBudgetIsBitIdenticalToFullWithQuantizedRows) {
 }
 
 void check_squeeze_strength0_is_h2o(const Model& m) {
-  const auto prompt = random_tokens(70, m.config().vocab_size, 3);
-  const auto cont = random_tokens(20, m.config().vocab_size, 4);
+  // (under the sanitizers 48 + 10 tokens: two chunks, the budget of 24 still binding)
+  const auto prompt = random_tokens(test::kSanitized ? 48 : 70, m.config().vocab_size, 3);
+  const auto cont = random_tokens(test::kSanitized ? 10 : 20, m.config().vocab_size, 4);
   const auto h2o = run(m, policy(KvPolicy::kH2O, 24), prompt, cont, 32);
   const auto full = run(m, policy(KvPolicy::kFull, 0), prompt, cont, 32);
   EXPECT_FALSE(bit_identical(h2o, full)) << "the budget must bind for this test to mean anything";
