@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "core/half.h"
+#include "core/random.h"
 #include "model/loaders.h"
 #include "squeezekv/error.h"
 
@@ -108,13 +109,7 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-uint64_t next(uint64_t& s) {  // splitmix64
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-float uniform(uint64_t& s) { return static_cast<float>(next(s) >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f; }
+float uniform(uint64_t& s) { return static_cast<float>(splitmix64(s) >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f; }
 
 class Bench {
  public:

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/random.h"
+
 namespace squeezekv {
 namespace {
 
@@ -64,18 +66,11 @@ void dequantize_row(DType t, const uint8_t* src, float* dst, int64_t n) {
 }
 
 void random_blocks(DType t, uint8_t* dst, int64_t n_blocks, float a, uint64_t seed, uint64_t stream) {
-  // splitmix64 over a counter started from (seed, stream)
-  uint64_t s = seed * 0x632BE59BD9B4E019ULL + stream * 0x9E3779B97F4A7C15ULL + 1;
-  auto next = [&s] {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  };
+  uint64_t s = stream_state(seed, stream);
   const DTypeInfo& info = dtype_info(t);
   const size_t bytes = static_cast<size_t>(n_blocks) * info.block_bytes;
   for (size_t i = 0; i < bytes; i += 8) {
-    const uint64_t r = next();
+    const uint64_t r = splitmix64(s);
     std::memcpy(dst + i, &r, std::min<size_t>(8, bytes - i));
   }
   // each type's f16 fields (offset, value): its scale d so that scale x quant reaches about a, and

@@ -18,6 +18,7 @@
 
 #include "core/half.h"
 #include "core/quant.h"
+#include "core/random.h"
 #include "model/loaders.h"
 #include "model/weights.h"
 #include "squeezekv/error.h"
@@ -25,16 +26,9 @@
 namespace squeezekv {
 namespace {
 
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 // n bf16 values uniform in [-a, a] from stream `stream` of `seed`.
 void fill_bf16(uint16_t* out, int64_t n, float a, uint64_t seed, uint64_t stream) {
-  uint64_t s = seed * 0x632BE59BD9B4E019ULL + stream * 0x9E3779B97F4A7C15ULL + 1;
+  uint64_t s = stream_state(seed, stream);
   for (int64_t i = 0; i < n; i += 2) {
     const uint64_t r = splitmix64(s);
     for (int k = 0; k < 2 && i + k < n; ++k) {
