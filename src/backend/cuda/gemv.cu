@@ -24,18 +24,13 @@ constexpr int kGemvWarps = 8;  // a block's warps, splitting the columns
 // Weights are read once, so their loads skip L1 (where x stays).
 template <typename WT, int T>
 __global__ void __launch_bounds__(kGemvWarps * 32, 2) k_gemv(const float* x, GemvParts P) {
-  constexpr int RB = kGemvBlockRows, HB = RB / 2;
+  constexpr int RB = kGemvBlockRows;
   const int C = P.C;
   const int p = gemv_part(P);
   pdl_launch_next();
   const GemvRows g = gemv_rows(P, p, blockIdx.x - pick(P.first_block, p));
-  // the last row of each group's part (a short last block repeats it; its sums are dropped)
-  const WT *base0 = static_cast<const WT*>(pick(P.w, g.part0)), *base1 = static_cast<const WT*>(pick(P.w, g.part1));
-  const int last0 = pick(P.rows, g.part0) - 1, last1 = pick(P.rows, g.part1) - 1;
   const WT* wr[RB];
-#pragma unroll
-  for (int i = 0; i < RB; ++i)
-    wr[i] = i < HB ? base0 + static_cast<size_t>(min(g.row(i), last0)) * C : base1 + static_cast<size_t>(min(g.row(i), last1)) * C;
+  gemv_row_starts(wr, P, g, C);
   pdl_wait();
   float acc[RB][T] = {};
 #pragma unroll 2

@@ -149,6 +149,19 @@ __device__ inline void gemv_finish(const GemvParts& P, int p, const GemvRows& g,
   gemv_epilogue<T>(P, p, g, fin, tid);
 }
 
+// wr[i] <- where block row i starts in its part's weights (stride: a row's elements of W), the
+// last row of its group's part where the block runs past it (a short last block repeats it; its
+// sums are dropped).
+template <class W>
+__device__ inline void gemv_row_starts(const W* (&wr)[kGemvBlockRows], const GemvParts& P, const GemvRows& g, int64_t stride) {
+  constexpr int HB = kGemvBlockRows / 2;
+  const W *base0 = static_cast<const W*>(pick(P.w, g.part0)), *base1 = static_cast<const W*>(pick(P.w, g.part1));
+  const int last0 = pick(P.rows, g.part0) - 1, last1 = pick(P.rows, g.part1) - 1;
+#pragma unroll
+  for (int i = 0; i < kGemvBlockRows; ++i)
+    wr[i] = i < HB ? base0 + static_cast<int64_t>(min(g.row(i), last0)) * stride : base1 + static_cast<int64_t>(min(g.row(i), last1)) * stride;
+}
+
 // The part a block serves (its index among the parts).
 __device__ inline int gemv_part(const GemvParts& P) {
   int p = 0;

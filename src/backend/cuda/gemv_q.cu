@@ -45,19 +45,14 @@ constexpr int kQWarps = 4;
 
 template <DType TY, int T>
 __global__ void __launch_bounds__(kQWarps * 32) k_gemv_q(const int8_t* xq, const float4* xs, int64_t row_bytes, GemvParts P) {
-  constexpr int RB = kGemvBlockRows, HB = RB / 2;
+  constexpr int RB = kGemvBlockRows;
   const int C = P.C, G = C / 32;
   const int64_t nb = C / (32 * PackedTraits<TY>::kGroups);
   const int p = gemv_part(P);
   pdl_launch_next();
   const GemvRows g = gemv_rows(P, p, blockIdx.x - pick(P.first_block, p));
-  // the last row of each group's part (a short last block repeats it; its sums are dropped)
-  const auto *base0 = static_cast<const uint8_t*>(pick(P.w, g.part0)), *base1 = static_cast<const uint8_t*>(pick(P.w, g.part1));
-  const int last0 = pick(P.rows, g.part0) - 1, last1 = pick(P.rows, g.part1) - 1;
   const uint8_t* wr[RB];
-#pragma unroll
-  for (int i = 0; i < RB; ++i)
-    wr[i] = i < HB ? base0 + min(g.row(i), last0) * row_bytes : base1 + min(g.row(i), last1) * row_bytes;
+  gemv_row_starts(wr, P, g, row_bytes);
   pdl_wait();
   float acc[RB][T] = {};
   for (int gi = threadIdx.x; gi < G; gi += blockDim.x) {
