@@ -32,24 +32,19 @@ struct PackedGroup {
 
 namespace qg {
 
-SQK_HD uint32_t u16(const uint8_t* p) {
+// A U at p, which is aligned to sizeof(U): one load on the device, memcpy on the host.
+template <class U>
+SQK_HD U load(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint16_t*>(p);
+  return *reinterpret_cast<const U*>(p);
 #else
-  uint16_t v;
-  std::memcpy(&v, p, 2);
+  U v;
+  std::memcpy(&v, p, sizeof(U));
   return v;
 #endif
 }
-SQK_HD uint32_t u32_a4(const uint8_t* p) {                                        // 4-byte aligned
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#endif
-}
+SQK_HD uint32_t u16(const uint8_t* p) { return load<uint16_t>(p); }
+SQK_HD uint32_t u32_a4(const uint8_t* p) { return load<uint32_t>(p); }
 // Four bytes in [0, 127] less c (c <= 32) each, without borrows between them: v + 128 - c stays
 // within its byte, and the top bit's flip leaves v - c in two's complement.
 SQK_HD uint32_t sub_bytes(uint32_t v, uint32_t c) { return ((v | 0x80808080u) - c * 0x01010101u) ^ 0x80808080u; }
