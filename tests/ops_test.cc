@@ -76,7 +76,8 @@ TEST(Quant, DequantizeMatchesGgufPy) {
 }
 
 // The CUDA kernels' layout and group unpacking (backend/cuda/quant_groups.h, plain C++ compiled here for the
-// host) gives every block type's integers, scales and offsets exactly as core/quant.h does.
+// host) gives every block type's integers, scales and offsets exactly as core/quant.h does, from a
+// whole row and from the stages gemm_rows_q.cu copies.
 template <DType T>
 void check_packed(const uint8_t* row, int groups) {
   constexpr int kGroups = dtype_info(T).block_values / 32;
@@ -99,12 +100,37 @@ void check_packed(const uint8_t* row, int groups) {
       ASSERT_TRUE(same(got.min[h], want.min[h])) << dtype_info(T).name << " group " << g;
     }
   }
+  // gemm_rows_q's stages: each plane's pieces around a stage's blocks copied into their slots,
+  // unpacked from the copy, give the row's groups bit for bit
+  using St = cuda::StageTraits<T>;
+  constexpr cuda::PlaneSpec P = cuda::PackedTraits<T>::kPlanes;
+  ASSERT_EQ(groups * 32 % cuda::kStageCols, 0) << "whole stages";
+  std::vector<uint64_t> slots(St::kRowBytes / 8);
+  auto* copy = reinterpret_cast<uint8_t*>(slots.data());
+  for (int64_t s = 0; s < groups * 32 / cuda::kStageCols; ++s) {
+    std::memset(copy, 0xA5, St::kRowBytes);
+    const uint8_t* at[4] = {copy, copy, copy, copy};
+    for (int i = 0; i < P.n; ++i) {
+      const int64_t start = cuda::stage_start(nb, P.prefix[i], St::kSlots.bytes[i], s), ws = start & ~int64_t{15};
+      const int64_t pieces = (start - ws + St::kSlots.bytes[i] + 15) / 16;
+      ASSERT_LE(St::kSlots.off[i] + 16 * pieces, St::kSlots.off[i + 1]) << dtype_info(T).name << " plane " << i << " stage " << s;
+      ASSERT_LE(ws + 16 * pieces, static_cast<int64_t>(planes.size() * 8)) << dtype_info(T).name << " plane " << i << " stage " << s;
+      std::memcpy(copy + St::kSlots.off[i], planar + ws, static_cast<size_t>(16 * pieces));
+      at[i] = copy + St::kSlots.off[i] + (start - ws);
+    }
+    for (int j = 0; j < cuda::kStageCols / 32; ++j) {
+      cuda::PackedGroup want, got;
+      cuda::unpack_planar<T>(planar, nb, static_cast<int>(s * cuda::kStageCols / 32 + j), want);
+      cuda::unpack_planes<T>(at[0], at[1], at[2], at[3], j, got);
+      ASSERT_EQ(std::memcmp(&want, &got, sizeof(got)), 0) << dtype_info(T).name << " stage " << s << " group " << j;
+    }
+  }
 }
 
 TEST(Quant, CudaGroupUnpackingEqualsTheCore) {
   for (DType t : kBlockTypes) {
     for (uint64_t seed : {1, 2, 3}) {
-      const int blocks = 6;
+      const int blocks = 768 / dtype_info(t).block_values;  // 3 stages of gemm_rows_q (an odd number of 256-blocks)
       std::vector<uint8_t> raw(static_cast<size_t>(blocks) * dtype_info(t).block_bytes);
       random_blocks(t, raw.data(), blocks, 0.035f, seed, 0);
       if (seed == 3)  // every byte patterned, the f16 fields too (infinities and NaN alike)

@@ -105,7 +105,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // step's mass right after its attention, SQUEEZEKV_CUDA_MMA_MASS=0 sums a prompt chunk's mass on
   // the CUDA cores, SQUEEZEKV_CUDA_BATCH_ATTN=0 runs a decode batch's attention one sequence
   // after another, SQUEEZEKV_CUDA_LAYER_SUBMIT=0 issues a step's launches together at its end,
-  // SQUEEZEKV_CUDA_JOIN=0 multiplies q, k, v (gate, up) one matrix at a time
+  // SQUEEZEKV_CUDA_JOIN=0 multiplies q, k, v (gate, up) one matrix at a time, SQUEEZEKV_CUDA_QMMA=0
+  // multiplies a decode batch over packed weights as a prompt chunk (dequantized to bf16, cuBLAS)
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -119,6 +120,13 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.batch_attention = !off("SQUEEZEKV_CUDA_BATCH_ATTN");
   co.layer_submit = !off("SQUEEZEKV_CUDA_LAYER_SUBMIT");
   co.join_products = !off("SQUEEZEKV_CUDA_JOIN");
+  co.packed_mma = !off("SQUEEZEKV_CUDA_QMMA");
+  if (const char* e = std::getenv("SQUEEZEKV_CUDA_QGEMV_ROWS")) {  // the packed GEMV's most rows, for measurements
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end == e || *end != '\0' || v < 0 || v > 1024) throw Error(std::string("SQUEEZEKV_CUDA_QGEMV_ROWS: expected 0 to 1024, got '") + e + "'");
+    co.packed_gemv_rows = static_cast<int>(v);
+  }
   // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,
   // or with --batch-invariant the GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=tuned|blas|
   // gemv|mma chooses one for measurements

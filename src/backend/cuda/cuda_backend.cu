@@ -38,6 +38,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/gemm_rows.h"
+#include "backend/cuda/gemm_rows_q.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_q.h"
 #include "backend/cuda/quant_groups.h"
@@ -696,25 +697,36 @@ class CudaBackend final : public Backend {
   // Products where a part's weights are packed (opt_.native_weights): false, launching nothing,
   // where none is. Rows through the integer GEMV (x rounded to 8 bits once for every part;
   // kGemvQRows rows a launch, the parts of one type in one launch with their RoPE or SwiGLU)
-  // while that reads the weights fewer times than the other way costs: up to kPackedGemvRows
+  // while that reads the weights fewer times than the other way costs: up to opt_.packed_gemv_rows
   // rows, and any number in the batch-invariant mode, where each row keeps its lone arithmetic;
-  // more rows (prompt chunks, large decode batches) through each matrix dequantized to bf16
-  // (dequantized_, one matrix at a time) and cuBLAS, RoPE and SwiGLU after. Parts that are not
-  // packed take the bf16 GEMV or cuBLAS beside them.
-  // The crossing (H200, 8B shape, Q4_K: 4.9 GB of blocks, 15 GB as bf16): a GEMV pass reads the
-  // blocks once per 4 rows, the other way reads them once, writes and reads 15 GB of bf16 (~7
-  // GEMV passes); 16 rows is 4 passes.
-  static constexpr int64_t kPackedGemvRows = 16;
+  // more rows: a decode batch through gemm_rows_q.h (each matrix's blocks read once per 64 rows,
+  // dequantized to f16 in shared memory, on the tensor cores) where its shape allows, and prompt
+  // chunks through each matrix dequantized to bf16 (dequantized_, one matrix at a time) and
+  // cuBLAS; RoPE and SwiGLU after. Parts that are not packed take the bf16 GEMV or cuBLAS beside
+  // them.
+  // The crossing (opt_.packed_gemv_rows; H200, 8B shape, Q4_K: 4.9 GB of blocks, 15 GB as bf16):
+  // a GEMV pass reads the blocks once per 4 rows, gemm_rows_q once for up to 64.
   bool packed_product(const MatmulPart* parts, int n, const float* x, int64_t T, RowMode rows, bool swiglu) {
     bool any = false;
     for (int i = 0; i < n; ++i) any = any || packed(parts[i].w->type);
     if (!any || T == 0) return false;
     const int64_t C = parts[0].w->cols;
     const bool invariant = rows == RowMode::kIndependent && opt_.batch == CudaOptions::BatchProducts::kGemv;
-    if (T > kPackedGemvRows && !invariant) {
+    if (T > opt_.packed_gemv_rows && !invariant) {
+      const bool tiles = rows == RowMode::kIndependent && opt_.packed_mma;  // a decode batch
+      bool converted = false;  // x as f16 for gemm_rows_q, once for every part
       for (int i = 0; i < n; ++i) {
         MatmulPart p = parts[i];
         p.rope = nullptr;
+        if (tiles && gemm_rows_q_serves(*p.w)) {
+          if (!converted) {
+            grow(xh_, static_cast<size_t>(T * C) * sizeof(__half));
+            launch_to_f16(*launcher_, xh_->as<__half>(), x, T * C);
+            converted = true;
+          }
+          launch_gemm_rows_q(*launcher_, p.out, xh_->as<__half>(), *p.w, p.bias, static_cast<int>(T));
+          continue;
+        }
         WeightMatrix bf = *p.w;
         if (packed(bf.type)) {
           launch_dequantize_bf16(*launcher_, dequantized_->as<__nv_bfloat16>(), bf);
@@ -939,7 +951,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Buffer> joined_;  // [T][rows of the joined matrices] (joined_product)
   // packed weights' products: x rounded to 8 bits ([T][C] int8, [T][C/32][4] scales and sums),
   // and the largest packed matrix dequantized to bf16 [R][C]
-  std::unique_ptr<Buffer> xq_, xs_, dequantized_;
+  std::unique_ptr<Buffer> xq_, xs_, xh_, dequantized_;
   // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
   std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;
   std::vector<float> host_rows_;              // embedding rows on their way up

@@ -47,6 +47,12 @@ __global__ void k_to_bf16(__nv_bfloat16* out, const float* x, int64_t n) {
   if (i < n) out[i] = __float2bfloat16(x[i]);
 }
 
+__global__ void k_to_f16(__half* out, const float* x, int64_t n) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __float2half_rn(x[i]);
+}
+
 // grid (pairs of the joined row / kThreads, T): one thread a pair of columns (a rotation pair
 // where the part is rotated)
 __global__ void k_split_rows(SplitRows s, const float* joined) {
@@ -160,6 +166,7 @@ void launch_add_bias(Launcher& L, float* out, const float* bias, int64_t n, int 
   L.launch(k_add_bias, blocks_for(n), kThreads, 0, out, bias, n, R);
 }
 void launch_to_bf16(Launcher& L, __nv_bfloat16* out, const float* x, int64_t n) { L.launch(k_to_bf16, blocks_for(n), kThreads, 0, out, x, n); }
+void launch_to_f16(Launcher& L, __half* out, const float* x, int64_t n) { L.launch(k_to_f16, blocks_for(n), kThreads, 0, out, x, n); }
 
 void launch_argmax_rows(Launcher& L, int32_t* out, const float* x, int64_t n, int64_t V) {
   L.launch(k_argmax_rows, static_cast<unsigned>(n), kArgmaxThreads, 0, out, x, V);

@@ -1,7 +1,8 @@
 // Element-wise kernels of the forward pass: RoPE, SwiGLU's gate, residual adds, bias, bf16
-// conversion, the split of a joined product into its parts, eviction_error's sums and greedy's argmax.
+// and f16 conversion, the split of a joined product into its parts, eviction_error's sums and greedy's argmax.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -19,6 +20,8 @@ void launch_add(Launcher& L, float* x, const float* y, int64_t n);
 void launch_add_bias(Launcher& L, float* out, const float* bias, int64_t n, int R);
 // out[n] = bf16(x)
 void launch_to_bf16(Launcher& L, __nv_bfloat16* out, const float* x, int64_t n);
+// out[n] = f16(x) (round to nearest; magnitudes past 65504 become infinite)
+void launch_to_f16(Launcher& L, __half* out, const float* x, int64_t n);
 
 // The parts of one product over matrices laid out together (q, k, v): part i is columns
 // [begin[i], begin[i + 1]) of the joined rows, [T][begin[n]]. Passed by value (a kernel argument).

@@ -116,18 +116,6 @@ __global__ void k_dequantize_bf16(__nv_bfloat16* out, const uint8_t* w, int64_t 
   }
 }
 
-template <class F>
-void dispatch(DType t, F&& f) {
-  switch (t) {
-#define SQK_TYPE(X) \
-  case DType::X: return f(std::integral_constant<DType, DType::X>{});
-    SQK_TYPE(Q8_0) SQK_TYPE(Q4_0) SQK_TYPE(Q4_1) SQK_TYPE(Q5_0) SQK_TYPE(Q5_1) SQK_TYPE(Q2_K) SQK_TYPE(Q3_K)
-    SQK_TYPE(Q4_K) SQK_TYPE(Q5_K) SQK_TYPE(Q6_K) SQK_TYPE(IQ4_NL) SQK_TYPE(IQ4_XS)
-#undef SQK_TYPE
-    default: throw Error(std::string("cuda: no packed product for weights of type ") + std::string(dtype_info(t).name));
-  }
-}
-
 }  // namespace
 
 void launch_quantize_q8(Launcher& L, int8_t* xq, float* xs, const float* x, int64_t T, int64_t C) {
@@ -151,7 +139,7 @@ bool launch_gemv_q(Launcher& L, const MatmulPart* parts, int n, const int8_t* xq
   }();
   const int groups = P.C / 32;
   const unsigned threads = 32u * static_cast<unsigned>(forced > 0 ? forced : std::clamp(groups / 32, 1, kQWarps));
-  dispatch(parts[0].w->type, [&](auto ty) {
+  dispatch_packed(parts[0].w->type, [&](auto ty) {
     constexpr DType TY = decltype(ty)::value;
     switch (T) {
       case 1: return L.launch(k_gemv_q<TY, 1>, grid, threads, 0, xq, s, rb, P);
@@ -166,7 +154,7 @@ bool launch_gemv_q(Launcher& L, const MatmulPart* parts, int n, const int8_t* xq
 
 void launch_dequantize_bf16(Launcher& L, __nv_bfloat16* out, const WeightMatrix& w) {
   const int64_t groups = w.rows * (w.cols / 32);
-  dispatch(w.type, [&](auto ty) {
+  dispatch_packed(w.type, [&](auto ty) {
     constexpr DType TY = decltype(ty)::value;
     L.launch(k_dequantize_bf16<TY>, blocks_for(groups), kThreads, 0, out, w.data, static_cast<int64_t>(w.row_bytes), w.rows,
              static_cast<int>(w.cols));

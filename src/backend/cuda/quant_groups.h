@@ -9,9 +9,12 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <type_traits>
 
 #include "core/half.h"
 #include "squeezekv/dtype.h"
+#include "squeezekv/error.h"
 
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
@@ -157,19 +160,17 @@ SQK_HD float f16_bits(uint32_t h) {
 SQK_HD float f16(const uint8_t* p) { return f16_bits(u16(p)); }
 }  // namespace qg
 
-// Group g (values 32g .. 32g + 31) of a device row of type T (planes, PlaneSpec) that holds nb
-// blocks and starts at `row`. The same integers, scales and offsets as core/quant.h's
-// unpack_group of the stored block (layouts there).
+// Group g (values 32g .. 32g + 31) of blocks of type T stored as planes whose first elements
+// (block 0's fields) are at P0 .. P3 (PlaneSpec's order; unused planes ignored): the same
+// integers, scales and offsets as core/quant.h's unpack_group of the stored block (layouts there).
+// A device row (unpack_planar below) or a copy of some of its blocks' planes (gemm_rows_q.cu's
+// stages in shared memory), each plane keeping its alignment modulo 16.
 template <DType T>
-SQK_HD void unpack_planar(const uint8_t* row, int64_t nb, int g, PackedGroup& o) {
+SQK_HD void unpack_planes(const uint8_t* P0, const uint8_t* P1, const uint8_t* P2, const uint8_t* P3, int g, PackedGroup& o) {
   using namespace qg;
   using Tr = PackedTraits<T>;
   const int64_t b = g / Tr::kGroups;
   const int j = g % Tr::kGroups;
-  const uint8_t* P0 = row;
-  const uint8_t* P1 = row + nb * Tr::kP1;
-  const uint8_t* P2 = row + nb * Tr::kP2;
-  const uint8_t* P3 = row + nb * Tr::kP3;
   uint32_t w[8];
   if constexpr (T == DType::Q8_0) {
     u256(P0 + 32 * b, w);
@@ -278,12 +279,65 @@ SQK_HD void unpack_planar(const uint8_t* row, int64_t nb, int g, PackedGroup& o)
     const int hi = static_cast<int>(((h0 >> 16) >> (2 * j)) & 3);
     same(o, f16_bits(h0 & 0xFFFF) * static_cast<float>((lo | (hi << 4)) - 32), 0.0f);
   } else {
-    static_assert(T == DType::Q8_0, "unpack_planar: not a block type");
+    static_assert(T == DType::Q8_0, "unpack_planes: not a block type");
   }
 }
+
+// Group g of a device row of type T (planes, PlaneSpec) that holds nb blocks and starts at `row`.
+template <DType T>
+SQK_HD void unpack_planar(const uint8_t* row, int64_t nb, int g, PackedGroup& o) {
+  using Tr = PackedTraits<T>;
+  unpack_planes<T>(row, row + nb * Tr::kP1, row + nb * Tr::kP2, row + nb * Tr::kP3, g, o);
+}
+
+// ---- stages: a row's blocks over 256 columns, copied to shared memory ------------------------
+// gemm_rows_q.cu streams each weight row in stages of kStageCols columns (one K-quant superblock,
+// eight 32-value blocks): of every plane, the 16-byte pieces that hold the stage's blocks, copied
+// whole into a slot of their own (a plane whose stage bytes are not whole aligned pieces takes the
+// pieces around them: a slot one piece larger). unpack_planes then reads the copy as it reads the
+// row: each plane's first stage element at slot + (its offset in the row modulo 16).
+constexpr int kStageCols = 256;
+struct StageSlots {
+  int bytes[4];  // a stage's bytes of each plane
+  int off[5];    // each plane's slot within a row's copy; off[n]: the copy's bytes
+};
+constexpr StageSlots stage_slots(const PlaneSpec& p, int blocks) {
+  StageSlots s{{0, 0, 0, 0}, {0, 0, 0, 0, 0}};
+  for (int i = 0; i < p.n; ++i) {
+    s.bytes[i] = blocks * p.size[i];
+    const bool whole = s.bytes[i] % 16 == 0 && p.prefix[i] % 16 == 0;
+    s.off[i + 1] = s.off[i] + (s.bytes[i] + 15) / 16 * 16 + (whole ? 0 : 16);
+  }
+  for (int i = p.n + 1; i < 5; ++i) s.off[i] = s.off[p.n];
+  return s;
+}
+template <DType T>
+struct StageTraits {
+  static constexpr int kBlocks = kStageCols / (32 * PackedTraits<T>::kGroups);  // blocks a stage
+  static constexpr StageSlots kSlots = stage_slots(PackedTraits<T>::kPlanes, kBlocks);
+  static constexpr int kRowBytes = kSlots.off[4];  // a row's copy of one stage
+};
+// Where a plane's bytes of stage s begin in a row of nb blocks (from the row's start, which is
+// 16-byte aligned), for the plane's PlaneSpec::prefix and StageSlots::bytes: the copy takes the
+// pieces from ws = (start & ~15), (start - ws + bytes + 15) / 16 of them.
+SQK_HD int64_t stage_start(int64_t nb, int prefix, int bytes, int64_t s) { return nb * prefix + s * bytes; }
 
 // Whether the device keeps type t in its blocks and multiplies it with these groups: every GGUF
 // block type squeezekv reads.
 constexpr bool packed_type(DType t) { return dtype_info(t).block_values >= 32; }
+
+// f(std::integral_constant<DType, t>{}) for a packed type t (host code: the launches' choice of
+// kernel); an Error naming the type otherwise.
+template <class F>
+void dispatch_packed(DType t, F&& f) {
+  switch (t) {
+#define SQK_TYPE(X) \
+  case DType::X: return f(std::integral_constant<DType, DType::X>{});
+    SQK_TYPE(Q8_0) SQK_TYPE(Q4_0) SQK_TYPE(Q4_1) SQK_TYPE(Q5_0) SQK_TYPE(Q5_1) SQK_TYPE(Q2_K) SQK_TYPE(Q3_K)
+    SQK_TYPE(Q4_K) SQK_TYPE(Q5_K) SQK_TYPE(Q6_K) SQK_TYPE(IQ4_NL) SQK_TYPE(IQ4_XS)
+#undef SQK_TYPE
+    default: throw Error(std::string("cuda: no packed product for weights of type ") + std::string(dtype_info(t).name));
+  }
+}
 
 }  // namespace squeezekv::cuda
