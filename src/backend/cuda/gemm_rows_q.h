@@ -14,6 +14,12 @@
 
 namespace squeezekv::cuda {
 
+// The most rows the decode path gives launch_gemm_rows_q: one row tile, whose blocks read the
+// weights once. Past it each tile reads them again, and dequantizing each matrix to bf16 for
+// cuBLAS costs less (H200, 8B shape in Q4_K_M at context 512, 2026-12-03: 128 sequences 4,102
+// tok/s here against 5,478 that way; 64: 3,763 against 3,304; 32: 2,293 against 1,830).
+constexpr int kGemmRowsQMaxRows = 64;
+
 // Whether launch_gemm_rows_q multiplies w: a packed type (quant_groups.h) whose rows are whole
 // stages of 256 columns.
 bool gemm_rows_q_serves(const WeightMatrix& w);
