@@ -351,6 +351,52 @@ def kv_types_section(path, doc_dir):
     return out
 
 
+def kvzip_heads_section(path):
+    """kvzip's two splits of a layer's budget over its kv heads on real text (e.g.
+    bench/sweep_smollm2_kvzip_heads.json): the same count in every head, or KVzip's own bottom-k
+    over all of a layer's heads; accuracy with 95% intervals, perplexity, per task and budget."""
+    if not path or not os.path.exists(path):
+        return []
+    import plot_sweep
+
+    cfg = json.load(open(path))
+    base, ext = os.path.splitext(cfg["output"])
+    recs = plot_sweep.load(sorted(set(glob.glob(base + "*" + ext))))
+    if not recs:
+        return []
+    labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
+    g = {(r["task"], r["policy"], r["budget_fraction"]): r for r in recs}
+    commits = sorted({r.get("git_commit", "?") for r in recs})
+    out = ["## kvzip's split over the heads, on real text", "",
+           f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}; 2048 tokens): "
+           "`kvzip` keeps the same count of tokens in every kv head of a layer; `kvzip-adaptive` (`--kv-head-alloc "
+           "adaptive`) ranks a layer's tokens over all its heads at once, as the KVzip paper and kvpress do, so heads "
+           "keep different counts. Passkey needles in two Austen novels (and the RULER filler for comparison), "
+           "multi-key needles, perplexity; a retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.", "",
+           "| task | share | full | " + " | ".join(labels) + " |", "|---|---|---|" + "---|" * len(labels)]
+    tasks = []
+    for r in recs:
+        if r["task"] not in tasks:
+            tasks.append(r["task"])
+    for task in tasks:
+        full = g.get((task, "full", 1.0))
+        shares = sorted({r["budget_fraction"] for r in recs if r["task"] == task and r["policy"] != "full"})
+        for f in shares:
+            cells = []
+            for r in [full] + [g.get((task, lab, f)) for lab in labels]:
+                if r is None:
+                    cells.append("–")
+                elif r["metric"] == "ppl":
+                    cells.append(f"{r['value']:.2f}")
+                else:
+                    n, k = r.get("n_samples", 0), r.get("n_correct", 0)
+                    lo, hi = wilson(k, n) if n else (0.0, 0.0)
+                    cells.append(f"{r['value']:.2f} ({k}/{n}, [{lo:.2f}, {hi:.2f}])")
+            out.append(f"| {task} | {100 * f:g}% | " + " | ".join(cells) + " |")
+    out.append("")
+    return out
+
+
 def kvpress_section(out_dir):
     """The side-by-side runs of bench/compare_kvpress.py (kvpress_*.json beside the records)."""
     files = sorted(glob.glob(os.path.join(out_dir, "kvpress_*.json")))
@@ -575,6 +621,7 @@ def report(a):
             verdicts.append(f"- {task} {ctx} at {100 * f:g}%: **{', '.join(best)}** {fmt(metric, best_v)}, {margin}{vs}.")
     lines += windows_section(a.windows_config)
     lines += kv_types_section(a.kv_types_config, os.path.dirname(os.path.abspath(a.out)))
+    lines += kvzip_heads_section(a.kvzip_heads_config)
     lines += kvpress_section(out_dir)
     lines += window_attention_section(out_dir)
     lines.append("## Who wins where")
@@ -608,6 +655,8 @@ def main():
                    help="a second sweep of the perplexity cells over several windows (skipped when it has no records)")
     r.add_argument("--kv-types-config", default="bench/sweep_smollm2_kv_types.json",
                    help="a sweep with a kv_types axis: quality against kept bytes (skipped when it has no records)")
+    r.add_argument("--kvzip-heads-config", default="bench/sweep_smollm2_kvzip_heads.json",
+                   help="kvzip's two splits over the heads on real text (skipped when it has no records)")
     a = ap.parse_args()
     shard(a) if a.cmd == "shard" else report(a)
 
