@@ -702,8 +702,8 @@ class CudaBackend final : public Backend {
   // more rows: a decode batch of up to 64 rows through gemm_rows_q.h (each matrix's blocks read
   // once, dequantized to f16 in shared memory, on the tensor cores) where its shape allows, and
   // prompt chunks and larger batches through each matrix dequantized to bf16 (dequantized_, one
-  // matrix at a time) and cuBLAS; RoPE and SwiGLU after. Parts that are not packed take the bf16 GEMV or cuBLAS beside
-  // them.
+  // matrix at a time) and cuBLAS; RoPE and SwiGLU after. Parts that are not packed take the bf16
+  // GEMV or cuBLAS beside them.
   // The crossing (opt_.packed_gemv_rows; H200, 8B shape, Q4_K: 4.9 GB of blocks, 15 GB as bf16):
   // a GEMV pass reads the blocks once per 4 rows, gemm_rows_q once for up to 64 (the crossing
   // measured between 16 and 32 rows: 8 rows 1,052 tok/s on the GEMV against 455, 16 rows 1,110
@@ -952,7 +952,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Buffer> kv_rows_k_, kv_rows_v_;  // [G][capacity][D] f16 or f32: a Q8_0 layer's rows (dequantized)
   std::unique_ptr<Buffer> joined_;  // [T][rows of the joined matrices] (joined_product)
   // packed weights' products: x rounded to 8 bits ([T][C] int8, [T][C/32][4] scales and sums),
-  // and the largest packed matrix dequantized to bf16 [R][C]
+  // x as f16 for gemm_rows_q ([T][C]), and the largest packed matrix dequantized to bf16 [R][C]
   std::unique_ptr<Buffer> xq_, xs_, xh_, dequantized_;
   // a decode batch's: max/sum, split partials, kept scores and what its later launches read, per row
   std::unique_ptr<Buffer> batch_ml_, batch_acc_, batch_pml_, batch_scores_, batch_info_;

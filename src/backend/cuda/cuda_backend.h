@@ -32,8 +32,8 @@ struct CudaOptions {
   enum class BatchProducts : uint8_t { kTuned, kBlas, kGemv, kMma };
   BatchProducts batch = BatchProducts::kTuned;
   // Over weights kept in their blocks (--device-weights native): up to this many rows through the
-  // integer GEMV, more through packed_mma's kernel (a decode batch) or a dequantization to bf16
-  // and cuBLAS (a prompt chunk, or packed_mma off)
+  // integer GEMV, more through packed_mma's kernel (a decode batch of up to 64 rows) or a
+  // dequantization to bf16 and cuBLAS (a prompt chunk, a larger batch, or packed_mma off)
   int packed_gemv_rows = 16;
   bool packed_mma = true;  // a decode batch over packed weights on the tensor cores (gemm_rows_q.h)
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its

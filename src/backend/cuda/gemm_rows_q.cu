@@ -13,7 +13,6 @@
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_groups.h"
