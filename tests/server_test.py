@@ -268,7 +268,7 @@ def main():
         c2 = openai.OpenAI(base_url=srv2.url + "/v1", api_key="none", max_retries=0, timeout=300)
         # (~180 tokens; ~120 under the sanitizers: still past budget + chunk, so squeeze evicts)
         long_prompt = " ".join(["The sea was calm and the sky was clear over the harbour that morning."] * (8 if SANITIZED else 12))
-        in_threads(lambda _: ask(c2, long_prompt, ANSWER, None, False, True), 16)
+        in_threads(lambda _: ask(c2, long_prompt, 16 if SANITIZED else 30, None, False, True), 16)
         m2 = srv2.metrics()
         bound2 = 8 * (BUDGET + CHUNK) * row_bytes
         check(0 < m2["squeezekv_kv_bytes_peak"] <= bound2,
