@@ -204,20 +204,29 @@ def describe(policies):
     return "Rows: " + "; ".join(parts) + "."
 
 
+def sweep_records(path):
+    """(config, records) of a second sweep's config at path: every records file it (or its
+    shards) wrote, a later file winning for the same run; None without the config or records."""
+    if not path or not os.path.exists(path):
+        return None
+    import plot_sweep  # the records' reader
+
+    cfg = json.load(open(path))
+    base, ext = os.path.splitext(cfg["output"])
+    recs = plot_sweep.load(sorted(set(glob.glob(base + "*" + ext))))
+    return (cfg, recs) if recs else None
+
+
 def windows_section(path):
     """The perplexity targets again over several windows per text (a second, smaller sweep: its
     config, e.g. bench/sweep_smollm2_ppl_windows.json). One window's perplexity under eviction
     moves by ~1% when only the order of floating-point operations changes (kernels between
     sessions), which is more than the squeeze / h2o margins in the main tables."""
-    if not path or not os.path.exists(path):
+    found = sweep_records(path)
+    if not found:
         return []
-    import plot_sweep  # the records' reader (a later file wins for the same run)
-
-    cfg = json.load(open(path))
+    cfg, recs = found
     base, ext = os.path.splitext(cfg["output"])
-    recs = plot_sweep.load(sorted(set(glob.glob(base + "*" + ext))))
-    if not recs:
-        return []
     labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
     cells = sorted({(r["task"], r["ctx"]) for r in recs})
     g = {(r["task"], r["ctx"], r["policy"]): r for r in recs}
@@ -267,15 +276,11 @@ def kv_types_section(path, doc_dir):
     """Quality against the bytes kept, every (policy, budget, KV row type) of a sweep with a
     kv_types axis (e.g. bench/sweep_smollm2_kv_types.json): the table, and a chart of perplexity
     against kept bytes with the frontier (the points no other point beats on both)."""
-    if not path or not os.path.exists(path):
+    found = sweep_records(path)
+    if not found or "kv_types" not in found[0]:
         return []
-    import plot_sweep
-
-    cfg = json.load(open(path))
+    cfg, recs = found
     base, ext = os.path.splitext(cfg["output"])
-    recs = plot_sweep.load(sorted(set(glob.glob(base + "*" + ext))))
-    if not recs or "kv_types" not in cfg:
-        return []
     types = cfg["kv_types"]
     labels = ["full"] + [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
     fr = sorted(cfg["budget_fractions"])
@@ -355,15 +360,11 @@ def kvzip_heads_section(path):
     """kvzip's two splits of a layer's budget over its kv heads on real text (e.g.
     bench/sweep_smollm2_kvzip_heads.json): the same count in every head, or KVzip's own bottom-k
     over all of a layer's heads; accuracy with 95% intervals, perplexity, per task and budget."""
-    if not path or not os.path.exists(path):
+    found = sweep_records(path)
+    if not found:
         return []
-    import plot_sweep
-
-    cfg = json.load(open(path))
+    cfg, recs = found
     base, ext = os.path.splitext(cfg["output"])
-    recs = plot_sweep.load(sorted(set(glob.glob(base + "*" + ext))))
-    if not recs:
-        return []
     labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
     g = {(r["task"], r["policy"], r["budget_fraction"]): r for r in recs}
     commits = sorted({r.get("git_commit", "?") for r in recs})

@@ -11,18 +11,18 @@
 // Letters: B rows, R weight rows, C columns, S column slices.
 #include "backend/cuda/gemm_rows.h"
 
-#include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm_rows_store.cuh"
 #include "backend/cuda/mma.cuh"
 
 namespace squeezekv::cuda {
 namespace {
 
-constexpr int kRowsPerBlock = 64;
+constexpr int kRowsPerBlock = kGemmRowsTile;
 constexpr int kWarps = 4;
 constexpr int kStages = 6;
 constexpr int kLd = kGemmRowsK + 8;  // row pitch in halves: the 8 rows of an ldmatrix on different banks
@@ -94,45 +94,7 @@ __global__ void __cluster_dims__(1, 1, S) __launch_bounds__(kWarps * 32)
     }
     __syncthreads();  // the stage is refilled by a later issue()
   }
-  const int la = warp * 16 + lane / 4, lb = la + 8;  // this thread's two rows of the accumulators, in the block
-  if constexpr (S == 1) {
-    if (!live) return;
-#pragma unroll
-    for (int nt = 0; nt < OUT / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = r0 + nt * 8 + (lane % 4) * 2 + e;
-        if (col >= R) continue;
-        const float b = bias != nullptr ? bias[col] : 0.0f;
-        if (tb + la < B) out[static_cast<size_t>(tb + la) * R + col] = acc[nt][e] + b;
-        if (tb + lb < B) out[static_cast<size_t>(tb + lb) * R + col] = acc[nt][2 + e] + b;
-      }
-  } else {
-    // the slices' partials [64][OUT] in each block's shared memory (the stages are done); block
-    // `rank` of the cluster then adds rows rank * 64 / S .. of every block's, in slice order
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    float* part = reinterpret_cast<float*>(gsm);
-#pragma unroll
-    for (int nt = 0; nt < OUT / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int lc = nt * 8 + (lane % 4) * 2 + e;
-        part[la * OUT + lc] = acc[nt][e];
-        part[lb * OUT + lc] = acc[nt][2 + e];
-      }
-    cluster.sync();
-    constexpr int kRowsEach = kRowsPerBlock / S;
-    const int first = static_cast<int>(cluster.block_rank()) * kRowsEach;
-    for (int i = tid; i < kRowsEach * OUT; i += kWarps * 32) {
-      const int lr = first + i / OUT, lc = i % OUT, row = tb + lr, col = r0 + lc;
-      float sum = 0.0f;
-#pragma unroll
-      for (int z = 0; z < S; ++z) sum += cluster.map_shared_rank(part, z)[lr * OUT + lc];
-      if (row < B && col < R) out[static_cast<size_t>(row) * R + col] = sum + (bias != nullptr ? bias[col] : 0.0f);
-    }
-    cluster.sync();  // every block's partials stay until the cluster has read them
-  }
+  store_rows<OUT / 8, OUT, S, kWarps * 32>(acc, out, bias, B, R, tb, r0, warp * 16, 0, live, gsm);
 }
 
 template <int OUT, int S>
@@ -160,11 +122,15 @@ void launch_slices(Launcher& L, int S, float* out, const __nv_bfloat16* xb, cons
 
 }  // namespace
 
-int gemm_rows_slices(int R, int C) {
-  const int out = R >= 8192 ? 64 : 32, tiles = (R + out - 1) / out, chunks = C / kGemmRowsK;
+int gemm_rows_slices_of(int tiles, int chunks) {
   int S = 1;
   while (S < 8 && tiles * S < kGemmRowsBlocks && chunks % (2 * S) == 0) S *= 2;
   return S;
+}
+
+int gemm_rows_slices(int R, int C) {
+  const int out = R >= 8192 ? 64 : 32;
+  return gemm_rows_slices_of((R + out - 1) / out, C / kGemmRowsK);
 }
 
 void launch_gemm_rows(Launcher& L, float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, const float* bias, int B, int R, int C) {

@@ -15,6 +15,9 @@ constexpr int kGemmRowsK = 64;  // the columns must be a multiple of this
 constexpr int kGemmRowsBlocks = 264;
 // The column slices of an R x C matrix (1, 2, 4 or 8): its shape's alone, never the batch's.
 int gemm_rows_slices(int R, int C);
+// The slices of a matrix of `tiles` weight-row tiles and `chunks` column stages (gemm_rows_q.h's
+// too): doubled while the blocks stay under kGemmRowsBlocks and the stages split evenly.
+int gemm_rows_slices_of(int tiles, int chunks);
 
 // out[B][R] = xb[B][C] @ W[R][C]^T (+ bias[R]) with bf16 x and W and f32 sums (mma.sync
 // m16n8k16). Each output (t, r) is summed by one warp per column slice over k in 16-column steps

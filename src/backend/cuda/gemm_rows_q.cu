@@ -6,24 +6,24 @@
 // Each stage's weights are then dequantized once into an f16 tile (every thread a few groups of
 // 32: unpack_planes, then two half2 operations a pair of values) that the warps read by ldmatrix.
 // The S blocks of one row tile form a thread-block cluster that adds its partial sums in slice
-// order, as gemm_rows.cu's do.
+// order (gemm_rows_store.cuh, as gemm_rows.cu's do).
 // Letters: B rows, R weight rows, C columns, S column slices.
 #include "backend/cuda/gemm_rows_q.h"
 
-#include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm_rows.h"
+#include "backend/cuda/gemm_rows_store.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_groups.h"
 
 namespace squeezekv::cuda {
 namespace {
 
-constexpr int kRows = 64;       // activation rows a block
+constexpr int kRows = kGemmRowsTile;  // activation rows a block
 constexpr int kK = kStageCols;  // columns a stage
 constexpr int kLd = kK + 8;     // pitch (halves) of the f16 tiles: an ldmatrix's 8 rows on different banks
-constexpr int kBlocksWanted = 264;  // blocks a matrix's slices should reach (gemm_rows.h's two waves)
 
 template <DType TY, int OUT, int STAGES>
 struct Shape {
@@ -151,46 +151,7 @@ __global__ void __cluster_dims__(1, 1, S) __launch_bounds__(OUT / 16 * 32)
     }
     __syncthreads();  // the stage and the tile are refilled next
   }
-  const int la = mg * 16 + lane / 4, lb = la + 8;  // this thread's two rows of the accumulators, in the block
-  const int c0 = np * 64;                          // and its n-part's first column, in the block
-  if constexpr (S == 1) {
-    if (!live) return;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = r0 + c0 + nt * 8 + (lane % 4) * 2 + e;
-        if (col >= R) continue;
-        const float b = bias != nullptr ? bias[col] : 0.0f;
-        if (tb + la < B) out[static_cast<size_t>(tb + la) * R + col] = acc[nt][e] + b;
-        if (tb + lb < B) out[static_cast<size_t>(tb + lb) * R + col] = acc[nt][2 + e] + b;
-      }
-  } else {
-    // the slices' partials [64][OUT] in each block's shared memory (the stages are done); block
-    // `rank` of the cluster then adds rows rank * 64 / S .. of every block's, in slice order
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    float* part = reinterpret_cast<float*>(gsm);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int lc = c0 + nt * 8 + (lane % 4) * 2 + e;
-        part[la * OUT + lc] = acc[nt][e];
-        part[lb * OUT + lc] = acc[nt][2 + e];
-      }
-    cluster.sync();
-    constexpr int kRowsEach = kRows / S;
-    const int first = static_cast<int>(cluster.block_rank()) * kRowsEach;
-    for (int i = tid; i < kRowsEach * OUT; i += Sh::kThreads) {
-      const int lr = first + i / OUT, lc = i % OUT, row = tb + lr, col = r0 + lc;
-      float sum = 0.0f;
-#pragma unroll
-      for (int z = 0; z < S; ++z) sum += cluster.map_shared_rank(part, z)[lr * OUT + lc];
-      if (row < B && col < R) out[static_cast<size_t>(row) * R + col] = sum + (bias != nullptr ? bias[col] : 0.0f);
-    }
-    cluster.sync();  // every block's partials stay until the cluster has read them
-  }
+  store_rows<8, OUT, S, Sh::kThreads>(acc, out, bias, B, R, tb, r0, mg * 16, np * 64, live, gsm);
 }
 
 template <DType TY, int OUT, int S>
@@ -223,8 +184,7 @@ bool gemm_rows_q_serves(const WeightMatrix& w) { return packed_type(w.type) && w
 void launch_gemm_rows_q(Launcher& L, float* out, const __half* xh, const WeightMatrix& w, const float* bias, int B) {
   // the columns in slices until a row tile's blocks fill the device: from the shape alone
   const int tiles = static_cast<int>((w.rows + kOut - 1) / kOut), stages = static_cast<int>(w.cols / kK);
-  int S = 1;
-  while (S < 8 && tiles * S < kBlocksWanted && stages % (2 * S) == 0) S *= 2;
+  const int S = gemm_rows_slices_of(tiles, stages);
   dispatch_packed(w.type, [&](auto ty) {
     constexpr DType TY = decltype(ty)::value;
     switch (S) {
