@@ -9,11 +9,13 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "squeezekv/error.h"
 #include "squeezekv/model.h"
+#include "core/sample.h"
 #include "runtime/runner.h"
 #include "test_paths.h"
 
@@ -249,10 +251,11 @@ TEST_P(EngineTest, PrefillPartsEqualLonePrefills) {
   }
 }
 
-// A greedy batch's tokens picked where the logits are (Engine::decode_greedy, the backend's
-// argmax_rows) are the first largest of the logits decode() returns for the same step, and the
-// two engines stay in step: three sequences, eviction on, several steps.
-TEST(Engine, DecodeGreedyTakesTheArgmaxOfTheLogits) {
+// A batch's tokens picked where the logits are (Engine::decode_sampled, the backend's
+// sample_rows) are the picks core/sample.h defines over the logits decode() returns for the same
+// step, row by row under each row's settings: greedy (the first largest), temperature alone,
+// top-k with min-p, top-p; the two engines stay in step: three sequences, eviction on, six steps.
+TEST(Engine, DecodeSampledPicksFromTheLogits) {
   const Model& m = smollm();
   const int V = m.config().vocab_size;
   Engine a(m, options(DecodeActivations::kInt8), 3), b(m, options(DecodeActivations::kInt8), 3);
@@ -265,12 +268,24 @@ TEST(Engine, DecodeGreedyTakesTheArgmaxOfTheLogits) {
     b.prefill(sb.back(), ids);
   }
   std::vector<int> next = {5, 6, 7};
+  std::mt19937_64 rng(3);
+  SampleScratch scratch;
   for (int step = 0; step < 6; ++step) {
+    std::vector<SampleParams> params(3);
+    for (int i = 0; i < 3; ++i) {
+      if (step % 3 == 0 && i == 0) continue;  // greedy
+      params[i].temperature = 0.7f + 0.2f * static_cast<float>(i);
+      params[i].draw = std::generate_canonical<double, 53>(rng);
+      if (i == 1) params[i].top_k = 20, params[i].min_p = 0.05f;
+      if (i == 2) params[i].top_p = 0.9f;
+    }
     const std::span<const float> logits = a.decode(sa, next);
     const std::vector<float> l(logits.begin(), logits.end());
-    const std::span<const int> got = b.decode_greedy(sb, next);
+    const std::span<const int> got = b.decode_sampled(sb, next, params);
     for (int i = 0; i < 3; ++i) {
-      const int want = static_cast<int>(std::max_element(l.begin() + i * V, l.begin() + (i + 1) * V) - (l.begin() + i * V));
+      const std::span<const float> row(l.data() + static_cast<size_t>(i) * V, static_cast<size_t>(V));
+      const int want = params[i].temperature > 0.0f ? sample_row(row, params[i], scratch)
+                                                    : static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
       ASSERT_EQ(got[i], want) << "step " << step << " sequence " << i;
       next[i] = want;
     }
@@ -397,7 +412,7 @@ TEST(Scheduler, PromptsShareAStepUpToOneChunkOfTokens) {
 // A prefill of parts or a greedy decode that cannot run is refused with the engine's message,
 // before any work: no parts, a part over the chunk, a sequence twice, more rows than a step holds,
 // an unknown sequence, tokens that do not match the sequences.
-TEST(Engine, RefusesBadPrefillPartsAndGreedyDecodes) {
+TEST(Engine, RefusesBadPrefillPartsAndDecodes) {
   const Model& m = smollm();
   Engine engine(m, options(DecodeActivations::kInt8), 2);  // a step holds max(16, 2) rows
   const SequenceId a = engine.add_sequence(cache_of(KvPolicy::kFull, 0)), b = engine.add_sequence(cache_of(KvPolicy::kFull, 0));
@@ -419,8 +434,17 @@ TEST(Engine, RefusesBadPrefillPartsAndGreedyDecodes) {
   EXPECT_EQ(engine.position(a), 0);  // nothing ran
   EXPECT_EQ(engine.position(b), 0);
   const std::vector<SequenceId> ids = {a, b};
-  refused([&] { engine.decode_greedy(ids, std::vector<int>{1}); }, "one token each");
-  refused([&] { engine.decode_greedy(std::span<const SequenceId>(), std::span<const int>()); }, "expected 1 to 2");
+  const std::vector<SampleParams> two(2), one(1);
+  refused([&] { engine.decode_sampled(ids, std::vector<int>{1}, two); }, "one token each");
+  refused([&] { engine.decode_sampled(ids, std::vector<int>{1, 2}, one); }, "1 sampling settings for 2 sequences");
+  refused([&] { engine.decode_sampled(std::span<const SequenceId>(), std::span<const int>(), {}); }, "expected 1 to 2");
+  for (auto bad : {+[](SampleParams& p) { p.temperature = -1.0f; }, +[](SampleParams& p) { p.top_p = 0.0f; },
+                   +[](SampleParams& p) { p.min_p = 1.0f; }, +[](SampleParams& p) { p.top_k = -2; },
+                   +[](SampleParams& p) { p.draw = 1.0; }, +[](SampleParams& p) { p.temperature = NAN; }}) {
+    std::vector<SampleParams> p(2);
+    bad(p[1]);
+    refused([&] { engine.decode_sampled(ids, std::vector<int>{1, 2}, p); }, "sampling settings");
+  }
 }
 
 TEST(Scheduler, RefusesBadRequestsNamingTheField) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "squeezekv/generate.h"
+#include "squeezekv/sampling.h"
 #include "squeezekv/session.h"
 
 namespace squeezekv {
@@ -84,9 +85,12 @@ class Engine {
   // One token for each listed sequence (at most max_batch, each once); returns logits [n][V] in
   // the order given.
   std::span<const float> decode(std::span<const SequenceId> ids, std::span<const int> tokens);
-  // decode() for greedy sequences: each one's next token, the first largest of the logits decode()
-  // would return, picked where the logits are (a GPU sends back n ids, not n x V floats).
-  std::span<const int> decode_greedy(std::span<const SequenceId> ids, std::span<const int> tokens);
+  // decode() and each sequence's next token picked where the logits are, under params[i]
+  // (src/core/sample.h's pick of the logits decode() would return; temperature 0: the first
+  // largest): a GPU sends back n ids, not n x V floats. Sampler::next_params gives a sequence's
+  // settings and draw.
+  std::span<const int> decode_sampled(std::span<const SequenceId> ids, std::span<const int> tokens,
+                                      std::span<const SampleParams> params);
 
   int position(SequenceId id) const;
   int max_tokens(SequenceId id) const;  // the most tokens the sequence may see (its --ctx)

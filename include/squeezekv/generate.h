@@ -2,12 +2,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "squeezekv/sampling.h"
 #include "squeezekv/session.h"
 #include "squeezekv/tokenizer.h"
 
@@ -23,19 +25,24 @@ struct SamplerConfig {
 
 void validate(const SamplerConfig& c);  // throws Error naming the flag
 
-// Picks the next token from logits [V]. Buffers are reused across calls.
+struct SampleScratch;  // src/core/sample.h
+
+// Picks the next token from logits [V] (the pick src/core/sample.h defines), drawing from its own
+// generator seeded by SamplerConfig::seed. Buffers are reused across calls.
 // Thread safety: one sampler per sequence.
 class Sampler {
  public:
   explicit Sampler(const SamplerConfig& cfg);
+  ~Sampler();
   int sample(std::span<const float> logits);
+  // The settings and the next draw for a pick made elsewhere (Engine::decode_sampled): what
+  // sample() would use next (a greedy sampler draws nothing).
+  SampleParams next_params();
 
  private:
   SamplerConfig cfg_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int>> cand_;
-  std::vector<double> bucket_mass_;                // top-p without top-k: mass by q's leading bits
-  std::vector<std::pair<float, int>> edge_;        // the bucket where the top-p mass is reached
+  std::unique_ptr<SampleScratch> scratch_;
 };
 
 struct GenerateOptions {
@@ -74,6 +81,9 @@ class Generation {
   // strings, on_text, the length limit) and returns what next() would.
   int pick(std::span<const float> logits);
   int accept(int id);
+  // pick made elsewhere: the settings and draw for this generation's next token
+  // (Engine::decode_sampled), then accept(the token picked).
+  SampleParams next_params() { return sampler_.next_params(); }
   // Ends the generation early (context full: "length"; "cancelled"; "error"), emitting held text
   // unless cancelled.
   void finish(const std::string& reason);

@@ -17,6 +17,7 @@
 #include "core/kv_view.h"
 #include "core/weight.h"
 #include "squeezekv/device.h"
+#include "squeezekv/sampling.h"
 
 namespace squeezekv {
 
@@ -135,9 +136,10 @@ class Backend {
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
   // x[n] += y[n]
   virtual void add(float* x, const float* y, int64_t n) = 0;
-  // out[r] = the first index of the largest of x[r][0, V) for r < n (core/argmax.h's pick; out:
-  // this backend's memory): greedy decoding's tokens without the logits leaving the backend.
-  virtual void argmax_rows(int32_t* out, const float* x, int64_t n, int64_t V) = 0;
+  // out[r] = row r's pick from x[r][0, V) under params[r] for r < n (core/sample.h's definition;
+  // a temperature of 0 takes the first largest; out, params: this backend's memory): a decode
+  // batch's tokens without the logits leaving the backend.
+  virtual void sample_rows(int32_t* out, const float* x, const SampleParams* params, int64_t n, int64_t V) = 0;
   // Causal attention of T query rows over the retained keys (query row t at q_pos[t] sees key j
   // of its kv head iff pos[j] <= q_pos[t]); out[T][H*D], q[T][H*D]; probe may be null, and its
   // mass accumulator is this backend's memory.

@@ -1,5 +1,5 @@
 // The first index of the largest value of a row (as std::max_element): greedy decoding's pick,
-// shared by the sampler (runtime) and the CPU backend's argmax_rows, so both pick the same token.
+// shared by the sampler's definition (core/sample.h) and so by every backend's sample_rows.
 // The maximum is taken in 16 lanes that the compiler vectorizes, then the first index holding it.
 #pragma once
 #include <algorithm>

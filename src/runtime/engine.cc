@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 
 #include "runtime/kv_file.h"
@@ -111,9 +112,19 @@ std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span
   return impl_->runner.logits(0, static_cast<int>(ids.size()), true);
 }
 
-std::span<const int> Engine::decode_greedy(std::span<const SequenceId> ids, std::span<const int> tokens) {
+std::span<const int> Engine::decode_sampled(std::span<const SequenceId> ids, std::span<const int> tokens,
+                                            std::span<const SampleParams> params) {
+  if (params.size() != ids.size())
+    throw Error("engine: " + std::to_string(params.size()) + " sampling settings for " + std::to_string(ids.size()) +
+                " sequences (expected one each)");
+  for (const SampleParams& p : params)
+    if (!(std::isfinite(p.temperature) && p.temperature >= 0.0f) || !(p.top_p > 0.0f && p.top_p <= 1.0f) ||
+        !(p.min_p >= 0.0f && p.min_p < 1.0f) || p.top_k < 0 || !(p.draw >= 0.0 && p.draw < 1.0))
+      throw Error("engine: sampling settings (expected temperature >= 0, top_p in (0, 1], min_p in [0, 1), top_k >= 0, "
+                  "draw in [0, 1); got " + std::to_string(p.temperature) + ", " + std::to_string(p.top_p) + ", " +
+                  std::to_string(p.min_p) + ", " + std::to_string(p.top_k) + ", " + std::to_string(p.draw) + ")");
   impl_->decode_step(ids, tokens);
-  return impl_->runner.argmax_of_rows(0, static_cast<int>(ids.size()));
+  return impl_->runner.picks_of_rows(0, params);
 }
 
 void Engine::Impl::decode_step(std::span<const SequenceId> ids, std::span<const int> tokens) {
@@ -173,6 +184,7 @@ struct Scheduler::Impl {
   std::vector<SequenceId> ids;                    // one decode step's sequences, reused
   std::vector<int> tokens;
   std::vector<Request*> batch;                    // a step's requests, in its order
+  std::vector<SampleParams> params;               // a decode step's sampling settings and draws
   std::vector<Engine::PrefillPart> parts;         // a prefill step's chunks, reused
   std::vector<Request*> ended;                    // a prefill step's requests whose prompt ended
   std::vector<float> ended_logits;                // [ended][V]
@@ -201,10 +213,10 @@ struct Scheduler::Impl {
   void sweep() {
     running.erase(std::remove_if(running.begin(), running.end(), [](const auto& q) { return q->seq < 0; }), running.end());
   }
-  // The token each request in batch samples from its row of logits [n][V], the rows at once on
-  // the OpenMP threads (a sampler touches only its own request: 64 greedy rows over a
-  // 128k vocabulary took 6.7 ms of a 17 ms step one after another, top-k sampling 15 ms); then,
-  // in order, each request takes its token, finishing when its generation ends.
+  // The token each request whose prompt ended samples from its row of logits [n][V] (the prefill
+  // brings those rows to the host), the rows at once on the OpenMP threads (a sampler touches only
+  // its own request); then, in order, each request takes its token, finishing when its generation
+  // ends. Decode steps pick where the logits are instead (Engine::decode_sampled).
   std::vector<int> picks;
   void advance(std::span<Request* const> rows, std::span<const float> logits) {
     const int n = static_cast<int>(rows.size());
@@ -345,20 +357,15 @@ bool Scheduler::step() {
     }
   if (!m.batch.empty()) {
     try {
-      // a batch of greedy requests takes its tokens where the logits are (no n x V copy)
-      const bool greedy = std::all_of(m.batch.begin(), m.batch.end(), [](const Impl::Request* q) {
-        return q->r.options.sampler.temperature <= 0.0f;
-      });
+      // the batch's tokens picked where the logits are (no n x V copy, no host sampling)
+      m.params.clear();
+      for (const Impl::Request* q : m.batch) m.params.push_back(q->gen->next_params());
       const auto t0 = Impl::clock::now();
-      std::span<const float> logits;
-      std::span<const int> picked;
-      if (greedy) picked = m.engine.decode_greedy(m.ids, m.tokens);
-      else logits = m.engine.decode(m.ids, m.tokens);
+      const std::span<const int> picked = m.engine.decode_sampled(m.ids, m.tokens, m.params);
       m.times.decode_seconds += Impl::since(t0);
       ++m.times.decode_calls;
       m.times.decode_rows += static_cast<int64_t>(m.ids.size());
-      if (greedy) m.accept_all(m.batch, picked);
-      else m.advance(m.batch, logits);
+      m.accept_all(m.batch, picked);
     } catch (const std::exception& e) {
       for (Impl::Request* q : m.batch)
         if (q->seq >= 0) m.finish(*q, "error", e.what());

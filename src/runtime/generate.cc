@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/argmax.h"
+#include "core/sample.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv {
@@ -19,113 +19,20 @@ void validate(const SamplerConfig& c) {
   if (c.top_k < 0) throw Error("--top-k: must be >= 0, got " + std::to_string(c.top_k));
 }
 
-Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg), rng_(cfg.seed) { validate(cfg); }
+Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg), rng_(cfg.seed), scratch_(std::make_unique<SampleScratch>()) { validate(cfg); }
+Sampler::~Sampler() = default;
 
-int Sampler::sample(std::span<const float> logits) {
-  const int V = static_cast<int>(logits.size());
-  if (cfg_.temperature <= 0.0f) {  // greedy; ties go to the lowest id
-    return argmax(logits);
-  }
-  const bool top_k = cfg_.top_k > 0 && cfg_.top_k < V;
-  cand_.resize(static_cast<size_t>(V));
-  for (int i = 0; i < V; ++i) cand_[i] = {logits[i] / cfg_.temperature, i};
-  size_t n = cand_.size();
-  double sum = 0.0;
-  if (!top_k) {
-    // No top-k: the kept tokens found without sorting the vocabulary (a full sort took 13 ms a
-    // row at 128k tokens). Probabilities q (unnormalized, 1 at the maximum) in id order; min-p
-    // keeps q >= min_p; top-p then the shortest prefix, in order of q (ties: lower id first), of
-    // what min-p kept whose mass reaches top_p of it: its last member (tau, id_tau) found by a
-    // histogram of the mass over q's float bits (q's order is its bits' order), the boundary
-    // bucket alone sorted. A token is kept when q > tau, or q == tau and id <= id_tau; the draw
-    // walks the kept tokens in id order.
-    float mx = cand_[0].first;
-    for (const auto& c : cand_) mx = c.first > mx ? c.first : mx;
-    for (auto& c : cand_) sum += (c.first = std::exp(c.first - mx));
-    float tau = cfg_.min_p;  // min-p alone: q >= min_p (x the top probability, 1)
-    int id_tau = V;
-    if (cfg_.min_p > 0.0f) {
-      sum = 0.0;
-      for (const auto& c : cand_)
-        if (c.first >= tau) sum += c.first;
-    }
-    if (cfg_.top_p < 1.0f) {
-      constexpr int kShift = 19, kBuckets = 1 << (31 - kShift);  // q >= 0: the sign bit is 0
-      bucket_mass_.assign(kBuckets, 0.0);
-      auto bucket = [](float q) {
-        uint32_t b;
-        std::memcpy(&b, &q, sizeof b);
-        return static_cast<int>(b >> kShift);
-      };
-      for (const auto& c : cand_)
-        if (c.first >= tau) bucket_mass_[static_cast<size_t>(bucket(c.first))] += c.first;
-      const double target = cfg_.top_p * sum;
-      double acc = 0.0;
-      int b = kBuckets - 1;
-      for (; b > 0 && acc + bucket_mass_[static_cast<size_t>(b)] < target; --b) acc += bucket_mass_[static_cast<size_t>(b)];
-      edge_.clear();
-      for (const auto& c : cand_)
-        if (c.first >= tau && bucket(c.first) == b) edge_.push_back(c);
-      std::sort(edge_.begin(), edge_.end(), [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
-      if (!edge_.empty()) {
-        size_t k = 0;
-        while (k + 1 < edge_.size() && acc + edge_[k].first < target) acc += edge_[k++].first;
-        tau = edge_[k].first;
-        id_tau = edge_[k].second;
-      }
-    }
-    const bool cut = cfg_.min_p > 0.0f || cfg_.top_p < 1.0f;
-    auto kept = [&](const std::pair<float, int>& c) { return !cut || c.first > tau || (c.first == tau && c.second <= id_tau); };
-    if (cfg_.top_p < 1.0f) {
-      sum = 0.0;
-      for (const auto& c : cand_)
-        if (kept(c)) sum += c.first;
-    }
-    std::uniform_real_distribution<double> u(0.0, sum);
-    double r = u(rng_);
-    int last = 0;
-    for (const auto& c : cand_) {
-      if (!kept(c)) continue;
-      last = c.second;
-      r -= c.first;
-      if (r <= 0.0) return c.second;
-    }
-    return last;
-  }
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  std::partial_sort(cand_.begin(), cand_.begin() + cfg_.top_k, cand_.end(), by_logit);
-  n = static_cast<size_t>(cfg_.top_k);
-  const float mx = cand_[0].first;
-  for (size_t i = 0; i < n; ++i) sum += (cand_[i].first = std::exp(cand_[i].first - mx));
-  // min-p: drop tokens below min_p x the top probability
-  if (cfg_.min_p > 0.0f) {
-    size_t keep = 1;
-    while (keep < n && cand_[keep].first >= cfg_.min_p * cand_[0].first) ++keep;
-    for (size_t i = keep; i < n; ++i) sum -= cand_[i].first;
-    n = keep;
-  }
-  // top-p: smallest prefix whose mass reaches top_p
-  if (cfg_.top_p < 1.0f) {
-    double acc = 0.0;
-    size_t keep = 0;
-    while (keep < n) {
-      acc += cand_[keep].first / sum;
-      ++keep;
-      if (acc >= cfg_.top_p) break;
-    }
-    double s2 = 0.0;
-    for (size_t i = 0; i < keep; ++i) s2 += cand_[i].first;
-    sum = s2;
-    n = keep;
-  }
-  std::uniform_real_distribution<double> u(0.0, sum);
-  double r = u(rng_);
-  for (size_t i = 0; i < n; ++i) {
-    r -= cand_[i].first;
-    if (r <= 0.0) return cand_[i].second;
-  }
-  return cand_[n - 1].second;
+SampleParams Sampler::next_params() {
+  SampleParams p;
+  p.temperature = cfg_.temperature;
+  p.top_k = cfg_.top_k;
+  p.top_p = cfg_.top_p;
+  p.min_p = cfg_.min_p;
+  if (p.temperature > 0.0f) p.draw = std::generate_canonical<double, 53>(rng_);  // as uniform_real_distribution draws
+  return p;
 }
+
+int Sampler::sample(std::span<const float> logits) { return sample_row(logits, next_params(), *scratch_); }
 
 Generation::Generation(const Tokenizer& tok, std::span<const int> prompt, const GenerateOptions& opt,
                        std::function<bool(std::string_view)> on_text)

@@ -364,14 +364,19 @@ std::span<const float> Runner::logits(int first_row, int n, bool independent_row
   return logits_to_host(n);
 }
 
-std::span<const int> Runner::argmax_of_rows(int first_row, int n) {
+std::span<const int> Runner::picks_of_rows(int first_row, std::span<const SampleParams> params) {
+  const int n = static_cast<int>(params.size());
   const float* logits = head(step_rows(first_row), n, true);
-  if (!argmax_dev_ || argmax_dev_->bytes() < n * sizeof(int32_t)) argmax_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(int32_t));
-  backend_->argmax_rows(argmax_dev_->as<int32_t>(), logits, n, model_.config().vocab_size);
-  argmax_host_.resize(static_cast<size_t>(n));
+  if (!picks_dev_) {
+    picks_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(int32_t));
+    params_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(SampleParams));
+  }
+  backend_->upload(params_dev_->data(), params.data(), params.size_bytes());
+  backend_->sample_rows(picks_dev_->as<int32_t>(), logits, params_dev_->as<SampleParams>(), n, model_.config().vocab_size);
+  picks_host_.resize(static_cast<size_t>(n));
   static_assert(sizeof(int) == sizeof(int32_t));
-  backend_->download(argmax_host_.data(), argmax_dev_->data(), n * sizeof(int32_t));
-  return argmax_host_;
+  backend_->download(picks_host_.data(), picks_dev_->data(), n * sizeof(int32_t));
+  return picks_host_;
 }
 
 std::span<const float> Runner::logits_of_rows(std::span<const int> rows) {

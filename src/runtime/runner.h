@@ -100,10 +100,10 @@ class Runner {
   // Logits [n][V] of the listed rows of the last step (rows of different sequences, each with a
   // lone row's arithmetic, as logits(row, 1, false) gives it): the rows gathered, one product.
   std::span<const float> logits_of_rows(std::span<const int> rows);
-  // The greedy token of rows [first_row, first_row + n) of the last step (rows of different
-  // sequences): logits(first_row, n, true)'s argmax, taken in the backend (Backend::argmax_rows),
-  // so only n ids come back instead of n x V logits.
-  std::span<const int> argmax_of_rows(int first_row, int n);
+  // The tokens of rows [first_row, first_row + n) of the last step (rows of different sequences)
+  // under params[n]: logits(first_row, n, true)'s picks, taken in the backend
+  // (Backend::sample_rows), so only n ids come back instead of n x V logits.
+  std::span<const int> picks_of_rows(int first_row, std::span<const SampleParams> params);
 
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
@@ -144,8 +144,9 @@ class Runner {
   std::unique_ptr<Buffer> x_in_;                                        // [T][E] layer input (for an observer that asks)
   std::unique_ptr<Buffer> rows_pos_;                                    // [T] positions of the step's rows
   std::unique_ptr<Buffer> logits_dev_;                                  // [n][V]
-  std::unique_ptr<Buffer> argmax_dev_;                                  // [n] argmax_of_rows' ids
-  std::vector<int> argmax_host_;
+  std::unique_ptr<Buffer> picks_dev_;                                   // [max_rows] picks_of_rows' ids
+  std::unique_ptr<Buffer> params_dev_;                                  // [max_rows] their SampleParams
+  std::vector<int> picks_host_;
   std::unique_ptr<Buffer> xn_keep_;                                     // [T][E] a step's output while a scoring pass runs
   std::vector<int> repeat_prefix_;                                      // the reconstruction instruction's tokens
   // host side

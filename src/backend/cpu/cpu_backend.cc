@@ -14,7 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/tile8.h"
-#include "core/argmax.h"
+#include "core/sample.h"
 #include "core/kv_rows.h"
 #include "core/quant.h"
 #include "squeezekv/error.h"
@@ -108,10 +108,12 @@ class CpuBackend final : public Backend {
     use_threads();
     cpu::silu_mul(gate, up, n);
   }
-  void argmax_rows(int32_t* out, const float* x, int64_t n, int64_t V) override {
+  void sample_rows(int32_t* out, const float* x, const SampleParams* params, int64_t n, int64_t V) override {
     use_threads();
-#pragma omp parallel for if (n > 1)
-    for (int64_t r = 0; r < n; ++r) out[r] = argmax({x + r * V, static_cast<size_t>(V)});
+    if (static_cast<int>(sample_scratch_.size()) < threads_) sample_scratch_.resize(static_cast<size_t>(threads_));
+#pragma omp parallel for schedule(dynamic) if (n > 1)
+    for (int64_t r = 0; r < n; ++r)
+      out[r] = sample_row({x + r * V, static_cast<size_t>(V)}, params[r], sample_scratch_[static_cast<size_t>(omp_get_thread_num())]);
   }
   void add(float* x, const float* y, int64_t n) override {
     use_threads();
@@ -255,6 +257,7 @@ class CpuBackend final : public Backend {
   std::vector<float> rotated_;  // a key row on its way into a rotated type [D]
   std::vector<float> rotated_q_;  // queries meeting rotated keys [rows][D]
   std::vector<AttentionCall> batch_calls_;  // a batch's calls with their rotated queries
+  std::vector<SampleScratch> sample_scratch_;  // sample_rows' buffers, one an OpenMP thread
 };
 
 }  // namespace

@@ -42,6 +42,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_q.h"
 #include "backend/cuda/quant_groups.h"
+#include "backend/cuda/sample.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launcher.h"
 #include "backend/cuda/norm.h"
@@ -262,8 +263,10 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override {
     launch_add(*launcher_, x, y, n);
   }
-  void argmax_rows(int32_t* out, const float* x, int64_t n, int64_t V) override {
-    if (n > 0) launch_argmax_rows(*launcher_, out, x, n, V);
+  void sample_rows(int32_t* out, const float* x, const SampleParams* params, int64_t n, int64_t V) override {
+    if (n < 1) return;
+    grow(sample_q_, static_cast<size_t>(n) * V * sizeof(float));
+    launch_sample_rows(*launcher_, out, x, params, sample_q_->as<float>(), n, V);
   }
 
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
@@ -951,6 +954,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Buffer> xb_, ent_, moves_, top_scratch_, ml_, part_acc_, part_ml_, scores_;
   std::unique_ptr<Buffer> kv_rows_k_, kv_rows_v_;  // [G][capacity][D] f16 or f32: a Q8_0 layer's rows (dequantized)
   std::unique_ptr<Buffer> joined_;  // [T][rows of the joined matrices] (joined_product)
+  std::unique_ptr<Buffer> sample_q_;  // [n][V] sample_rows' probabilities
   // packed weights' products: x rounded to 8 bits ([T][C] int8, [T][C/32][4] scales and sums),
   // x as f16 for gemm_rows_q ([T][C]), and the largest packed matrix dequantized to bf16 [R][C]
   std::unique_ptr<Buffer> xq_, xs_, xh_, dequantized_;

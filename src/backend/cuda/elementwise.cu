@@ -118,36 +118,6 @@ __global__ void __launch_bounds__(kSumThreads) k_error_energy(double* out, const
   }
 }
 
-// grid n, block kArgmaxThreads: out[r] = the first index of the largest of row r (core/argmax.h);
-// each thread keeps its first maximum over a strided pass, then the block's by value, ties to
-// the lower index
-constexpr int kArgmaxThreads = 1024;
-__global__ void __launch_bounds__(kArgmaxThreads) k_argmax_rows(int32_t* out, const float* x, int64_t V) {
-  pdl_enter();
-  const float* row = x + blockIdx.x * V;
-  float best = -INFINITY;
-  int at = -1;
-  for (int64_t i = threadIdx.x; i < V; i += kArgmaxThreads) {
-    const float v = row[i];
-    if (at < 0 || v > best) best = v, at = static_cast<int>(i);
-  }
-  auto better = [](float v, int i, float bv, int bi) { return bi < 0 || (i >= 0 && (v > bv || (v == bv && i < bi))); };
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, o);
-    const int i = __shfl_xor_sync(0xffffffffu, at, o);
-    if (better(v, i, best, at)) best = v, at = i;
-  }
-  __shared__ float s_v[kArgmaxThreads / 32];
-  __shared__ int s_i[kArgmaxThreads / 32];
-  if (threadIdx.x % 32 == 0) s_v[threadIdx.x / 32] = best, s_i[threadIdx.x / 32] = at;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kArgmaxThreads / 32; ++w)
-      if (better(s_v[w], s_i[w], best, at)) best = s_v[w], at = s_i[w];
-    out[blockIdx.x] = at < 0 ? 0 : at;
-  }
-}
-
 }  // namespace
 
 void launch_split_rows(Launcher& L, const SplitRows& s, const float* joined, int64_t T) {
@@ -167,10 +137,6 @@ void launch_add_bias(Launcher& L, float* out, const float* bias, int64_t n, int 
 }
 void launch_to_bf16(Launcher& L, __nv_bfloat16* out, const float* x, int64_t n) { L.launch(k_to_bf16, blocks_for(n), kThreads, 0, out, x, n); }
 void launch_to_f16(Launcher& L, __half* out, const float* x, int64_t n) { L.launch(k_to_f16, blocks_for(n), kThreads, 0, out, x, n); }
-
-void launch_argmax_rows(Launcher& L, int32_t* out, const float* x, int64_t n, int64_t V) {
-  L.launch(k_argmax_rows, static_cast<unsigned>(n), kArgmaxThreads, 0, out, x, V);
-}
 
 void launch_error_energy(Launcher& L, double* out, const float* o, const float* o_cut, int64_t n) {
   L.launch(k_error_energy, 1, kSumThreads, 0, out, o, o_cut, n);

@@ -1,5 +1,5 @@
 // Element-wise kernels of the forward pass: RoPE, SwiGLU's gate, residual adds, bias, bf16
-// and f16 conversion, the split of a joined product into its parts, eviction_error's sums and greedy's argmax.
+// and f16 conversion, the split of a joined product into its parts and eviction_error's sums.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,8 +43,6 @@ void launch_split_rows(Launcher& L, const SplitRows& s, const float* joined, int
 // gate and up laid out together, as launch_silu_mul computes it from the two
 void launch_silu_mul_split(Launcher& L, float* g, const float* joined, int64_t T, int F);
 
-// out[r] = the first index of the largest of x[r][0, V) for r < n (Backend::argmax_rows)
-void launch_argmax_rows(Launcher& L, int32_t* out, const float* x, int64_t n, int64_t V);
 // out[0] = sum (o - o_cut)^2, out[1] = sum o^2 over n values, in double (Backend::error_energy)
 void launch_error_energy(Launcher& L, double* out, const float* o, const float* o_cut, int64_t n);
 
