@@ -277,6 +277,27 @@ int run(const Args& args) {
     bench.time("silu_mul T=" + t, dims({T, F}), 12.0 * T * F, 0, [&, T] { b.silu_mul(op, op2, int64_t{T} * F); });
   }
 
+  // ---- a decode batch's picks from its logits [B][V] (uniform logits in [-4, 4): a flat row,
+  // where top-p keeps most of the vocabulary and its cut takes the most passes)
+  for (int B : args.batch) {
+    auto logits = bench.floats(static_cast<size_t>(B) * V, 4.0f);
+    auto picks = b.alloc(static_cast<size_t>(B) * sizeof(int32_t));
+    struct Setting {
+      const char* name;
+      SampleParams p;
+    };
+    for (const Setting& st : {Setting{"greedy", {0.0, 0.0f, 1.0f, 0.0f, 0}}, Setting{"temp 1", {0.5, 1.0f, 1.0f, 0.0f, 0}},
+                              Setting{"top_p 0.95", {0.5, 0.8f, 0.95f, 0.0f, 0}},
+                              Setting{"top_k 40 top_p 0.95 min_p 0.05", {0.5, 0.8f, 0.95f, 0.05f, 40}}}) {
+      const std::vector<SampleParams> ph(static_cast<size_t>(B), st.p);
+      auto params = b.alloc(ph.size() * sizeof(SampleParams));
+      b.upload(params->data(), ph.data(), ph.size() * sizeof(SampleParams));
+      bench.time(std::string("sample ") + st.name + " x" + std::to_string(B), dims({B, V}), 4.0 * B * V, 0, [&, B] {
+        b.sample_rows(picks->as<int32_t>(), logits->as<float>(), params->as<SampleParams>(), B, V);
+      });
+    }
+  }
+
   // ---- attention and KV rows at each depth: one layer's cache of depth + chunk rows
   for (int N : args.depths) {
     const int cap = N + Tc;

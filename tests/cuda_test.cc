@@ -614,19 +614,19 @@ TEST_F(Cuda, SampleRowsEqualTheHost) {
       for (float l : row) mx = std::max(mx, l / p[r].temperature);
       auto q = [&](int i) { return std::exp(row[i] / p[r].temperature - mx); };
       const double tol = 1e-6 * cut.kept_mass;
-      if (cut.kept(q(d), d)) {
+      if (cut.kept(row[d], q(d), d)) {
         double before = 0.0;
         for (int i = 0; i < d; ++i)
-          if (cut.kept(q(i), i)) before += q(i);
+          if (cut.kept(row[i], q(i), i)) before += q(i);
         EXPECT_TRUE(before <= cut.r + tol && before + q(d) >= cut.r - tol)
             << "V " << V << " row " << r << ": device " << d << " host " << want << ", r " << cut.r << " lies outside ["
             << before << ", " << before + q(d) << "]";
-      } else {  // a token the host's cut leaves out: it must sit at that cut
+      } else {  // a token the host's cut leaves out: top-k's set is exact, so it must sit at top-p's cut
         const float qd = q(d);
-        const bool at_k = cut.top_k && std::abs(qd - cut.q_k) <= 1e-6f * cut.q_k;
+        const bool in_k = !cut.top_k || row[d] > cut.l_k || (row[d] == cut.l_k && d <= cut.id_k);
         const bool at_tau = cut.cut && std::abs(qd - cut.tau) <= 1e-6f * cut.tau + 1e-30f;
-        EXPECT_TRUE(at_k || at_tau) << "V " << V << " row " << r << ": device " << d << " (q " << qd << ") outside the host's cut (q_k "
-                                    << cut.q_k << ", tau " << cut.tau << ")";
+        EXPECT_TRUE(in_k && at_tau) << "V " << V << " row " << r << ": device " << d << " (q " << qd << ") outside the host's cut (top-k "
+                                    << cut.l_k << " at id " << cut.id_k << ", tau " << cut.tau << ")";
       }
     }
   }

@@ -22,6 +22,7 @@
 #include "backend/cuda/quant_groups.h"
 #include "core/kv_rows.h"
 #include "core/quant.h"
+#include "core/sample.h"
 #include "core/half.h"
 #include "squeezekv/generate.h"
 #include "test_paths.h"
@@ -1018,6 +1019,32 @@ TEST(Sampler, GreedyTopKMinPAndSeed) {
   seeded.seed = 42;
   Sampler a(seeded), b(seeded);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits), b.sample(logits));
+}
+
+// core/sample.h's top-k is the k largest logits with ties to the lower id, drawn in id order:
+// of {3, 5, 5, 1, 5, 2} two are kept (ids 1 and 2, not 4), and a draw below the first's share
+// picks id 1, above it id 2; with top-p on top, the shortest prefix in (q, id) order.
+TEST(Sampler, TopKKeepsTheLargestLogitsTiesToTheLowerId) {
+  const std::vector<float> logits = {3.0f, 5.0f, 5.0f, 1.0f, 5.0f, 2.0f};
+  SampleScratch s;
+  SampleParams p;
+  p.temperature = 1.0f;
+  p.top_k = 2;
+  for (double u : {0.0, 0.2, 0.4999, 0.5001, 0.8, 0.999999}) {
+    p.draw = u;
+    SampleCut cut;
+    EXPECT_EQ(sample_row(logits, p, s, &cut), u < 0.5 ? 1 : 2) << "draw " << u;
+    EXPECT_TRUE(cut.top_k && cut.l_k == 5.0f && cut.id_k == 2);
+  }
+  p.top_k = 4;  // ids 0, 1, 2, 4; top-p 0.5 of their mass: the first two of (q, id) order, 1 and 2
+  p.top_p = 0.5f;
+  for (double u : {0.0, 0.3, 0.7, 0.999}) {
+    p.draw = u;
+    SampleCut cut;
+    const int got = sample_row(logits, p, s, &cut);
+    EXPECT_EQ(got, u < 0.5 ? 1 : 2) << "draw " << u;
+    EXPECT_EQ(cut.id_tau, 2);
+  }
 }
 
 // The sampler draws from exactly the tokens its cuts define (a reference that sorts the whole

@@ -25,31 +25,35 @@ int sample_row(std::span<const float> logits, const SampleParams& p, SampleScrat
     if (cut_out != nullptr) *cut_out = cut;
     return argmax(logits);
   }
-  std::vector<std::pair<float, int>>& cand = s.cand;  // (q, id) in id order
+  std::vector<std::pair<float, int>>& cand = s.cand;
   cand.resize(static_cast<size_t>(V));
+  for (int i = 0; i < V; ++i) cand[i] = {logits[i], i};
+  size_t n = cand.size();  // cand[0, n): the tokens top-k leaves, in id order, as (q, id)
   float mx = -INFINITY;
-  for (int i = 0; i < V; ++i) {
-    cand[i] = {logits[i] / p.temperature, i};
-    mx = cand[i].first > mx ? cand[i].first : mx;
-  }
-  for (auto& c : cand) c.first = std::exp(c.first - mx);
-  if (p.top_k > 0 && p.top_k < V) {  // the k-th in (q, id) order, found without sorting the rest
-    std::vector<std::pair<float, int>>& e = s.edge;
-    e.assign(cand.begin(), cand.end());
-    std::nth_element(e.begin(), e.begin() + (p.top_k - 1), e.end(), before);
+  if (p.top_k > 0 && p.top_k < V) {  // the k largest logits, then back in id order
+    n = static_cast<size_t>(p.top_k);
+    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(n), cand.end(), before);
     cut.top_k = true;
-    cut.q_k = e[static_cast<size_t>(p.top_k - 1)].first;
-    cut.id_k = e[static_cast<size_t>(p.top_k - 1)].second;
+    cut.l_k = cand[n - 1].first;
+    cut.id_k = cand[n - 1].second;
+    mx = cand[0].first / p.temperature;
+    std::sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(n), [](const auto& a, const auto& b) { return a.second < b.second; });
+  } else {
+    for (const auto& c : cand) mx = std::max(mx, c.first / p.temperature);
   }
+  for (size_t i = 0; i < n; ++i) cand[i].first = std::exp(cand[i].first / p.temperature - mx);
+  const std::span<const std::pair<float, int>> left(cand.data(), n);
   // min-p keeps q >= min_p (x the top probability, 1); top-p's cut (tau, id_tau) is found from a
   // histogram of the mass over q's float bits (q's order is its bits' order), the bucket where the
   // target is reached alone sorted
   cut.cut = p.min_p > 0.0f || p.top_p < 1.0f;
   cut.tau = p.min_p;
   cut.id_tau = V;
-  auto kept = [&](const std::pair<float, int>& c) { return cut.kept(c.first, c.second); };
+  auto kept = [&](const std::pair<float, int>& c) {  // the cuts on q (cand[0, n) is what top-k left)
+    return !cut.cut || c.first > cut.tau || (c.first == cut.tau && c.second <= cut.id_tau);
+  };
   double sum = 0.0;
-  for (const auto& c : cand)
+  for (const auto& c : left)
     if (kept(c)) sum += c.first;
   if (p.top_p < 1.0f) {
     constexpr int kShift = 19, kBuckets = 1 << (31 - kShift);  // q >= 0: the sign bit is 0
@@ -59,14 +63,14 @@ int sample_row(std::span<const float> logits, const SampleParams& p, SampleScrat
       std::memcpy(&b, &q, sizeof b);
       return static_cast<int>(b >> kShift);
     };
-    for (const auto& c : cand)
+    for (const auto& c : left)
       if (kept(c)) s.bucket_mass[static_cast<size_t>(bucket(c.first))] += c.first;
     const double target = p.top_p * sum;
     double acc = 0.0;
     int b = kBuckets - 1;
     for (; b > 0 && acc + s.bucket_mass[static_cast<size_t>(b)] < target; --b) acc += s.bucket_mass[static_cast<size_t>(b)];
     s.edge.clear();
-    for (const auto& c : cand)
+    for (const auto& c : left)
       if (kept(c) && bucket(c.first) == b) s.edge.push_back(c);
     std::sort(s.edge.begin(), s.edge.end(), before);
     if (!s.edge.empty()) {
@@ -76,7 +80,7 @@ int sample_row(std::span<const float> logits, const SampleParams& p, SampleScrat
       cut.id_tau = s.edge[k].second;
     }
     sum = 0.0;
-    for (const auto& c : cand)
+    for (const auto& c : left)
       if (kept(c)) sum += c.first;
   }
   // the draw, in id order
@@ -87,7 +91,7 @@ int sample_row(std::span<const float> logits, const SampleParams& p, SampleScrat
     cut_out->r = r;
   }
   int last = 0;
-  for (const auto& c : cand) {
+  for (const auto& c : left) {
     if (!kept(c)) continue;
     last = c.second;
     r -= c.first;

@@ -4,8 +4,8 @@
 //
 // The definition, for logits l[V] and a draw u in [0, 1):
 //   temperature <= 0: the argmax (core/argmax.h), u unused. Otherwise
+//   top-k (0 < k < V): the tokens of the k largest logits, ties to the lower id; otherwise every token;
 //   q = exp(l / temperature - max(l / temperature)) (f32, the division first: 1 at the maximum);
-//   top-k (0 < k < V): the k largest q, ties to the lower id; otherwise every token;
 //   min-p (> 0): of those, q >= min_p;
 //   top-p (< 1): of what is left, the shortest prefix in the order (q descending, id ascending)
 //     whose mass reaches top_p of the mass left; its last member is the cut (tau, id_tau): a token
@@ -27,23 +27,24 @@ namespace squeezekv {
 
 // Where a row's cuts fell (tests explain a disagreement with it).
 struct SampleCut {
-  bool top_k = false;    // the k-th largest q and the last id kept at it
-  float q_k = 0.0f;
+  bool top_k = false;    // the k-th largest logit and the last id kept at it
+  float l_k = 0.0f;
   int id_k = -1;
   bool cut = false;      // min-p or top-p: tau (min-p alone: min_p, id_tau = V)
   float tau = 0.0f;
   int id_tau = -1;
   double kept_mass = 0.0;
   double r = 0.0;        // the draw times kept_mass
-  bool kept(float q, int id) const {
-    if (top_k && !(q > q_k || (q == q_k && id <= id_k))) return false;
+  // token id with logit l and probability q
+  bool kept(float l, float q, int id) const {
+    if (top_k && !(l > l_k || (l == l_k && id <= id_k))) return false;
     return !cut || q > tau || (q == tau && id <= id_tau);
   }
 };
 
 // Buffers one thread reuses across rows.
 struct SampleScratch {
-  std::vector<std::pair<float, int>> cand;  // [V] (value, id)
+  std::vector<std::pair<float, int>> cand;  // [V] (logit, then q; id)
   std::vector<double> bucket_mass;          // top-p without top-k: mass by q's leading bits
   std::vector<std::pair<float, int>> edge;  // the bucket where the top-p mass is reached
 };

@@ -1,14 +1,14 @@
 // Sampling a decode batch's rows on the device (sample.h): one block of 1024 threads a row.
 //
-// The cuts of core/sample.h are found without sorting: q's float bits order q, so the k-th
-// largest q (top-k) and top-p's last member are thresholds found by bisection over the bits, each
-// step one pass over the row that counts (top-k) or sums (top-p) what lies at or above the trial
-// value; ties at a threshold are resolved in id order by a scan of per-thread counts. Every sum is
-// f64, per thread over a fixed stride then over the block in a fixed tree, so a row's pick depends
-// only on its logits and settings (never on timing); it differs from the host's only where the
-// host's other summation order or exp's last bit moves a boundary (cuda_test explains each case).
-// The row's q are written once to scratch and the passes read them there (L2-resident at a batch's
-// sizes: 64 rows of a 128k vocabulary are 33 MB).
+// The cuts of core/sample.h are found without sorting: top-k's k-th largest logit and top-p's last
+// member are thresholds found by bisection over ordered float bits, each step one pass over the
+// row that counts (top-k) or sums (top-p) what lies at or above the trial value; ties at a
+// threshold are resolved in id order by a scan of per-thread counts. Every sum is f64, per thread
+// over a fixed stride then over the block in a fixed tree, so a row's pick depends only on its
+// logits and settings (never on timing); it differs from the host's only where the host's other
+// summation order or exp's last bit moves a boundary (cuda_test explains each case). The row's q
+// are written once to scratch and the passes read them there (L2-resident at a batch's sizes: 64
+// rows of a 128k vocabulary are 33 MB).
 #include "backend/cuda/sample.h"
 
 #include <cuda_runtime.h>
@@ -75,17 +75,20 @@ __device__ T block_exclusive_sum(T v, T* s, T& total) {
 
 __device__ inline uint32_t bits(float q) { return __float_as_uint(q); }
 
-// One row's cuts (core/sample.h's SampleCut), as the passes find them.
+// The ordered bits of a logit: unsigned order is float order (-0 taken as +0).
+__device__ inline uint32_t order_bits(float l) {
+  const uint32_t b = __float_as_uint(l + 0.0f);
+  return (b & 0x80000000u) ? ~b : b | 0x80000000u;
+}
+
+// One row's cuts on q (core/sample.h's SampleCut; top-k's is in q itself: a token it leaves out
+// holds -1, its sign bit set).
 struct Cut {
-  bool top_k = false;
-  uint32_t q_k = 0;  // bits
-  int id_k = 0;
   bool cut = false;
   uint32_t tau = 0;  // bits
   int id_tau = 0;
-  __device__ bool in_k(uint32_t b, int i) const { return !top_k || b > q_k || (b == q_k && i <= id_k); }
   __device__ bool kept(uint32_t b, int i) const {
-    return in_k(b, i) && (!cut || b > tau || (b == tau && i <= id_tau));
+    return (b >> 31) == 0 && (!cut || b > tau || (b == tau && i <= id_tau));
   }
 };
 
@@ -106,19 +109,19 @@ struct Shared {
   int found;
 };
 
-// The id of the nth (1-based) token, in id order, for which pred(bits, id) holds; -1 if fewer.
+// The id of the nth (1-based) token, in id order, for which pred(id) holds; -1 if fewer.
 template <class Pred>
-__device__ int find_nth(const uint32_t* qb, int V, int nth, Pred pred, Shared& sh) {
+__device__ int find_nth(int V, int nth, Pred pred, Shared& sh) {
   const Chunk c(V);
   int count = 0;
-  for (int i = c.begin; i < c.end; ++i) count += pred(qb[i], i) ? 1 : 0;
+  for (int i = c.begin; i < c.end; ++i) count += pred(i) ? 1 : 0;
   if (threadIdx.x == 0) sh.found = -1;
   int total = 0;
   const int before = block_exclusive_sum(count, sh.i, total);
   if (before < nth && nth <= before + count) {
     int k = nth - before;
     for (int i = c.begin; i < c.end; ++i)
-      if (pred(qb[i], i) && --k == 0) {
+      if (pred(i) && --k == 0) {
         sh.found = i;
         break;
       }
@@ -149,33 +152,37 @@ __global__ void __launch_bounds__(kSampleThreads) k_sample_rows(int32_t* out, co
     if (threadIdx.x == 0) out[blockIdx.x] = first == INT32_MAX ? 0 : first;
     return;
   }
-  // q = exp(z - max z), z = l / temperature, written once
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += kSampleThreads) mx = fmaxf(mx, row[i] / p.temperature);
-  mx = block_reduce(mx, Max(), sh.f);
-  float* q = q_all + static_cast<size_t>(blockIdx.x) * V;
-  for (int i = threadIdx.x; i < V; i += kSampleThreads) q[i] = expf(row[i] / p.temperature - mx);
-  __syncthreads();
-  const uint32_t* qb = reinterpret_cast<const uint32_t*>(q);
-  Cut cut;
-  // top-k: the largest bits t with at least k tokens at or above it, then the tie in id order
-  if (p.top_k > 0 && p.top_k < V) {
+  // top-k: the largest ordered bits t with at least k logits at or above it, then the tie in id order
+  bool top_k = p.top_k > 0 && p.top_k < V;
+  uint32_t l_k = 0;
+  int id_k = V;
+  if (top_k) {
     uint64_t lo = 0, hi = 1ull << 32;  // count(>= lo) >= k; count(>= hi) < k
     while (hi - lo > 1) {
       const uint64_t mid = lo + (hi - lo) / 2;
       int n = 0;
-      for (int i = threadIdx.x; i < V; i += kSampleThreads) n += qb[i] >= mid ? 1 : 0;
+      for (int i = threadIdx.x; i < V; i += kSampleThreads) n += order_bits(row[i]) >= mid ? 1 : 0;
       if (block_reduce(n, Add(), sh.i) >= p.top_k) lo = mid;
       else hi = mid;
     }
+    l_k = static_cast<uint32_t>(lo);
     int above = 0;
-    for (int i = threadIdx.x; i < V; i += kSampleThreads) above += qb[i] > lo ? 1 : 0;
+    for (int i = threadIdx.x; i < V; i += kSampleThreads) above += order_bits(row[i]) > l_k ? 1 : 0;
     above = block_reduce(above, Add(), sh.i);
-    const uint32_t t = static_cast<uint32_t>(lo);
-    cut.top_k = true;
-    cut.q_k = t;
-    cut.id_k = find_nth(qb, V, p.top_k - above, [t](uint32_t b, int) { return b == t; }, sh);
+    id_k = find_nth(V, p.top_k - above, [row, l_k](int i) { return order_bits(row[i]) == l_k; }, sh);
   }
+  // q = exp(l / temperature - max), written once (-1 where top-k leaves the token out)
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += kSampleThreads) mx = fmaxf(mx, row[i] / p.temperature);
+  mx = block_reduce(mx, Max(), sh.f);
+  float* q = q_all + static_cast<size_t>(blockIdx.x) * V;
+  for (int i = threadIdx.x; i < V; i += kSampleThreads) {
+    const uint32_t o = order_bits(row[i]);
+    q[i] = !top_k || o > l_k || (o == l_k && i <= id_k) ? expf(row[i] / p.temperature - mx) : -1.0f;
+  }
+  __syncthreads();
+  const uint32_t* qb = reinterpret_cast<const uint32_t*>(q);
+  Cut cut;
   // min-p: q >= min_p; top-p: the largest bits tau whose mass at or above reaches the target,
   // then how many of tau's ties (in id order) the target needs, accumulated as the host does
   cut.cut = p.min_p > 0.0f || p.top_p < 1.0f;
@@ -209,7 +216,7 @@ __global__ void __launch_bounds__(kSampleThreads) k_sample_rows(int32_t* out, co
     int need = 1;  // the host's walk over the ties: another while the mass stays below the target
     for (double acc = above; need < ties && acc + tau < target; ++need) acc += tau;
     cut.tau = lo;
-    cut.id_tau = find_nth(qb, V, need, [lo, min_p_cut](uint32_t b, int i) { return b == lo && min_p_cut.kept(b, i); }, sh);
+    cut.id_tau = find_nth(V, need, [qb, lo, min_p_cut](int i) { return qb[i] == lo && min_p_cut.kept(qb[i], i); }, sh);
   }
   // the draw: each thread's kept mass over its ids in order, the block's scan, the thread where
   // the running sum reaches r walks its ids
