@@ -168,11 +168,12 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
             }
             for (int b = 1; b < B; ++b) ids.push_back(engine.copy_sequence(ids[0]));
             std::vector<int> step(static_cast<size_t>(B));
+            const std::vector<SampleParams> greedy(static_cast<size_t>(B));  // picked where the logits are, as the server does
             const int steps = rep < 0 ? std::min(N, 2) : N;
             const auto t0 = Clock::now();
             for (int i = 0; i < steps; ++i) {
               std::fill(step.begin(), step.end(), gen[static_cast<size_t>(i)]);
-              engine.decode(ids, step);
+              engine.decode_sampled(ids, step, greedy);
             }
             const double s = std::chrono::duration<double>(Clock::now() - t0).count();
             if (rep >= 0) {
