@@ -623,7 +623,7 @@ TEST_F(Cuda, SampleRowsEqualTheHost) {
             << before << ", " << before + q(d) << "]";
       } else {  // a token the host's cut leaves out: top-k's set is exact, so it must sit at top-p's cut
         const float qd = q(d);
-        const bool in_k = !cut.top_k || row[d] > cut.l_k || (row[d] == cut.l_k && d <= cut.id_k);
+        const bool in_k = cut.in_top_k(row[d], d);
         const bool at_tau = cut.cut && std::abs(qd - cut.tau) <= 1e-6f * cut.tau + 1e-30f;
         EXPECT_TRUE(in_k && at_tau) << "V " << V << " row " << r << ": device " << d << " (q " << qd << ") outside the host's cut (top-k "
                                     << cut.l_k << " at id " << cut.id_k << ", tau " << cut.tau << ")";

@@ -49,9 +49,7 @@ int sample_row(std::span<const float> logits, const SampleParams& p, SampleScrat
   cut.cut = p.min_p > 0.0f || p.top_p < 1.0f;
   cut.tau = p.min_p;
   cut.id_tau = V;
-  auto kept = [&](const std::pair<float, int>& c) {  // the cuts on q (cand[0, n) is what top-k left)
-    return !cut.cut || c.first > cut.tau || (c.first == cut.tau && c.second <= cut.id_tau);
-  };
+  auto kept = [&](const std::pair<float, int>& c) { return cut.in_q_cut(c.first, c.second); };  // cand[0, n): what top-k left
   double sum = 0.0;
   for (const auto& c : left)
     if (kept(c)) sum += c.first;

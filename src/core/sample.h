@@ -35,11 +35,10 @@ struct SampleCut {
   int id_tau = -1;
   double kept_mass = 0.0;
   double r = 0.0;        // the draw times kept_mass
-  // token id with logit l and probability q
-  bool kept(float l, float q, int id) const {
-    if (top_k && !(l > l_k || (l == l_k && id <= id_k))) return false;
-    return !cut || q > tau || (q == tau && id <= id_tau);
-  }
+  // token id with logit l and probability q: left by top-k, then by min-p and top-p
+  bool in_top_k(float l, int id) const { return !top_k || l > l_k || (l == l_k && id <= id_k); }
+  bool in_q_cut(float q, int id) const { return !cut || q > tau || (q == tau && id <= id_tau); }
+  bool kept(float l, float q, int id) const { return in_top_k(l, id) && in_q_cut(q, id); }
 };
 
 // Buffers one thread reuses across rows.
