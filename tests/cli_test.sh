@@ -168,18 +168,20 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert all(x['kv_kept_bytes'] <= 16 * 640 < x['kv_full_bytes'] for x in d['tests']), d['tests']
 " "$bj" && ok || bad "bench with a budget held more than it"
-# -b: B sequences decode together (the Engine); the KV held is B times one sequence's, the
-# aggregate counts every sequence's tokens, and a budget holds each sequence
-out="$("$bin" bench -m "$m" --tokenizer "$tok" -p 0 -n 6 -d 20 -b 1,3 -r 2 -t 2 --kv-policy h2o --kv-budget 16 --prefill-chunk 8 --json "$bj" 2>&1)"; rc=$?
+# -b: B sequences prefill and decode together (the Engine); the KV held is B times one
+# sequence's, the aggregate counts every sequence's tokens, and a budget holds each sequence
+out="$("$bin" bench -m "$m" --tokenizer "$tok" -p 12 -n 6 -d 20 -b 1,3 -r 2 -t 2 --kv-policy h2o --kv-budget 16 --prefill-chunk 8 --json "$bj" 2>&1)"; rc=$?
 [ $rc -eq 0 ] && ok || bad "bench -b failed: $out"
-case "$out" in *"| tg6 @ d20 |"*"| tg6 @ d20 x3 |"*) ok ;; *) bad "bench -b table incomplete: $out" ;; esac
+case "$out" in *"| pp12 @ d20 |"*"| tg6 @ d20 |"*"| pp12 @ d20 x3 |"*"| tg6 @ d20 x3 |"*) ok ;; *) bad "bench -b table incomplete: $out" ;; esac
 python3 -c "
 import json, sys
 d = json.load(open(sys.argv[1]))
-t = {x['batch']: x for x in d['tests']}
-assert set(t) == {1, 3} and all(x['test'] == 'tg' and x['step_ms'] > 0 for x in t.values()), d['tests']
-assert t[3]['kv_kept_bytes'] == 3 * t[1]['kv_kept_bytes'] == 3 * 16 * 640, (t[3]['kv_kept_bytes'], t[1]['kv_kept_bytes'])
-assert t[3]['kv_full_bytes'] == 3 * (20 + 6) * 640
+t = {(x['test'], x['batch']): x for x in d['tests']}
+assert set(t) == {('pp', 1), ('pp', 3), ('tg', 1), ('tg', 3)}, d['tests']
+assert all(min(x['tok_s']) > 0 for x in t.values()) and all(t[('tg', b)]['step_ms'] > 0 for b in (1, 3)), d['tests']
+for kind, n in (('pp', 12), ('tg', 6)):
+    assert t[(kind, 3)]['kv_kept_bytes'] == 3 * t[(kind, 1)]['kv_kept_bytes'] == 3 * 16 * 640, (kind, t)
+    assert t[(kind, 3)]['kv_full_bytes'] == 3 * (20 + n) * 640, (kind, t)
 " "$bj" && ok || bad "bench -b json wrong"
 rm -f "$bj"
 expect_error "-b" bench -m "$m" --tokenizer "$tok" -b 0

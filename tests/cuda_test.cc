@@ -5,6 +5,7 @@
 //   - decode steps (the GEMV path) as well as prompt chunks (cuBLAS);
 //   - eviction: every policy keeps the same survivor sets on both devices (up to near-ties of the
 //     accumulated mass, whose float sums run in another order on the GPU: counted and bounded).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -266,6 +267,117 @@ TEST_F(Cuda, PromptAttentionOnTensorCoresMatchesTheCpu) {
       EXPECT_LE(em, 1e-2) << "D " << D << " grp " << grp;
     }
   std::printf("prompt attention on tensor cores: max output err %.3g, max mass err %.3g of the largest mass\n", worst_out, worst_mass);
+}
+
+// A served batch's prefill step: several sequences' prompt chunks attend in one call
+// (Backend::attention_batch), each over its own cache. On the GPU the parts run in one
+// tensor-core launch and their mass in a second; each block is the one its part's lone
+// k_attn_mma launch runs. Parts of 1-300 rows over 0-500 held keys, dead slots, N from the host or
+// the device, mass from every row, from the last 32 or none: the outputs are bit for bit the
+// lone launch's where the lone call also takes the tensor cores (enough rows to fill the SMs), and
+// within the tensor cores' rounding of the CPU's everywhere (outputs and masses, as
+// PromptAttentionOnTensorCoresMatchesTheCpu); a short part's output must differ from its lone
+// CUDA-core one (so the batch launch ran).
+TEST_F(Cuda, PromptPartsAttendInOneLaunchAsAlone) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  const int G = 8;
+  const std::vector<int> Ts = {1, 5, 80, 200, 17, 64, 300}, ctxs = {0, 120, 33, 500, 0, 7, 260};
+  const int n = static_cast<int>(Ts.size());
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  double worst_out = 0, worst_mass = 0;
+  for (int D : {64, 128})
+    for (int grp : {3, 4}) {
+      const int H = G * grp;
+      const size_t HD = static_cast<size_t>(H) * D;
+      auto gpu = make_backend({Device::kCuda, 2, DeviceWeightFormat::kBf16, Activations::kF32});
+      std::vector<std::unique_ptr<Buffer>> keep;
+      auto put = [&](Backend& be, const void* src, size_t bytes) {
+        auto buf = be.alloc(bytes);
+        be.upload(buf->data(), src, bytes);
+        Buffer* b = buf.get();
+        keep.push_back(std::move(buf));
+        return b;
+      };
+      struct Part {
+        std::vector<float> k, v, q;
+        std::vector<int32_t> pos, qpos;
+        int N = 0, T = 0, cap = 0;
+        int64_t row_begin = 0;
+        bool mass = false, dev_count = false;
+      };
+      std::vector<Part> parts(static_cast<size_t>(n));
+      int rows = 0;
+      for (int i = 0; i < n; ++i) {
+        Part& p = parts[i];
+        p.T = Ts[i], p.N = ctxs[i] + Ts[i], p.cap = p.N + 9;
+        p.k.resize(static_cast<size_t>(p.N) * G * D), p.v.resize(p.k.size()), p.q.resize(static_cast<size_t>(p.T) * HD);
+        for (auto* x : {&p.k, &p.v, &p.q})
+          for (float& e : *x) e = nd(rng);
+        p.pos.resize(p.N), p.qpos.resize(p.T);
+        std::iota(p.pos.begin(), p.pos.end(), 0);
+        for (int j = 5; j < ctxs[i]; j += 41) p.pos[j] = KvStorage::kDeadPos;
+        for (int t = 0; t < p.T; ++t) p.qpos[t] = ctxs[i] + t;
+        p.mass = i % 3 != 1, p.dev_count = i % 2 == 0;
+        p.row_begin = i == 3 ? p.T - 32 : 0;
+        rows += p.T;
+      }
+      // the batch: the parts' rows in one buffer, each part's cache its own storage on the GPU
+      std::vector<float> q_all;
+      std::vector<int32_t> qpos_all;
+      for (const Part& p : parts) q_all.insert(q_all.end(), p.q.begin(), p.q.end()), qpos_all.insert(qpos_all.end(), p.qpos.begin(), p.qpos.end());
+      Buffer* qb = put(*gpu, q_all.data(), q_all.size() * 4);
+      Buffer* qpb = put(*gpu, qpos_all.data(), qpos_all.size() * 4);
+      auto ob = gpu->alloc(q_all.size() * 4);
+      std::vector<std::unique_ptr<KvStorage>> stores;
+      std::vector<AttentionProbe> probes(static_cast<size_t>(n));
+      std::vector<AttentionCall> calls;
+      for (int i = 0, r = 0; i < n; r += parts[i].T, ++i) {
+        const Part& p = parts[i];
+        stores.push_back(std::make_unique<KvStorage>(G, D, p.cap, KvType::kF16, gpu.get()));
+        KvStorage& st = *stores.back();
+        st.append(put(*gpu, p.k.data(), p.k.size() * 4)->as<float>(), put(*gpu, p.v.data(), p.v.size() * 4)->as<float>(), p.pos.data(),
+                  p.N, put(*gpu, p.pos.data(), p.pos.size() * 4)->as<int32_t>());
+        if (p.dev_count) st.bind_device_count(put(*gpu, &p.N, sizeof(int))->as<int32_t>());
+        if (p.mass) probes[i] = AttentionProbe{st.mass_accumulator(), p.cap, p.row_begin};
+        calls.push_back({ob->as<float>() + r * HD, qb->as<float>() + r * HD, qpb->as<int32_t>() + r, p.T, H, st.view(),
+                         p.mass ? &probes[i] : nullptr, {}});
+      }
+      gpu->attention_batch(calls.data(), n);
+      std::vector<float> out_all(q_all.size());
+      gpu->download(out_all.data(), ob->data(), out_all.size() * 4);
+      int short_differ = 0;
+      for (int i = 0, r = 0; i < n; r += parts[i].T, ++i) {
+        const Part& p = parts[i];
+        const std::string at = "D " + std::to_string(D) + " grp " + std::to_string(grp) + " part " + std::to_string(i);
+        const std::vector<float> out(out_all.begin() + r * HD, out_all.begin() + (r + p.T) * HD);
+        std::vector<float> mass;
+        stores[i]->sync_to_host();
+        for (int g = 0; g < G; ++g) mass.insert(mass.end(), stores[i]->mass(g), stores[i]->mass(g) + p.N);
+        const Attended lone = attend(1, KvType::kF16, G, H, D, p.N, p.T, p.cap, p.k, p.v, p.pos, p.q, p.qpos, MassReduce::kSum,
+                                     p.dev_count, p.row_begin, false);
+        const Attended cpu = attend(0, KvType::kF16, G, H, D, p.N, p.T, p.cap, p.k, p.v, p.pos, p.q, p.qpos, MassReduce::kSum, false,
+                                    p.row_begin);
+        const bool lone_mma = G * ((p.T + 64 / grp - 1) / (64 / grp)) >= sms / 2;  // attention_mma's fill rule
+        if (lone_mma) EXPECT_EQ(out, lone.out) << at;
+        else short_differ += out != lone.out;
+        const double eo = max_diff(out, cpu.out);
+        worst_out = std::max(worst_out, eo);
+        EXPECT_LE(eo, 1e-2) << at;
+        if (p.mass) {
+          double scale = 0;
+          for (float e : cpu.mass) scale = std::max(scale, double(e));
+          const double em = max_diff(mass, cpu.mass) / scale;
+          worst_mass = std::max(worst_mass, em);
+          EXPECT_LE(em, 1e-2) << at;
+        } else {
+          EXPECT_TRUE(std::all_of(mass.begin(), mass.end(), [](float e) { return e == 0.0f; })) << at << ": a part without a mass got one";
+        }
+      }
+      EXPECT_GT(short_differ, 0) << "D " << D << " grp " << grp << ": the batch launch did not run";
+    }
+  std::printf("prompt parts in one launch: max output err %.3g, max mass err %.3g of the largest mass\n", worst_out, worst_mass);
 }
 
 // The decode kernels (one query token: flash-decoding over splits of the keys, the mass from the

@@ -128,14 +128,15 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
     if (r.kind == "tg") r.step_ms = ms[ms.size() / 2];
     done(r, session->kv_stats());
   };
+  const bool lone = std::find(o.batches.begin(), o.batches.end(), 1) != o.batches.end();  // B = 1 listed
   for (int d : o.depths) {
     for (int P : o.prompt_tokens) {
-      if (P == 0) continue;
+      if (P == 0 || !lone) continue;
       const std::vector<int> prompt = token_range(d, P, V);
       measure("pp", P, d, [&] { session->forward(prompt); });
     }
     for (int N : o.gen_tokens) {
-      if (N == 0 || std::find(o.batches.begin(), o.batches.end(), 1) == o.batches.end()) continue;
+      if (N == 0 || !lone) continue;
       const std::vector<int> gen = token_range(d, N, V);
       measure("tg", N, d, [&] {
         for (int i = 0; i < N; ++i) session->forward(std::span<const int>(gen.data() + i, 1));
@@ -144,9 +145,64 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
   }
   // B > 1: the Engine (the session goes first, so the weights are on the device once)
   const int most = *std::max_element(o.batches.begin(), o.batches.end());
-  if (most > 1 && *std::max_element(o.gen_tokens.begin(), o.gen_tokens.end()) > 0) {
+  if (most > 1) {
     session.reset();
     Engine engine(model, so, most);
+    // B sequences filled to depth d, untimed: one by chunked prefill, the others deep copies of it
+    // (the same tokens: a 32k x 128 fill costs one prefill instead of 128)
+    auto fill_batch = [&](int B, int d, const std::vector<int>& fill_ids) {
+      std::vector<SequenceId> ids = {engine.add_sequence(so.cache)};
+      for (int at = 0; at < d; at += engine.prefill_chunk()) {
+        const int n = std::min(engine.prefill_chunk(), d - at);
+        engine.prefill(ids[0], std::span<const int>(fill_ids.data() + at, static_cast<size_t>(n)), d);
+      }
+      for (int b = 1; b < B; ++b) ids.push_back(engine.copy_sequence(ids[0]));
+      return ids;
+    };
+    auto release = [&](const std::vector<SequenceId>& ids, std::vector<LayerStats>& kv) {
+      kv.clear();
+      for (SequenceId id : ids) {
+        const std::vector<LayerStats> one = engine.kv_stats(id);
+        kv.insert(kv.end(), one.begin(), one.end());
+        engine.remove_sequence(id);
+      }
+    };
+    for (int d : o.depths)
+      for (int P : o.prompt_tokens)
+        for (int B : o.batches) {
+          if (P == 0 || B == 1) continue;
+          TestResult r;
+          r.kind = "pp", r.tokens = P, r.depth = d, r.batch = B;
+          std::vector<LayerStats> kv;
+          const std::vector<int> fill_ids = token_range(0, d, V), prompt = token_range(d, P, V);
+          std::vector<Engine::PrefillPart> parts;
+          std::vector<int> given(static_cast<size_t>(B));  // prompt tokens each sequence has run
+          for (int rep = o.warmup ? -1 : 0; rep < o.repetitions; ++rep) {
+            const std::vector<SequenceId> ids = fill_batch(B, d, fill_ids);
+            std::fill(given.begin(), given.end(), 0);
+            const auto t0 = Clock::now();
+            // the prompts' chunks as the server's scheduler runs them: each step up to one chunk's
+            // worth of tokens in all, the first sequence with prompt left first, each sequence's
+            // chunk what it gets alone
+            for (int first = 0; first < B;) {
+              parts.clear();
+              int left = engine.prefill_chunk();
+              for (int b = first; b < B; ++b) {
+                const int n = std::min(P - given[b], engine.prefill_chunk());
+                if (n > left) break;
+                left -= n;
+                parts.push_back({ids[b], std::span<const int>(prompt.data() + given[b], static_cast<size_t>(n)), d + P});
+                given[b] += n;
+              }
+              engine.prefill(parts);
+              while (first < B && given[first] == P) ++first;
+            }
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+            if (rep >= 0) r.tok_s.push_back(static_cast<double>(B) * P / s);
+            release(ids, kv);
+          }
+          done(r, kv);
+        }
     for (int d : o.depths)
       for (int N : o.gen_tokens)
         for (int B : o.batches) {
@@ -159,14 +215,7 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
           // repetition -1 is a warm-up of two steps, untimed (the products' algorithms for this
           // batch size are chosen and its step's graph captured there)
           for (int rep = o.warmup ? -1 : 0; rep < o.repetitions; ++rep) {
-            // one sequence prefilled to depth d, the others deep copies of it (the same tokens: a
-            // 32k x 128 fill costs one prefill instead of 128)
-            std::vector<SequenceId> ids = {engine.add_sequence(so.cache)};
-            for (int at = 0; at < d; at += engine.prefill_chunk()) {
-              const int n = std::min(engine.prefill_chunk(), d - at);
-              engine.prefill(ids[0], std::span<const int>(fill_ids.data() + at, static_cast<size_t>(n)), d);
-            }
-            for (int b = 1; b < B; ++b) ids.push_back(engine.copy_sequence(ids[0]));
+            const std::vector<SequenceId> ids = fill_batch(B, d, fill_ids);
             std::vector<int> step(static_cast<size_t>(B));
             const std::vector<SampleParams> greedy(static_cast<size_t>(B));  // picked where the logits are, as the server does
             const int steps = rep < 0 ? std::min(N, 2) : N;
@@ -180,12 +229,7 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
               r.tok_s.push_back(static_cast<double>(B) * N / s);
               ms.push_back(1e3 * s / N);
             }
-            kv.clear();
-            for (SequenceId id : ids) {
-              const std::vector<LayerStats> one = engine.kv_stats(id);
-              kv.insert(kv.end(), one.begin(), one.end());
-              engine.remove_sequence(id);
-            }
+            release(ids, kv);
           }
           std::sort(ms.begin(), ms.end());
           r.step_ms = ms[ms.size() / 2];

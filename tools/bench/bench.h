@@ -3,7 +3,10 @@
 // in the cache, and "tg N @ d" times N one-token decode steps on top of d tokens; each test is
 // repeated, and the cache is refilled (untimed) before every repetition. Token ids are a fixed
 // sequence, so every engine can be fed the same ones (bench/compare_llamacpp.py does).
-// With batch sizes (-b), "tg N @ d x B" times N decode steps of B sequences together (the Engine:
+// With batch sizes (-b), "pp P @ d x B" times B sequences' P-token prompts on top of d tokens,
+// their chunks run together as the server's scheduler runs them (each step up to one prefill
+// chunk's worth of tokens in all, the first sequence with prompt left first): aggregate tok/s
+// = B x P / time, as llama-batched-bench's S_PP. "tg N @ d x B" times N decode steps of B sequences together (the Engine:
 // one step runs every sequence's row through each weight matrix), filled to depth d untimed: one
 // sequence by chunked prefill, the others deep copies of it (Engine::copy_sequence), after one
 // untimed warm-up round of two steps for each batch size (--no-warmup: none): aggregate
@@ -23,7 +26,7 @@ struct BenchOptions {
   std::vector<int> prompt_tokens = {512};  // P per pp test (0: no pp test)
   std::vector<int> gen_tokens = {128};     // N per tg test (0: no tg test)
   std::vector<int> depths = {0};           // d: tokens in the cache before the timed part
-  std::vector<int> batches = {1};          // B: sequences decoding together in a tg test
+  std::vector<int> batches = {1};          // B: sequences prefilling or decoding together (1: a Session)
   int repetitions = 5;
   bool warmup = true;                      // one short untimed pp + tg first
 };
@@ -32,7 +35,7 @@ struct TestResult {
   std::string kind;           // "pp" or "tg"
   int tokens = 0;             // P or N
   int depth = 0;              // d
-  int batch = 1;              // B: sequences decoding together (tg); tok_s is their aggregate
+  int batch = 1;              // B: sequences prefilling or decoding together; tok_s is their aggregate
   double step_ms = 0.0;       // tg: median time of one decode step of all B sequences
   std::vector<double> tok_s;  // one per repetition, in run order
   double median = 0.0, mean = 0.0, stddev = 0.0;

@@ -503,8 +503,9 @@ int main(int argc, char** argv) {
   b->add_option("-d,--depth", bench_args.opt.depths, "tokens already in the cache (comma list)")
       ->delimiter(',')->capture_default_str();
   b->add_option("-b,--batch", bench_args.opt.batches,
-                "sequences decoding together in each tg test (comma list; default 1): aggregate tok/s, ms a step; "
-                "each step's greedy tokens picked on the device, as the server does (no logits copied back)")
+                "sequences together in each pp and tg test (comma list; default 1): aggregate tok/s; pp: their prompts' "
+                "chunks run as the server runs them, one chunk's worth of tokens a step; tg: ms a step, each step's greedy "
+                "tokens picked on the device, as the server does (no logits copied back)")
       ->delimiter(',');
   b->add_option("-r,--repetitions", bench_args.opt.repetitions, "runs per test (median, stddev, min, max reported)")
       ->capture_default_str();

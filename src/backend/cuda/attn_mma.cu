@@ -71,10 +71,11 @@ __device__ inline void mma_load_q(uint32_t (&qa)[D / 16][4], __half* sq, const f
     ldsm_x4(qa[ks], sq + (rb + rr + (mi & 1) * 8) * LD + ks * 16 + (mi >> 1) * 8);
   }
 }
+// The block of kv head g whose query rows start at token t0 (k_attn_mma: one chunk's; k_attn_mma_parts:
+// one part's of a batch).
 template <int D>
-__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* ml, const float* q, const int32_t* q_pos, KvView kv,
-                                                             AttnShape a) {
-  pdl_enter();
+__device__ __forceinline__ void mma_attend(float* out, float* ml, const float* q, const int32_t* q_pos, const KvView& kv,
+                                           const AttnShape& a, int g, int t0) {
   constexpr int LD = D + 8;  // row pitch in halves: 8 rows of an ldmatrix fall on different banks
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char msm[];
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
   __half* sk = sq + kMmaRows * LD;                    // [2][kMmaKeys][LD]
   __half* sv = sk + 2 * kMmaKeys * LD;                // [2][kMmaKeys][LD]
   int32_t* sp = reinterpret_cast<int32_t*>(sv + 2 * kMmaKeys * LD);  // [2][kMmaKeys]
-  const int g = blockIdx.x, t0 = blockIdx.y * a.qt, grp = a.grp;
+  const int grp = a.grp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
   const int N = kv.count_dev != nullptr ? *kv.count_dev : a.N;
   const __half* Kg = static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
@@ -181,6 +182,33 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* 
     if (lane % 4 == 0) ml[2 * row] = m[i] == -INFINITY ? -INFINITY : m[i] / kLog2e, ml[2 * row + 1] = l[i];
   }
 }
+template <int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* ml, const float* q, const int32_t* q_pos, KvView kv,
+                                                             AttnShape a) {
+  pdl_enter();
+  mma_attend<D>(out, ml, q, q_pos, kv, a, blockIdx.x, blockIdx.y * a.qt);
+}
+
+// Part z's view and shape in a batch (its keys, its T and N; q, out, ml and q_pos from its row).
+__device__ __forceinline__ KvView part_view(const MmaPart& p, const AttnShape& a) {
+  KvView kv;
+  kv.k = p.k, kv.v = p.v, kv.pos = p.pos, kv.count_dev = p.count, kv.count = p.n, kv.capacity = p.capacity;
+  kv.n_kv_heads = a.G, kv.head_dim = a.D;
+  return kv;
+}
+// A batch of prompt parts: grid (G, the most query tiles of a part, parts); block (x, y, z) is
+// block (x, y) of part z's lone launch (none past its tiles).
+template <int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_parts(float* out, float* ml, const float* q, const int32_t* q_pos,
+                                                                   MmaParts b, AttnShape a) {
+  pdl_enter();
+  const MmaPart& p = b.p[blockIdx.z];
+  a.T = p.T, a.N = p.n;
+  if (static_cast<int>(blockIdx.y) * a.qt >= a.T) return;
+  const size_t row = p.row;
+  mma_attend<D>(out + row * a.H * D, ml + row * a.H * 2, q + row * a.H * D, q_pos + row, part_view(p, a), a, blockIdx.x,
+                blockIdx.y * a.qt);
+}
 
 // The policies' mass of a prompt chunk on the tensor cores, after k_attn_mma wrote the rows' max
 // and sum (ml): S = Q K^T again as k_attn_mma computes it (the same f16 operands and tiles), then
@@ -195,11 +223,11 @@ __host__ __device__ constexpr size_t mma_mass_smem_bytes() {
          sizeof(float) * kMmaWarps * kMmaKeys;
 }
 
+// Query tile (tile0 + y) of kv head g, key split z of nz.
 template <int D>
-__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, int64_t mass_stride, int64_t mass_row_begin,
-                                                                  const float* ml, const float* q, const int32_t* q_pos,
-                                                                  KvView kv, AttnShape a, int tile0) {
-  pdl_enter();
+__device__ __forceinline__ void mma_mass(float* mass, int64_t mass_stride, int64_t mass_row_begin, const float* ml, const float* q,
+                                         const int32_t* q_pos, const KvView& kv, const AttnShape& a, int tile0, int g, int y, int z,
+                                         int nz) {
   constexpr int LD = D + 8;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char msm[];
@@ -207,14 +235,14 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
   __half* sk = sq + kMmaRows * LD;                                    // [2][kMmaKeys][LD]
   int32_t* sp = reinterpret_cast<int32_t*>(sk + 2 * kMmaKeys * LD);  // [2][kMmaKeys]
   float* red = reinterpret_cast<float*>(sp + 2 * kMmaKeys);          // [kMmaWarps][kMmaKeys]
-  const int g = blockIdx.x, t0 = (blockIdx.y + tile0) * a.qt, grp = a.grp;
+  const int t0 = (y + tile0) * a.qt, grp = a.grp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
   const int N = kv.count_dev != nullptr ? *kv.count_dev : a.N;
   const __half* Kg = static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
-  // this block's key tiles: split z of gridDim.z (a key's mass needs no merge across splits)
-  const int all_tiles = (N + kMmaKeys - 1) / kMmaKeys, per_split = (all_tiles + gridDim.z - 1) / gridDim.z;
-  const int first_tile = blockIdx.z * per_split, n_tiles = min(all_tiles, first_tile + per_split);
+  // this block's key tiles: split z of nz (a key's mass needs no merge across splits)
+  const int all_tiles = (N + kMmaKeys - 1) / kMmaKeys, per_split = (all_tiles + nz - 1) / nz;
+  const int first_tile = z * per_split, n_tiles = min(all_tiles, first_tile + per_split);
   if (first_tile >= n_tiles) return;
   auto issue = [&](int tile) {
     if (tile < n_tiles) mma_issue_tile<D, false>(sk, nullptr, sp, Kg, nullptr, Pg, tile * kMmaKeys, tile % 2, N, tid);
@@ -281,6 +309,28 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, i
     __syncthreads();  // the stage and red are reused
   }
 }
+template <int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass(float* mass, int64_t mass_stride, int64_t mass_row_begin,
+                                                                  const float* ml, const float* q, const int32_t* q_pos,
+                                                                  KvView kv, AttnShape a, int tile0) {
+  pdl_enter();
+  mma_mass<D>(mass, mass_stride, mass_row_begin, ml, q, q_pos, kv, a, tile0, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z);
+}
+// The mass of a batch of parts after k_attn_mma_parts: grid (G, the most mass tiles of a part,
+// parts x splits); block (x, y, z) is block (x, y, z % splits) of part z / splits's lone launch,
+// none past its tiles or for a part without a mass.
+template <int D>
+__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass_parts(const float* ml, const float* q, const int32_t* q_pos, MmaParts b,
+                                                                        AttnShape a, int splits) {
+  pdl_enter();
+  const MmaPart& p = b.p[blockIdx.z / splits];
+  a.T = p.T, a.N = p.n;
+  const int qtiles = (a.T + a.qt - 1) / a.qt;
+  if (p.mass == nullptr || p.mass_tile0 + static_cast<int>(blockIdx.y) >= qtiles) return;
+  const size_t row = p.row;
+  mma_mass<D>(p.mass, p.mass_stride, p.mass_row_begin, ml + row * a.H * 2, q + row * a.H * D, q_pos + row, part_view(p, a), a,
+              p.mass_tile0, blockIdx.x, blockIdx.y, blockIdx.z % splits, splits);
+}
 
 template <int D>
 void launch_mma(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
@@ -305,7 +355,45 @@ void launch_mma_mass(Launcher& L, dim3 grid, float* mass, int64_t stride, int64_
   L.launch(k_attn_mma_mass<D>, grid, kMmaWarps * 32, smem, mass, stride, row_begin, ml, q, q_pos, kv, a, tile0);
 }
 
+template <int D>
+void launch_mma_parts(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const MmaParts& b,
+                      const AttnShape& a) {
+  constexpr size_t smem = mma_smem_bytes<D>();
+  static bool attribute_set = false;
+  if (!attribute_set) {
+    check(cudaFuncSetAttribute(k_attn_mma_parts<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "mma attention parts smem");
+    attribute_set = true;
+  }
+  L.launch(k_attn_mma_parts<D>, grid, kMmaWarps * 32, smem, out, ml, q, q_pos, b, a);
+}
+
+template <int D>
+void launch_mma_mass_parts(Launcher& L, dim3 grid, const float* ml, const float* q, const int32_t* q_pos, const MmaParts& b,
+                           const AttnShape& a, int splits) {
+  constexpr size_t smem = mma_mass_smem_bytes<D>();
+  static bool attribute_set = false;
+  if (!attribute_set) {
+    check(cudaFuncSetAttribute(k_attn_mma_mass_parts<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "mma mass parts smem");
+    attribute_set = true;
+  }
+  L.launch(k_attn_mma_mass_parts<D>, grid, kMmaWarps * 32, smem, ml, q, q_pos, b, a, splits);
+}
+
 }  // namespace
+
+void launch_attn_mma_parts(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const MmaParts& b,
+                           const AttnShape& a) {
+  if (a.D == 64) launch_mma_parts<64>(L, grid, out, ml, q, q_pos, b, a);
+  else launch_mma_parts<128>(L, grid, out, ml, q, q_pos, b, a);
+}
+
+void launch_attn_mma_mass_parts(Launcher& L, dim3 grid, const float* ml, const float* q, const int32_t* q_pos, const MmaParts& b,
+                                const AttnShape& a, int splits) {
+  if (a.D == 64) launch_mma_mass_parts<64>(L, grid, ml, q, q_pos, b, a, splits);
+  else launch_mma_mass_parts<128>(L, grid, ml, q, q_pos, b, a, splits);
+}
 
 void launch_attn_mma(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const KvView& kv,
                      const AttnShape& a) {

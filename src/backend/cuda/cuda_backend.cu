@@ -338,8 +338,63 @@ class CudaBackend final : public Backend {
   void attention_batch(AttentionCall* calls, int n) override {
     for (int c0 = 0; c0 < n; c0 += kMaxBatchSeqs) {
       const int m = std::min(kMaxBatchSeqs, n - c0);
-      if (!decode_batch(calls + c0, m)) Backend::attention_batch(calls + c0, m);
+      if (!decode_batch(calls + c0, m) && !prompt_batch(calls + c0, m)) Backend::attention_batch(calls + c0, m);
     }
+  }
+  // Prompt chunks of several sequences (a served batch's prefill step), the step's rows in order:
+  // every part's attention in one tensor-core launch and their mass in a second, each block as
+  // in the part's lone k_attn_mma launch. A short chunk alone leaves most SMs idle and takes the
+  // CUDA-core kernels (attention_mma's fill rule); together the parts fill the device. Where the
+  // shapes do not serve (q8_0 or f32 rows, the entropy, kvzip's max, or too few blocks in all):
+  // one call after another.
+  bool prompt_batch(const AttentionCall* c, int n) {
+    if (n < 2 || n > kMaxPromptParts || !opt_.batch_attention || !opt_.mma_attention || !opt_.mma_mass) return false;
+    const AttentionCall& c0 = c[0];
+    const int H = c0.H, G = c0.kv.n_kv_heads, D = c0.kv.head_dim;
+    if (G < 1 || H % G != 0 || H / G > 16 || (D != 64 && D != 128)) return false;
+    AttnShape a{};
+    a.H = H, a.G = G, a.grp = H / G, a.D = D, a.qt = kMmaRows / a.grp, a.splits = 1, a.direct = 1;
+    a.min_keys = kMinSplitKeys;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const size_t HD = static_cast<size_t>(H) * D;
+    int rows = 0, most_tiles = 0, most_mass_tiles = 0, blocks = 0, mass_blocks = 0, max_key_tiles = 1;
+    for (int i = 0; i < n; ++i) {
+      const AttentionCall& x = c[i];
+      const KvView& v = x.kv;
+      if (x.H != H || v.n_kv_heads != G || v.head_dim != D || v.type != KvType::kF16 || v.v_type != KvType::kF16 ||
+          x.write.arrays != nullptr || x.T < 1)
+        return false;
+      if (x.q != c0.q + rows * HD || x.out != c0.out + rows * HD || x.q_pos != c0.q_pos + rows) return false;
+      const AttentionProbe* p = x.probe;
+      const bool mass = p != nullptr && p->mass != nullptr;
+      if (p != nullptr && (p->entropy || (mass && p->reduce == MassReduce::kMax))) return false;
+      if (mass && p->mass_stride <= 0 && v.count_dev != nullptr) return false;  // (the lone call's error)
+      const int T = static_cast<int>(x.T), qtiles = (T + a.qt - 1) / a.qt;
+      MmaPart& e = parts_.p[i];
+      e = MmaPart{v.k, v.v, v.pos, v.count_dev, mass ? p->mass : nullptr, mass ? (p->mass_stride > 0 ? p->mass_stride : v.count) : 0,
+                  mass ? p->mass_row_begin : 0, v.count_dev != nullptr ? 0 : v.count, v.capacity, rows, T,
+                  mass ? first_mass_tile(p->mass_row_begin, a.qt, qtiles) : 0, 0};
+      rows += T;
+      most_tiles = std::max(most_tiles, qtiles);
+      blocks += G * qtiles;
+      if (mass) {
+        most_mass_tiles = std::max(most_mass_tiles, qtiles - e.mass_tile0);
+        mass_blocks += G * (qtiles - e.mass_tile0);
+        max_key_tiles = std::max(max_key_tiles, (v.capacity + kMmaKeys - 1) / kMmaKeys);
+      }
+    }
+    if (blocks < sms_ / 2) return false;  // the lone calls split their keys over the SMs instead
+    flush_mass();
+    std::fill(parts_.p + n, parts_.p + kMaxPromptParts, MmaPart{});
+    grow(ml_, static_cast<size_t>(rows) * H * 2 * sizeof(float));
+    Launcher& L = *launcher_;
+    launch_attn_mma_parts(L, dim3(G, most_tiles, n), c0.out, ml_->as<float>(), c0.q, c0.q_pos, parts_, a);
+    if (mass_blocks > 0) {
+      // the keys split over blocks until the grid fills the device 4 times over, as mass_mma
+      const int splits = std::max(1, std::min((4 * sms_ + mass_blocks - 1) / mass_blocks, max_key_tiles));
+      launch_attn_mma_mass_parts(L, dim3(G, most_mass_tiles, n * splits), ml_->as<float>(), c0.q, c0.q_pos, parts_, a, splits);
+    }
+    return true;
   }
   bool decode_batch(const AttentionCall* c, int n) {
     if (n < 2 || !opt_.batch_attention) return false;
@@ -930,6 +985,7 @@ class CudaBackend final : public Backend {
   KvRowWrite pending_row_;  // the last kv_write, while the decode attention may still take it over
   EvictBatch evicts_{};     // the evictions of the last launch, while it may take one layer more
   DecodeBatch batch_{};  // a decode batch's table (the launch's argument)
+  MmaParts parts_{};     // a prompt batch's table (the launches' argument)
   int evict_g_ = 0;
   std::vector<PendingMass> pending_mass_;
   // per layer (its mass array) while masses are deferred: the kept scores and the max/sum
