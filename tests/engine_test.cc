@@ -260,17 +260,19 @@ TEST(Engine, DecodeSampledPicksFromTheLogits) {
   const int V = m.config().vocab_size;
   Engine a(m, options(DecodeActivations::kInt8), 3), b(m, options(DecodeActivations::kInt8), 3);
   std::vector<SequenceId> sa, sb;
+  std::vector<std::vector<int>> prompts;
+  std::vector<Engine::PrefillPart> pa, pb;
   for (const char* text : {"The sea was calm", "Once upon a time", "def main():"}) {
-    const auto ids = m.tokenizer().encode(text, true);
+    prompts.push_back(m.tokenizer().encode(text, true));
     sa.push_back(a.add_sequence(cache_of(KvPolicy::kH2O, 8)));
     sb.push_back(b.add_sequence(cache_of(KvPolicy::kH2O, 8)));
-    a.prefill(sa.back(), ids);
-    b.prefill(sb.back(), ids);
   }
-  std::vector<int> next = {5, 6, 7};
+  for (int i = 0; i < 3; ++i) pa.push_back({sa[i], prompts[i]}), pb.push_back({sb[i], prompts[i]});
+  std::vector<int> next(3);
   std::mt19937_64 rng(3);
   SampleScratch scratch;
-  for (int step = 0; step < 6; ++step) {
+  // the prompts' first tokens (Engine::prefill_sampled), then decode steps
+  for (int step = -1; step < 6; ++step) {
     std::vector<SampleParams> params(3);
     for (int i = 0; i < 3; ++i) {
       if (step % 3 == 0 && i == 0) continue;  // greedy
@@ -279,9 +281,9 @@ TEST(Engine, DecodeSampledPicksFromTheLogits) {
       if (i == 1) params[i].top_k = 20, params[i].min_p = 0.05f;
       if (i == 2) params[i].top_p = 0.9f;
     }
-    const std::span<const float> logits = a.decode(sa, next);
+    const std::span<const float> logits = step < 0 ? a.prefill(pa) : a.decode(sa, next);
     const std::vector<float> l(logits.begin(), logits.end());
-    const std::span<const int> got = b.decode_sampled(sb, next, params);
+    const std::span<const int> got = step < 0 ? b.prefill_sampled(pb, params) : b.decode_sampled(sb, next, params);
     for (int i = 0; i < 3; ++i) {
       const std::span<const float> row(l.data() + static_cast<size_t>(i) * V, static_cast<size_t>(V));
       const int want = params[i].temperature > 0.0f ? sample_row(row, params[i], scratch)
@@ -409,9 +411,10 @@ TEST(Scheduler, PromptsShareAStepUpToOneChunkOfTokens) {
   EXPECT_EQ(engine.sequences(), 0);
 }
 
-// A prefill of parts or a greedy decode that cannot run is refused with the engine's message,
-// before any work: no parts, a part over the chunk, a sequence twice, more rows than a step holds,
-// an unknown sequence, tokens that do not match the sequences.
+// A prefill of parts or a decode that cannot run is refused with the engine's message, before any
+// work: no parts, a part over the chunk, a sequence twice, more rows than a step holds, an
+// unknown sequence, tokens that do not match the sequences, sampling settings out of range or
+// not one per sequence or part.
 TEST(Engine, RefusesBadPrefillPartsAndDecodes) {
   const Model& m = smollm();
   Engine engine(m, options(DecodeActivations::kInt8), 2);  // a step holds max(16, 2) rows
@@ -444,7 +447,12 @@ TEST(Engine, RefusesBadPrefillPartsAndDecodes) {
     std::vector<SampleParams> p(2);
     bad(p[1]);
     refused([&] { engine.decode_sampled(ids, std::vector<int>{1, 2}, p); }, "sampling settings");
+    refused([&] { engine.prefill_sampled(std::vector<Engine::PrefillPart>{{a, ten}, {b, std::span<const int>(ten).first(3)}}, p); },
+            "sampling settings");
   }
+  refused([&] { engine.prefill_sampled(std::vector<Engine::PrefillPart>{{a, ten}}, two); }, "2 sampling settings for 1 parts");
+  EXPECT_EQ(engine.position(a), 0);  // nothing ran
+  EXPECT_EQ(engine.position(b), 0);
 }
 
 TEST(Scheduler, RefusesBadRequestsNamingTheField) {

@@ -82,6 +82,10 @@ class Engine {
     int prompt_end = 0;
   };
   std::span<const float> prefill(std::span<const PrefillPart> parts);
+  // prefill(parts) and the token each part's last row picks under params[i] (one per part, as
+  // decode_sampled): only the ids come back (a part whose prompt goes on may take any settings
+  // and ignore its pick).
+  std::span<const int> prefill_sampled(std::span<const PrefillPart> parts, std::span<const SampleParams> params);
   // One token for each listed sequence (at most max_batch, each once); returns logits [n][V] in
   // the order given.
   std::span<const float> decode(std::span<const SequenceId> ids, std::span<const int> tokens);
@@ -127,8 +131,8 @@ struct GenerationRequest {
 };
 
 // Where a Scheduler's steps spent their time since it was made (wall seconds on the calling thread):
-// the engine's prefill and decode calls (the device's work, the logits' copy to the host) and
-// everything else in step() (sampling, detokenizing and the callbacks, admission, bookkeeping).
+// the engine's prefill and decode calls (the device's work and its picks of the tokens) and
+// everything else in step() (detokenizing and the callbacks, admission, bookkeeping).
 struct SchedulerTimes {
   int64_t steps = 0;                      // step() calls that ran a prefill or a decode
   int64_t prefill_calls = 0, prefill_tokens = 0;

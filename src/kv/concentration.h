@@ -73,10 +73,12 @@ class ConcentrationMeter final : public LayerObserver {
   // launch_cut runs the kept rows' attention over the layer's cut view (cache: the layer this
   // meter watches; its mass is final once the step's forward pass is done), then add_cut_error
   // adds the error and energy sums. On a device the cut is chosen there (LayerCache::cut_view)
-  // and the sums formed there (Backend::error_energy): a layer's launch_cut reads nothing back,
-  // and its add_cut_error reads two numbers, after the whole forward pass. Nothing kept: nothing done.
-  void launch_cut(LayerCache& cache);
-  void add_cut_error();
+  // and the sums formed there (Backend::error_energy) into sums_dev (two doubles in the backend's
+  // memory; the sequence keeps every layer's in one array, read back in one copy), and
+  // add_cut_error gets them back as sums_host; on the host both are null and the sums are formed
+  // from the outputs. launch_cut returns whether it wrote sums_dev. Nothing kept: nothing done.
+  bool launch_cut(LayerCache& cache, double* sums_dev);
+  void add_cut_error(const double* sums_host);
 
   // Higher always means "needs fewer tokens"; 0 before any input.
   double value() const;
@@ -95,16 +97,11 @@ class ConcentrationMeter final : public LayerObserver {
   // backend's memory). A copy of the meter (a copied sequence, between steps) keeps none.
   struct KeptRows {
     Backend* backend = nullptr;
-    // q [w][H*D], o [w][H*D], o_cut [w][H*D], pos [w] (int32), then at sums_offset the two sums
-    // of a device's error_energy (double)
+    // q [w][H*D], o [w][H*D], o_cut [w][H*D], pos [w] (int32)
     std::unique_ptr<Buffer> buf;
     int w = 0, H = 0, D = 0;      // w = 0: nothing kept
     int64_t input_end = 0;
     bool cut = false;             // whether launch_cut found a cut (o_cut written)
-    static size_t sums_offset(size_t n, int w) { return ((3 * n + static_cast<size_t>(w)) * sizeof(float) + 7) / 8 * 8; }
-    double* sums() const {
-      return reinterpret_cast<double*>(buf->as<unsigned char>() + sums_offset(static_cast<size_t>(w) * H * D, w));
-    }
     KeptRows() = default;
     KeptRows(const KeptRows&) {}
     KeptRows& operator=(const KeptRows&) {

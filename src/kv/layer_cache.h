@@ -110,6 +110,9 @@ struct SequenceCache {
   Backend* backend = nullptr;
   std::unique_ptr<Buffer> counts_dev;  // [L] int32
   std::vector<int32_t> counts_host;    // [L]
+  // squeeze's eviction_error on a device: every layer's two sums at a step's end (end_step)
+  std::unique_ptr<Buffer> cut_sums_dev;  // [L][2] double
+  std::vector<double> cut_sums_host;     // [L][2]
   // Before a step that appends T rows to every layer: each layer's count once they are in.
   void stage_step(int T);
   void reset();

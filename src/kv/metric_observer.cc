@@ -22,7 +22,7 @@ void ConcentrationMeter::after_attention(const LayerRows& r, const AttentionProb
   // output over every held row, copied within the backend (the runner reuses its buffers)
   const int64_t QD = static_cast<int64_t>(r.H) * r.D;
   const int w = std::min(r.T, window_), first = r.T - w;
-  const size_t n = static_cast<size_t>(w) * QD, bytes = KeptRows::sums_offset(n, w) + 2 * sizeof(double);
+  const size_t n = static_cast<size_t>(w) * QD, bytes = (3 * n + static_cast<size_t>(w)) * sizeof(float);
   KeptRows& k = kept_;
   if (!k.buf || k.buf->bytes() < bytes) k.buf = r.backend->alloc(bytes);
   k.backend = r.backend, k.w = w, k.H = r.H, k.D = r.D, k.input_end = r.input_end, k.cut = false;
@@ -32,9 +32,9 @@ void ConcentrationMeter::after_attention(const LayerRows& r, const AttentionProb
   r.backend->copy(base + 3 * n, r.q_pos + first, static_cast<size_t>(w) * sizeof(int32_t));
 }
 
-void ConcentrationMeter::launch_cut(LayerCache& cache) {
+bool ConcentrationMeter::launch_cut(LayerCache& cache, double* sums_dev) {
   KeptRows& k = kept_;
-  if (k.w == 0) return;
+  if (k.w == 0) return false;
   // the kept rows attend once more, over what the average budget's h2o cut would keep
   const size_t n = static_cast<size_t>(k.w) * k.H * k.D;
   float* base = k.buf->as<float>();
@@ -43,10 +43,12 @@ void ConcentrationMeter::launch_cut(LayerCache& cache) {
     k.cut = true;
   }
   // on a device the sums are formed where the outputs are: two numbers come back, not 2 x w x H x D
-  if (!k.backend->host_visible()) k.backend->error_energy(k.sums(), base + n, k.cut ? base + 2 * n : base + n, static_cast<int64_t>(n));
+  if (k.backend->host_visible()) return false;
+  k.backend->error_energy(sums_dev, base + n, k.cut ? base + 2 * n : base + n, static_cast<int64_t>(n));
+  return true;
 }
 
-void ConcentrationMeter::add_cut_error() {
+void ConcentrationMeter::add_cut_error(const double* sums_host) {
   KeptRows& k = kept_;
   if (k.w == 0) return;
   const size_t n = static_cast<size_t>(k.w) * k.H * k.D;
@@ -54,10 +56,8 @@ void ConcentrationMeter::add_cut_error() {
     const float* o = k.buf->as<float>() + n;
     add_output_error(o, k.cut ? o + n : o, static_cast<int64_t>(n));  // no cut: the output unchanged
   } else {
-    double sums[2];
-    k.backend->download(sums, k.sums(), sizeof(sums));
-    sum_ += sums[0];
-    energy_ += sums[1];
+    sum_ += sums_host[0];
+    energy_ += sums_host[1];
   }
   k.w = 0;
 }

@@ -28,11 +28,24 @@ void SequenceCache::stage_step(int T) {
 }
 
 void SequenceCache::end_step(int64_t input_end) {
-  // squeeze's eviction_error: every layer's cut attention issued before any layer's is read
-  for (LayerCache& l : layers)
-    if (ConcentrationMeter* m = l.meter()) m->launch_cut(l);
-  for (LayerCache& l : layers)
-    if (ConcentrationMeter* m = l.meter()) m->add_cut_error();
+  // squeeze's eviction_error: every layer's cut attention issued before any layer's is read; on
+  // a device their sums land in one array, read back in one copy (one wait for the device a
+  // step, not one a layer)
+  const size_t L = layers.size();
+  double* sums_dev = nullptr;
+  if (backend != nullptr) {
+    if (!cut_sums_dev) cut_sums_dev = backend->alloc(L * 2 * sizeof(double));
+    sums_dev = cut_sums_dev->as<double>();
+  }
+  bool wrote = false;
+  for (size_t i = 0; i < L; ++i)
+    if (ConcentrationMeter* m = layers[i].meter()) wrote = m->launch_cut(layers[i], sums_dev != nullptr ? sums_dev + 2 * i : nullptr) || wrote;
+  if (wrote) {
+    cut_sums_host.resize(L * 2);
+    backend->download(cut_sums_host.data(), sums_dev, L * 2 * sizeof(double));
+  }
+  for (size_t i = 0; i < L; ++i)
+    if (ConcentrationMeter* m = layers[i].meter()) m->add_cut_error(wrote ? cut_sums_host.data() + 2 * i : nullptr);
   for (LayerCache& l : layers) l.before_compaction(input_end);
   for (LayerCache& l : layers) l.end_step();
 }

@@ -33,6 +33,10 @@ struct Engine::Impl {
   }
   // One decode step of the listed sequences (checked: 1 to max_batch, one token each).
   void decode_step(std::span<const SequenceId> ids, std::span<const int> tokens);
+  // One prefill step of the parts (checked); last_rows: each part's last row.
+  void prefill_step(std::span<const PrefillPart> parts);
+  // Refuses sampling settings that are not one per `what` (n of them) or out of range, naming them.
+  void check_params(std::span<const SampleParams> params, size_t n, const char* what) const;
   SequenceState& get(SequenceId id) {
     auto it = seqs.find(id);
     if (it == seqs.end()) throw Error("engine: no sequence " + std::to_string(id));
@@ -89,7 +93,18 @@ std::span<const float> Engine::prefill(SequenceId id, std::span<const int> token
 }
 
 std::span<const float> Engine::prefill(std::span<const PrefillPart> parts) {
-  Impl& m = *impl_;
+  impl_->prefill_step(parts);
+  return impl_->runner.logits_of_rows(impl_->last_rows);
+}
+
+std::span<const int> Engine::prefill_sampled(std::span<const PrefillPart> parts, std::span<const SampleParams> params) {
+  impl_->check_params(params, parts.size(), "parts");
+  impl_->prefill_step(parts);
+  return impl_->runner.picks_of_rows(impl_->last_rows, params);
+}
+
+void Engine::Impl::prefill_step(std::span<const PrefillPart> parts) {
+  Impl& m = *this;
   if (parts.empty()) throw Error("engine: prefill of no sequences");
   m.segments.clear();
   m.last_rows.clear();
@@ -104,7 +119,6 @@ std::span<const float> Engine::prefill(std::span<const PrefillPart> parts) {
     m.last_rows.push_back(rows - 1);
   }
   m.runner.step(m.segments, "engine");  // the step's checks: each sequence once, the rows within max_rows
-  return m.runner.logits_of_rows(m.last_rows);
 }
 
 std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span<const int> tokens) {
@@ -114,17 +128,24 @@ std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span
 
 std::span<const int> Engine::decode_sampled(std::span<const SequenceId> ids, std::span<const int> tokens,
                                             std::span<const SampleParams> params) {
-  if (params.size() != ids.size())
-    throw Error("engine: " + std::to_string(params.size()) + " sampling settings for " + std::to_string(ids.size()) +
-                " sequences (expected one each)");
+  impl_->check_params(params, ids.size(), "sequences");
+  impl_->decode_step(ids, tokens);
+  std::vector<int>& rows = impl_->last_rows;
+  rows.resize(ids.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int>(i);
+  return impl_->runner.picks_of_rows(rows, params);
+}
+
+void Engine::Impl::check_params(std::span<const SampleParams> params, size_t n, const char* what) const {
+  if (params.size() != n)
+    throw Error("engine: " + std::to_string(params.size()) + " sampling settings for " + std::to_string(n) + " " + what +
+                " (expected one each)");
   for (const SampleParams& p : params)
     if (!(std::isfinite(p.temperature) && p.temperature >= 0.0f) || !(p.top_p > 0.0f && p.top_p <= 1.0f) ||
         !(p.min_p >= 0.0f && p.min_p < 1.0f) || p.top_k < 0 || !(p.draw >= 0.0 && p.draw < 1.0))
       throw Error("engine: sampling settings (expected temperature >= 0, top_p in (0, 1], min_p in [0, 1), top_k >= 0, "
                   "draw in [0, 1); got " + std::to_string(p.temperature) + ", " + std::to_string(p.top_p) + ", " +
                   std::to_string(p.min_p) + ", " + std::to_string(p.top_k) + ", " + std::to_string(p.draw) + ")");
-  impl_->decode_step(ids, tokens);
-  return impl_->runner.picks_of_rows(0, params);
 }
 
 void Engine::Impl::decode_step(std::span<const SequenceId> ids, std::span<const int> tokens) {
@@ -184,10 +205,10 @@ struct Scheduler::Impl {
   std::vector<SequenceId> ids;                    // one decode step's sequences, reused
   std::vector<int> tokens;
   std::vector<Request*> batch;                    // a step's requests, in its order
-  std::vector<SampleParams> params;               // a decode step's sampling settings and draws
+  std::vector<SampleParams> params;               // a step's sampling settings and draws
   std::vector<Engine::PrefillPart> parts;         // a prefill step's chunks, reused
   std::vector<Request*> ended;                    // a prefill step's requests whose prompt ended
-  std::vector<float> ended_logits;                // [ended][V]
+  std::vector<int> ended_picks;                   // [ended] their first tokens
   SchedulerTimes times;
   static double since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
@@ -213,20 +234,8 @@ struct Scheduler::Impl {
   void sweep() {
     running.erase(std::remove_if(running.begin(), running.end(), [](const auto& q) { return q->seq < 0; }), running.end());
   }
-  // The token each request whose prompt ended samples from its row of logits [n][V] (the prefill
-  // brings those rows to the host), the rows at once on the OpenMP threads (a sampler touches only
-  // its own request); then, in order, each request takes its token, finishing when its generation
-  // ends. Decode steps pick where the logits are instead (Engine::decode_sampled).
-  std::vector<int> picks;
-  void advance(std::span<Request* const> rows, std::span<const float> logits) {
-    const int n = static_cast<int>(rows.size());
-    const size_t V = logits.size() / rows.size();
-    picks.resize(rows.size());
-#pragma omp parallel for schedule(dynamic) if (n > 1)
-    for (int i = 0; i < n; ++i) picks[i] = rows[i]->gen->pick(logits.subspan(i * V, V));
-    accept_all(rows, picks);
-  }
-  // Each request in rows takes its token picks[i], in order; finishes the request when its
+  // Each request in rows takes its token picks[i] (picked where the logits are:
+  // Engine::prefill_sampled, Engine::decode_sampled), in order; finishes the request when its
   // generation ends.
   void accept_all(std::span<Request* const> rows, std::span<const int> picks_in) {
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -321,24 +330,29 @@ bool Scheduler::step() {
   }
   if (!m.parts.empty()) {
     try {
+      // a part that ends its prompt picks its first token where the logits are (its settings and
+      // draw); the others' picks are not used
+      m.params.clear();
+      for (size_t i = 0; i < m.batch.size(); ++i)
+        m.params.push_back(m.batch[i]->prefilled + m.parts[i].tokens.size() == m.batch[i]->r.prompt.size() ? m.batch[i]->gen->next_params()
+                                                                                                          : SampleParams{});
       const auto t0 = Impl::clock::now();
-      const std::span<const float> logits = m.engine.prefill(m.parts);
+      const std::span<const int> picked = m.engine.prefill_sampled(m.parts, m.params);
       m.times.prefill_seconds += Impl::since(t0);
       ++m.times.prefill_calls;
       for (const auto& p : m.parts) m.times.prefill_tokens += static_cast<int64_t>(p.tokens.size());
-      const size_t V = logits.size() / m.parts.size();
       m.ended.clear();
-      m.ended_logits.clear();
+      m.ended_picks.clear();
       for (size_t i = 0; i < m.batch.size(); ++i) {
         Impl::Request& q = *m.batch[i];
         q.prefilled += m.parts[i].tokens.size();
         if (q.prefilled == q.r.prompt.size()) {  // the prompt's last chunk: its first token
           q.prompt_done = Impl::clock::now();
           m.ended.push_back(&q);
-          m.ended_logits.insert(m.ended_logits.end(), logits.begin() + i * V, logits.begin() + (i + 1) * V);
+          m.ended_picks.push_back(picked[i]);
         }
       }
-      if (!m.ended.empty()) m.advance(m.ended, m.ended_logits);
+      m.accept_all(m.ended, m.ended_picks);
     } catch (const std::exception& e) {
       for (Impl::Request* q : m.batch)
         if (q->seq >= 0) m.finish(*q, "error", e.what());

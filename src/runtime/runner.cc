@@ -364,9 +364,10 @@ std::span<const float> Runner::logits(int first_row, int n, bool independent_row
   return logits_to_host(n);
 }
 
-std::span<const int> Runner::picks_of_rows(int first_row, std::span<const SampleParams> params) {
+std::span<const int> Runner::picks_of_rows(std::span<const int> rows, std::span<const SampleParams> params) {
   const int n = static_cast<int>(params.size());
-  const float* logits = head(step_rows(first_row), n, true);
+  assert(rows.size() == params.size());
+  const float* logits = head(gather_rows(rows), n, true);
   if (!picks_dev_) {
     picks_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(int32_t));
     params_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(SampleParams));
@@ -379,18 +380,22 @@ std::span<const int> Runner::picks_of_rows(int first_row, std::span<const Sample
   return picks_host_;
 }
 
-std::span<const float> Runner::logits_of_rows(std::span<const int> rows) {
+const float* Runner::gather_rows(std::span<const int> rows) {
   const int n = static_cast<int>(rows.size());
   bool contiguous = true;
   for (int i = 1; i < n; ++i) contiguous = contiguous && rows[i] == rows[0] + i;
-  if (contiguous) return logits(rows[0], n, true);
-  // the last step's rows gathered into a scratch of their own, then one product over them
+  if (contiguous) return step_rows(rows[0]);
   const size_t row = model_.config().dim * sizeof(float);
   if (!rows_gathered_ || rows_gathered_->bytes() < n * row) rows_gathered_ = backend_->alloc(static_cast<size_t>(max_rows_) * row);
   unsigned char* dst = rows_gathered_->as<unsigned char>();
   for (int i = 0; i < n; ++i) backend_->copy(dst + i * row, step_rows(rows[i]), row);
-  head(rows_gathered_->as<float>(), n, true);
-  return logits_to_host(n);
+  return rows_gathered_->as<float>();
+}
+
+std::span<const float> Runner::logits_of_rows(std::span<const int> rows) {
+  // the rows gathered (where they are not consecutive), then one product over them
+  head(gather_rows(rows), static_cast<int>(rows.size()), true);
+  return logits_to_host(static_cast<int>(rows.size()));
 }
 
 int64_t Runner::matrix_bytes() const {

@@ -100,10 +100,10 @@ class Runner {
   // Logits [n][V] of the listed rows of the last step (rows of different sequences, each with a
   // lone row's arithmetic, as logits(row, 1, false) gives it): the rows gathered, one product.
   std::span<const float> logits_of_rows(std::span<const int> rows);
-  // The tokens of rows [first_row, first_row + n) of the last step (rows of different sequences)
-  // under params[n]: logits(first_row, n, true)'s picks, taken in the backend
-  // (Backend::sample_rows), so only n ids come back instead of n x V logits.
-  std::span<const int> picks_of_rows(int first_row, std::span<const SampleParams> params);
+  // The tokens of the listed rows of the last step (rows of different sequences) under
+  // params[n]: logits_of_rows(rows)'s picks, taken in the backend (Backend::sample_rows), so only
+  // n ids come back instead of n x V logits.
+  std::span<const int> picks_of_rows(std::span<const int> rows, std::span<const SampleParams> params);
 
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
@@ -124,6 +124,9 @@ class Runner {
   // The output head over h [n][E] (the backend's memory): logits [n][V] in the backend's memory
   // (logits_dev_); logits_to_host copies the first n rows of them to host memory.
   const float* head(const float* h, int n, bool independent_rows);
+  // The listed rows of the last step's final hidden states, one after another: where they are
+  // when they are consecutive, else gathered into rows_gathered_.
+  const float* gather_rows(std::span<const int> rows);
   std::span<const float> logits_to_host(int n);
   // Row first_row of the last step's final hidden states (xn_).
   const float* step_rows(int first_row) const;

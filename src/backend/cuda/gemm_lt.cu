@@ -77,6 +77,13 @@ bool LtProducts::product(float* out, const __nv_bfloat16* xb, const __nv_bfloat1
   return true;
 }
 
+int LtProducts::bucket(int B) {
+  if (B <= 8) return 8;
+  if (B <= 64) return (B + 7) / 8 * 8;
+  if (B <= 256) return (B + 31) / 32 * 32;
+  return (B + 127) / 128 * 128;
+}
+
 LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, int R, int B, int C) {
   auto& slot = plans_[{R, B, C}];
   if (slot) return slot->ok ? slot.get() : nullptr;
@@ -90,6 +97,16 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
   check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, C, R, C), "cublasLt layout");
   check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, C, B, C), "cublasLt layout");
   check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, R, B, R), "cublasLt layout");
+  // a batch size whose bucket has a timed algorithm takes it where cuBLASLt says it serves this B
+  const auto chosen = chosen_.find({R, bucket(B), C});
+  if (chosen != chosen_.end()) {
+    cublasLtMatmulHeuristicResult_t r{};
+    if (cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.c, p.c, &chosen->second, &r) == CUBLAS_STATUS_SUCCESS &&
+        r.workspaceSize <= ws_bytes_) {
+      p.algo = chosen->second, p.ok = true;
+      return &p;
+    }
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "cublasLt preference");
   const uint64_t ws = ws_bytes_;
@@ -132,6 +149,7 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  if (p.ok) chosen_.emplace(std::make_tuple(R, bucket(B), C), p.algo);
   return p.ok ? &p : nullptr;
 }
 

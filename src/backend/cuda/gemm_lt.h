@@ -1,10 +1,13 @@
 // A decode batch's products on cuBLASLt, each shape with the algorithm that ran it fastest: the
 // batch's matrices are wide and its rows few (B of 8-256), where cuBLAS's default choice leaves
-// most SMs idle on the narrow ones (k, v: 14% of the copy bandwidth at 64 rows). Each (R, B, C)
-// is timed once, at its first product, over the algorithms cuBLASLt's heuristic offers (split-K
-// among them), with the weights out of L2 as in a real step; the fastest is kept for the
-// backend's life, so a run's products are the same bits step after step (not from one process
-// to the next: the timing chooses).
+// most SMs idle on the narrow ones (k, v: 14% of the copy bandwidth at 64 rows). Each (R, C) and
+// bucket of batch sizes (bucket(): 8 sizes wide up to 64, 32 up to 256) is timed once, at its
+// first product, over the algorithms cuBLASLt's heuristic offers (split-K among them), with the
+// weights out of L2 as in a real step; the fastest serves every B of the bucket that cuBLASLt
+// accepts it for (the others are timed themselves): a server whose batch grows and shrinks by a
+// sequence at a time times a few sizes, not every one (each timing is ~40 products and waits).
+// A shape's algorithm is kept for the backend's life, so a run's products are the same bits step
+// after step (not from one process to the next: the timing chooses).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -31,6 +34,9 @@ class LtProducts {
 
   struct Plan;  // one shape's descriptors and chosen algorithm
 
+  // The bucket of batch sizes B belongs to (its largest size).
+  static int bucket(int B);
+
  private:
   Plan* plan(float* out, const __nv_bfloat16* xb, const __nv_bfloat16* W, int R, int B, int C);
 
@@ -38,7 +44,8 @@ class LtProducts {
   cublasLtHandle_t lt_ = nullptr;
   void* ws_;
   size_t ws_bytes_;
-  std::map<std::tuple<int, int, int>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int, int, int>, std::unique_ptr<Plan>> plans_;       // (R, B, C)
+  std::map<std::tuple<int, int, int>, cublasLtMatmulAlgo_t> chosen_;      // (R, bucket(B), C): the timed algorithm
   void* flush_ = nullptr;  // written between timed runs (past the L2), allocated at the first timing
 };
 
