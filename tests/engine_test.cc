@@ -383,6 +383,82 @@ TEST(Scheduler, CancelAndStopFreeTheirSequences) {
   EXPECT_EQ(engine.sequences(), 0);
 }
 
+// The Scheduler issues each decode step before it takes the step before's tokens, and runs a
+// token that may complete a stop string (the row is dropped when the stop is found): requests
+// that end by a stop string, by max_tokens, by a full context or by sampling run as they do alone
+// (tokens, text, streamed text, stop reason), and what a server reads between steps (running(),
+// kv_usage()) counts only the live requests.
+TEST(Scheduler, StopStringsAndFullContextsEndAsAlone) {
+  const Model& m = smollm();
+  struct Req {
+    const char* prompt;
+    GenerateOptions opt;
+    int ctx;
+  };
+  std::vector<Req> rs;
+  GenerateOptions a = greedy(40), b = greedy(40), c = greedy(12), d = greedy(60), e = greedy(30);
+  a.stop = {"\n"}, b.stop = {" the", "."}, d.stop = {"zzz"};
+  e.sampler.temperature = 0.9f, e.sampler.top_p = 0.9f, e.sampler.seed = 7, e.stop = {","};
+  rs.push_back({"List three fruits.", a, 512});
+  rs.push_back({"Once upon a time there was", b, 512});
+  rs.push_back({"The sea was calm", c, 512});
+  rs.push_back({"Tell me a story about a dragon", d, 0});  // the context ends it: 5 tokens of room
+  rs.push_back({"Water boils at", e, 512});
+  for (Req& r : rs)
+    if (r.ctx == 0) r.ctx = static_cast<int>(m.tokenizer().encode(r.prompt, true).size()) + 5;
+  std::vector<GenerateResult> lone;
+  for (const Req& r : rs) {
+    SessionOptions o = options(DecodeActivations::kInt8);
+    o.cache = cache_of(KvPolicy::kH2O, 16);
+    o.cache.max_tokens = r.ctx;
+    Session s(m, o);
+    const std::vector<int> ids = m.tokenizer().encode(r.prompt, true);
+    // alone, a context of P + 5 holds 5 fed tokens and a sixth picked from the last logits
+    GenerateOptions opt = r.opt;
+    opt.max_tokens = std::min(opt.max_tokens, r.ctx - static_cast<int>(ids.size()) + 1);
+    lone.push_back(generate(s, ids, opt));
+  }
+  Engine engine(m, options(DecodeActivations::kInt8), 3);
+  Scheduler sched(engine);
+  std::map<size_t, GenerateResult> done;
+  std::map<size_t, std::string> streamed;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = m.tokenizer().encode(rs[i].prompt, true);
+    r.options = rs[i].opt;
+    r.cache = cache_of(KvPolicy::kH2O, 16);
+    r.cache.max_tokens = rs[i].ctx;
+    r.on_text = [&streamed, i](std::string_view t) {
+      streamed[i] += t;
+      return true;
+    };
+    r.on_done = [&done, i](const GenerateResult& res) { done[i] = res; };
+    sched.submit(std::move(r));
+  }
+  int steps = 0;
+  while (sched.step()) {
+    EXPECT_LE(sched.running(), 3);
+    EXPECT_EQ(sched.running() + static_cast<int>(done.size()) + sched.waiting(), static_cast<int>(rs.size()));
+    EXPECT_GE(sched.kv_usage().full, 0);
+    ASSERT_LT(++steps, 1000);
+  }
+  EXPECT_EQ(engine.sequences(), 0);
+  EXPECT_EQ(sched.kv_usage().held, 0);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const GenerateResult& got = done.at(i);
+    EXPECT_EQ(got.tokens, lone[i].tokens) << "request " << i;
+    EXPECT_EQ(got.text, lone[i].text) << "request " << i;
+    EXPECT_EQ(streamed[i], got.text) << "request " << i;
+    EXPECT_EQ(got.stop_reason, lone[i].stop_reason) << "request " << i;
+  }
+  // the cases end as they were meant to
+  EXPECT_EQ(lone[0].stop_reason, "stop");
+  EXPECT_EQ(lone[1].stop_reason, "stop");
+  EXPECT_EQ(lone[2].stop_reason, "length");
+  EXPECT_EQ(lone[3].stop_reason, "length");
+  EXPECT_EQ(lone[3].tokens.size(), 6u);
+}
+
 // Prompts that arrive together share the prefill between two decode steps, up to one chunk's worth
 // of tokens in all: those that fit finish their prompt in the first step, the next one waits.
 TEST(Scheduler, PromptsShareAStepUpToOneChunkOfTokens) {

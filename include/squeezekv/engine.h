@@ -95,6 +95,14 @@ class Engine {
   // settings and draw.
   std::span<const int> decode_sampled(std::span<const SequenceId> ids, std::span<const int> tokens,
                                       std::span<const SampleParams> params);
+  // decode_sampled in two halves: issue_decode does every part of the step the host does (the
+  // caches, the policies, the positions) and gives the device its work and the picks' copy back,
+  // returning without waiting for it; decode_picks waits and returns the tokens. Between the two
+  // the caller may work on the host while the device runs (a server streams the step before's
+  // tokens) and add or remove sequences (a removed sequence's row is computed and its token
+  // dropped); any other step refuses (Error) until the tokens are taken.
+  void issue_decode(std::span<const SequenceId> ids, std::span<const int> tokens, std::span<const SampleParams> params);
+  std::span<const int> decode_picks();
 
   int position(SequenceId id) const;
   int max_tokens(SequenceId id) const;  // the most tokens the sequence may see (its --ctx)

@@ -81,6 +81,12 @@ class Generation {
   // strings, on_text, the length limit) and returns what next() would.
   int pick(std::span<const float> logits);
   int accept(int id);
+  // Whether accept(id) certainly ends the generation: finished already, an end-of-generation
+  // token, or the last token max_tokens allows. (A stop string that id completes, or on_text
+  // asking to stop, ends it too, which only accept finds out.)
+  bool ends_with(int id) const {
+    return done_ || id < 0 || tok_.is_end_of_generation(id) || static_cast<int64_t>(res_.tokens.size()) + 1 >= opt_.max_tokens;
+  }
   // pick made elsewhere: the settings and draw for this generation's next token
   // (Engine::decode_sampled), then accept(the token picked).
   SampleParams next_params() { return sampler_.next_params(); }

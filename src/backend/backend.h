@@ -73,6 +73,12 @@ class Backend {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within this backend's memory
+  // download in two halves: the copy queued after the work given so far into dst, host memory from
+  // alloc_host, and the call returns at once; dst holds the bytes once wait() returns (or any call
+  // that waits, a download among them). By default (host memory) the copy is made at once.
+  virtual void download_later(void* dst, const void* src, size_t bytes) { download(dst, src, bytes); }
+  // Returns once the work given so far is done. By default nothing to wait for.
+  virtual void wait() {}
   // height rows of width bytes within this backend's memory: row i from src + i * src_pitch to
   // dst + i * dst_pitch (a storage re-laid for a new capacity); by default a copy() a row.
   virtual void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height) {

@@ -18,7 +18,8 @@ struct Engine::Impl {
   SequenceId next_id = 1;
   std::map<SequenceId, std::unique_ptr<SequenceState>> seqs;
   std::vector<Segment> segments;  // [max_batch], reused
-  std::vector<int> last_rows;     // a prefill step's parts' last rows, reused
+  std::vector<int> last_rows;     // a step's rows that give logits or picks, reused
+  bool picks_pending = false;     // issue_decode ran; decode_picks has not
 
   Impl(const Model& m, const SessionOptions& o, int batch) : runner(m, o, rows(o, batch)), max_batch(batch) {}
   static int rows(const SessionOptions& o, int batch) {
@@ -33,6 +34,11 @@ struct Engine::Impl {
   }
   // One decode step of the listed sequences (checked: 1 to max_batch, one token each).
   void decode_step(std::span<const SequenceId> ids, std::span<const int> tokens);
+  // Refuses a step while an issued decode's picks are still to be taken (they share the runner's
+  // buffers).
+  void check_no_pending() const {
+    if (picks_pending) throw Error("engine: a step while the issued decode's tokens are not taken (decode_picks first)");
+  }
   // One prefill step of the parts (checked); last_rows: each part's last row.
   void prefill_step(std::span<const PrefillPart> parts);
   // Refuses sampling settings that are not one per `what` (n of them) or out of range, naming them.
@@ -82,6 +88,7 @@ SequenceId Engine::load_sequence(std::span<const uint8_t> bytes, std::vector<int
 void Engine::remove_sequence(SequenceId id) { impl_->seqs.erase(id); }
 
 std::span<const float> Engine::prefill(SequenceId id, std::span<const int> tokens, int prompt_end, bool all_logits) {
+  impl_->check_no_pending();
   SequenceState& s = impl_->get(id);
   const int n = static_cast<int>(std::min(tokens.size(), static_cast<size_t>(INT32_MAX)));
   if (n > impl_->runner.prefill_chunk())
@@ -105,6 +112,7 @@ std::span<const int> Engine::prefill_sampled(std::span<const PrefillPart> parts,
 
 void Engine::Impl::prefill_step(std::span<const PrefillPart> parts) {
   Impl& m = *this;
+  m.check_no_pending();
   if (parts.empty()) throw Error("engine: prefill of no sequences");
   m.segments.clear();
   m.last_rows.clear();
@@ -128,12 +136,24 @@ std::span<const float> Engine::decode(std::span<const SequenceId> ids, std::span
 
 std::span<const int> Engine::decode_sampled(std::span<const SequenceId> ids, std::span<const int> tokens,
                                             std::span<const SampleParams> params) {
+  issue_decode(ids, tokens, params);
+  return decode_picks();
+}
+
+void Engine::issue_decode(std::span<const SequenceId> ids, std::span<const int> tokens, std::span<const SampleParams> params) {
   impl_->check_params(params, ids.size(), "sequences");
   impl_->decode_step(ids, tokens);
   std::vector<int>& rows = impl_->last_rows;
   rows.resize(ids.size());
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int>(i);
-  return impl_->runner.picks_of_rows(rows, params);
+  impl_->runner.issue_picks(rows, params);
+  impl_->picks_pending = true;
+}
+
+std::span<const int> Engine::decode_picks() {
+  if (!impl_->picks_pending) throw Error("engine: decode_picks with no decode issued (issue_decode)");
+  impl_->picks_pending = false;
+  return impl_->runner.picks();
 }
 
 void Engine::Impl::check_params(std::span<const SampleParams> params, size_t n, const char* what) const {
@@ -150,6 +170,7 @@ void Engine::Impl::check_params(std::span<const SampleParams> params, size_t n, 
 
 void Engine::Impl::decode_step(std::span<const SequenceId> ids, std::span<const int> tokens) {
   Impl& m = *this;
+  m.check_no_pending();
   const int n = static_cast<int>(ids.size());
   if (n < 1 || n > m.max_batch || tokens.size() != ids.size())
     throw Error("engine: decode of " + std::to_string(n) + " sequences with " + std::to_string(tokens.size()) +
@@ -196,6 +217,10 @@ struct Scheduler::Impl {
     size_t prefilled = 0;  // prompt tokens run so far
     int next_token = -1;   // the token the next decode step runs
     bool cancelled = false;
+    // the decode step in flight holds a row of it (stepping); the step before's token for it is
+    // waiting to be taken (taking: pick). Either keeps it in running, even once it has finished.
+    bool stepping = false, taking = false;
+    int pick = -1;
     clock::time_point admitted, prompt_done;
   };
   Engine& engine;
@@ -209,6 +234,8 @@ struct Scheduler::Impl {
   std::vector<Engine::PrefillPart> parts;         // a prefill step's chunks, reused
   std::vector<Request*> ended;                    // a prefill step's requests whose prompt ended
   std::vector<int> ended_picks;                   // [ended] their first tokens
+  std::vector<Request*> flight;                   // the issued decode step's requests, in its order
+  std::vector<Request*> taking;                   // the step before's requests whose tokens are taken this step
   SchedulerTimes times;
   static double since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
@@ -230,9 +257,33 @@ struct Scheduler::Impl {
     q.seq = -1;
     if (q.r.on_done) q.r.on_done(res);
   }
-  // Removes finished requests from running (their on_done has run).
+  // Removes finished requests from running (their on_done has run) that no step holds.
   void sweep() {
-    running.erase(std::remove_if(running.begin(), running.end(), [](const auto& q) { return q->seq < 0; }), running.end());
+    running.erase(std::remove_if(running.begin(), running.end(), [](const auto& q) { return q->seq < 0 && !q->stepping && !q->taking; }),
+                  running.end());
+  }
+  // The tokens of the decode step in flight, each for its request's taking (a request that
+  // finished meanwhile drops its row's); then nothing is in flight.
+  void land() {
+    if (flight.empty()) return;
+    const auto t0 = clock::now();
+    try {
+      const std::span<const int> picked = engine.decode_picks();
+      for (size_t i = 0; i < flight.size(); ++i) {
+        Request& q = *flight[i];
+        q.stepping = false;
+        if (q.seq < 0) continue;
+        q.pick = picked[i], q.taking = true;
+        taking.push_back(&q);
+      }
+    } catch (const std::exception& e) {
+      for (Request* q : flight) {
+        q->stepping = false;
+        if (q->seq >= 0) finish(*q, "error", e.what());
+      }
+    }
+    times.decode_seconds += since(t0);
+    flight.clear();
   }
   // Each request in rows takes its token picks[i] (picked where the logits are:
   // Engine::prefill_sampled, Engine::decode_sampled), in order; finishes the request when its
@@ -248,7 +299,14 @@ struct Scheduler::Impl {
 };
 
 Scheduler::Scheduler(Engine& engine) : impl_(std::make_unique<Impl>(engine)) {}
-Scheduler::~Scheduler() = default;
+Scheduler::~Scheduler() {
+  if (!impl_->flight.empty()) {  // the engine's issued step is taken, so it can step again
+    try {
+      impl_->engine.decode_picks();
+    } catch (...) {
+    }
+  }
+}
 
 int64_t Scheduler::submit(GenerationRequest request) {
   Impl& m = *impl_;
@@ -273,9 +331,13 @@ bool Scheduler::step() {
   Impl& m = *impl_;
   const auto step_start = Impl::clock::now();
   const int64_t calls_before = m.times.prefill_calls + m.times.decode_calls;
-  // stops asked for since the last step
+  // The decode step issued by the last call comes first: its tokens are taken below, after the
+  // next decode step is issued, so the device runs that step while the host streams them.
+  m.taking.clear();
+  m.land();
+  // stops asked for since the last step (a request with a token to take takes it first, below)
   for (auto& q : m.running)
-    if (q->cancelled) m.finish(*q, "cancelled");
+    if (q->cancelled && !q->taking && q->seq >= 0) m.finish(*q, "cancelled");
   m.sweep();
   for (auto it = m.waiting.begin(); it != m.waiting.end();) {
     if ((*it)->cancelled) {
@@ -359,52 +421,79 @@ bool Scheduler::step() {
     }
   }
   m.sweep();
-  // one decode step for every request that is generating
+  // One decode step for every request that is generating: those that took their token in a
+  // prompt step run it; those of the step before run the token it picked for them unless that
+  // token certainly ends them (an end-of-generation token, their last allowed, a full context);
+  // a stop string it completes ends them once it is taken below, and their row in this step is
+  // dropped when it lands.
   m.ids.clear();
   m.tokens.clear();
   m.batch.clear();
-  for (auto& q : m.running)
-    if (q->prefilled == q->r.prompt.size() && q->next_token >= 0 && !q->cancelled) {
-      m.ids.push_back(q->seq);
-      m.tokens.push_back(q->next_token);
-      m.batch.push_back(q.get());
+  for (auto& q : m.running) {
+    if (q->seq < 0 || q->cancelled) continue;
+    int token;
+    if (q->taking) {
+      if (q->gen->ends_with(q->pick) || m.engine.position(q->seq) + 1 > m.engine.max_tokens(q->seq)) continue;
+      token = q->pick;
+    } else if (q->prefilled == q->r.prompt.size() && q->next_token >= 0) {
+      token = q->next_token;
+    } else {
+      continue;
     }
+    m.ids.push_back(q->seq);
+    m.tokens.push_back(token);
+    m.batch.push_back(q.get());
+  }
   if (!m.batch.empty()) {
     try {
       // the batch's tokens picked where the logits are (no n x V copy, no host sampling)
       m.params.clear();
-      for (const Impl::Request* q : m.batch) m.params.push_back(q->gen->next_params());
+      for (Impl::Request* q : m.batch) m.params.push_back(q->gen->next_params());
       const auto t0 = Impl::clock::now();
-      const std::span<const int> picked = m.engine.decode_sampled(m.ids, m.tokens, m.params);
+      m.engine.issue_decode(m.ids, m.tokens, m.params);
       m.times.decode_seconds += Impl::since(t0);
       ++m.times.decode_calls;
       m.times.decode_rows += static_cast<int64_t>(m.ids.size());
-      m.accept_all(m.batch, picked);
+      for (Impl::Request* q : m.batch) q->stepping = true;
+      m.flight = m.batch;
     } catch (const std::exception& e) {
       for (Impl::Request* q : m.batch)
         if (q->seq >= 0) m.finish(*q, "error", e.what());
     }
   }
+  // the step before's tokens taken (text, stop strings, callbacks) while the device runs this one
+  for (Impl::Request* q : m.taking) {
+    q->taking = false;
+    if (q->seq < 0) continue;  // ended meanwhile (an error)
+    q->next_token = q->gen->accept(q->pick);
+    if (q->next_token < 0) m.finish(*q, q->gen->result().stop_reason);
+    else if (q->cancelled) m.finish(*q, "cancelled");
+    else if (!q->stepping) m.finish(*q, "length");  // left out above: its context is full
+  }
+  m.taking.clear();
   m.sweep();
   if (m.times.prefill_calls + m.times.decode_calls > calls_before) {
     ++m.times.steps;
     m.times.step_seconds += Impl::since(step_start);
   }
-  return !m.running.empty() || !m.waiting.empty();
+  return !m.running.empty() || !m.waiting.empty() || !m.flight.empty();
 }
 
 SchedulerTimes Scheduler::times() const { return impl_->times; }
 
-int Scheduler::running() const { return static_cast<int>(impl_->running.size()); }
+int Scheduler::running() const {  // (a finished request the step in flight still holds is not running)
+  return static_cast<int>(std::count_if(impl_->running.begin(), impl_->running.end(), [](const auto& q) { return q->seq >= 0; }));
+}
 int Scheduler::waiting() const { return static_cast<int>(impl_->waiting.size()); }
 
 KvUsage Scheduler::kv_usage() const {
   KvUsage u;
   for (const auto& q : impl_->running)
-    for (const LayerStats& s : impl_->engine.kv_stats(q->seq)) {
-      u.held += s.kept_bytes;
-      u.full += s.full_bytes;
-    }
+    if (q->seq >= 0)
+      for (const LayerStats& s : impl_->engine.kv_stats(q->seq)) {
+        u.held += s.kept_bytes;
+        u.full += s.full_bytes;
+      }
   return u;
 }
 

@@ -365,19 +365,29 @@ std::span<const float> Runner::logits(int first_row, int n, bool independent_row
 }
 
 std::span<const int> Runner::picks_of_rows(std::span<const int> rows, std::span<const SampleParams> params) {
+  issue_picks(rows, params);
+  return picks();
+}
+
+void Runner::issue_picks(std::span<const int> rows, std::span<const SampleParams> params) {
   const int n = static_cast<int>(params.size());
   assert(rows.size() == params.size());
   const float* logits = head(gather_rows(rows), n, true);
   if (!picks_dev_) {
     picks_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(int32_t));
     params_dev_ = backend_->alloc(static_cast<size_t>(max_rows_) * sizeof(SampleParams));
+    picks_host_ = backend_->alloc_host(static_cast<size_t>(max_rows_) * sizeof(int32_t));
   }
   backend_->upload(params_dev_->data(), params.data(), params.size_bytes());
   backend_->sample_rows(picks_dev_->as<int32_t>(), logits, params_dev_->as<SampleParams>(), n, model_.config().vocab_size);
-  picks_host_.resize(static_cast<size_t>(n));
   static_assert(sizeof(int) == sizeof(int32_t));
-  backend_->download(picks_host_.data(), picks_dev_->data(), n * sizeof(int32_t));
-  return picks_host_;
+  backend_->download_later(picks_host_->data(), picks_dev_->data(), n * sizeof(int32_t));
+  picks_n_ = n;
+}
+
+std::span<const int> Runner::picks() {
+  backend_->wait();
+  return {picks_host_->as<int>(), static_cast<size_t>(picks_n_)};
 }
 
 const float* Runner::gather_rows(std::span<const int> rows) {

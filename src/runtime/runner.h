@@ -104,6 +104,11 @@ class Runner {
   // params[n]: logits_of_rows(rows)'s picks, taken in the backend (Backend::sample_rows), so only
   // n ids come back instead of n x V logits.
   std::span<const int> picks_of_rows(std::span<const int> rows, std::span<const SampleParams> params);
+  // picks_of_rows in two halves: issue_picks gives the backend the products and the picks and
+  // queues their copy to the host, returning at once; picks() waits for them. Between the two the
+  // host may work while the device runs (no other step or pick of this runner).
+  void issue_picks(std::span<const int> rows, std::span<const SampleParams> params);
+  std::span<const int> picks();
 
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
@@ -149,7 +154,8 @@ class Runner {
   std::unique_ptr<Buffer> logits_dev_;                                  // [n][V]
   std::unique_ptr<Buffer> picks_dev_;                                   // [max_rows] picks_of_rows' ids
   std::unique_ptr<Buffer> params_dev_;                                  // [max_rows] their SampleParams
-  std::vector<int> picks_host_;
+  std::unique_ptr<Buffer> picks_host_;                                  // [max_rows] their copy (alloc_host)
+  int picks_n_ = 0;                                                     // issue_picks' rows
   std::unique_ptr<Buffer> xn_keep_;                                     // [T][E] a step's output while a scoring pass runs
   std::vector<int> repeat_prefix_;                                      // the reconstruction instruction's tokens
   // host side

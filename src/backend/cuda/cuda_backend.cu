@@ -158,6 +158,18 @@ class CudaBackend final : public Backend {
     flush_mass();
     sync_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "download");
   }
+  void download_later(void* dst, const void* src, size_t bytes) override {
+    flush_mass();
+    if (bytes == 0) return;
+    launcher_->flush();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, launcher_->stream()), "download");
+  }
+  void wait() override {
+    flush_mass();
+    launcher_->flush();
+    check(cudaStreamSynchronize(launcher_->stream()), "wait");
+    stage_used_ = 0;  // every staged upload has landed
+  }
   // Within the device the host need not wait: the stream orders the copy before any later work
   // (and before a freed source's block is taken again).
   void copy(void* dst, const void* src, size_t bytes) override { copy_rows(dst, bytes, src, bytes, bytes, 1); }
