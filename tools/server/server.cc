@@ -152,8 +152,9 @@ class Server {
   void engine_loop() {
     std::map<int64_t, std::shared_ptr<Job>> live;  // scheduler id -> job
     std::unique_lock lk(mu_);
+    bool more = false;  // the last step left work (requests, or a decode step in flight to land)
     while (true) {
-      wake_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_ || !inbox_.empty() || sched_.running() + sched_.waiting() > 0; });
+      wake_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_ || !inbox_.empty() || more; });
       if (stopping_) break;
       std::deque<std::shared_ptr<Job>> fresh;
       fresh.swap(inbox_);
@@ -200,10 +201,11 @@ class Server {
         it = done ? live.erase(it) : std::next(it);
       }
       try {
-        sched_.step();  // request-level failures end their request inside; this guards the rest
+        more = sched_.step();  // request-level failures end their request inside; this guards the rest
       } catch (const std::exception& e) {
         std::fprintf(stderr, "squeezekv serve: engine step failed: %s; the running requests are cancelled\n", e.what());
         for (auto& [id, job] : live) sched_.cancel(id);
+        more = true;  // the cancellations take effect at the next step
       }
       const KvUsage kv = sched_.kv_usage();
       const KvPoolUsage pool = engine_.kv_pool();
