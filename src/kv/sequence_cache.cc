@@ -33,7 +33,7 @@ void SequenceCache::end_step(int64_t input_end) {
   // step, not one a layer)
   const size_t L = layers.size();
   double* sums_dev = nullptr;
-  if (backend != nullptr) {
+  if (backend != nullptr && std::any_of(layers.begin(), layers.end(), [](LayerCache& l) { return l.meter() != nullptr; })) {
     if (!cut_sums_dev) cut_sums_dev = backend->alloc(L * 2 * sizeof(double));
     sums_dev = cut_sums_dev->as<double>();
   }
