@@ -332,53 +332,40 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_mass_parts(const fl
               p.mass_tile0, blockIdx.x, blockIdx.y, blockIdx.z % splits, splits);
 }
 
+// Records Fn<<<grid, kMmaWarps * 32, smem>>>(args...), first raising Fn's dynamic shared memory
+// limit to smem (once per kernel: the attribute belongs to the function).
+template <auto Fn, class... A>
+void launch_smem(Launcher& L, dim3 grid, size_t smem, const char* what, const A&... args) {
+  static const bool attribute_set = [&] {
+    check(cudaFuncSetAttribute(Fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), what);
+    return true;
+  }();
+  (void)attribute_set;
+  L.launch(Fn, grid, kMmaWarps * 32, smem, args...);
+}
+
 template <int D>
 void launch_mma(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
-  constexpr size_t smem = mma_smem_bytes<D>();
-  static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
-  if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "mma attention smem");
-    attribute_set = true;
-  }
-  L.launch(k_attn_mma<D>, grid, kMmaWarps * 32, smem, out, ml, q, q_pos, kv, a);
+  launch_smem<k_attn_mma<D>>(L, grid, mma_smem_bytes<D>(), "mma attention smem", out, ml, q, q_pos, kv, a);
 }
 
 template <int D>
 void launch_mma_mass(Launcher& L, dim3 grid, float* mass, int64_t stride, int64_t row_begin, const float* ml, const float* q,
                      const int32_t* q_pos, const KvView& kv, const AttnShape& a, int tile0) {
-  constexpr size_t smem = mma_mass_smem_bytes<D>();
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_mma_mass<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "mma mass smem");
-    attribute_set = true;
-  }
-  L.launch(k_attn_mma_mass<D>, grid, kMmaWarps * 32, smem, mass, stride, row_begin, ml, q, q_pos, kv, a, tile0);
+  launch_smem<k_attn_mma_mass<D>>(L, grid, mma_mass_smem_bytes<D>(), "mma mass smem", mass, stride, row_begin, ml, q, q_pos, kv, a,
+                                   tile0);
 }
 
 template <int D>
 void launch_mma_parts(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const MmaParts& b,
                       const AttnShape& a) {
-  constexpr size_t smem = mma_smem_bytes<D>();
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_mma_parts<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-          "mma attention parts smem");
-    attribute_set = true;
-  }
-  L.launch(k_attn_mma_parts<D>, grid, kMmaWarps * 32, smem, out, ml, q, q_pos, b, a);
+  launch_smem<k_attn_mma_parts<D>>(L, grid, mma_smem_bytes<D>(), "mma attention parts smem", out, ml, q, q_pos, b, a);
 }
 
 template <int D>
 void launch_mma_mass_parts(Launcher& L, dim3 grid, const float* ml, const float* q, const int32_t* q_pos, const MmaParts& b,
                            const AttnShape& a, int splits) {
-  constexpr size_t smem = mma_mass_smem_bytes<D>();
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    check(cudaFuncSetAttribute(k_attn_mma_mass_parts<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-          "mma mass parts smem");
-    attribute_set = true;
-  }
-  L.launch(k_attn_mma_mass_parts<D>, grid, kMmaWarps * 32, smem, ml, q, q_pos, b, a, splits);
+  launch_smem<k_attn_mma_mass_parts<D>>(L, grid, mma_mass_smem_bytes<D>(), "mma mass parts smem", ml, q, q_pos, b, a, splits);
 }
 
 }  // namespace
