@@ -490,7 +490,8 @@ TEST(Scheduler, PromptsShareAStepUpToOneChunkOfTokens) {
 // A prefill of parts or a decode that cannot run is refused with the engine's message, before any
 // work: no parts, a part over the chunk, a sequence twice, more rows than a step holds, an
 // unknown sequence, tokens that do not match the sequences, sampling settings out of range or
-// not one per sequence or part.
+// not one per sequence or part, a decode's tokens taken before it is issued, another step while
+// they are not taken.
 TEST(Engine, RefusesBadPrefillPartsAndDecodes) {
   const Model& m = smollm();
   Engine engine(m, options(DecodeActivations::kInt8), 2);  // a step holds max(16, 2) rows
@@ -529,6 +530,16 @@ TEST(Engine, RefusesBadPrefillPartsAndDecodes) {
   refused([&] { engine.prefill_sampled(std::vector<Engine::PrefillPart>{{a, ten}}, two); }, "2 sampling settings for 1 parts");
   EXPECT_EQ(engine.position(a), 0);  // nothing ran
   EXPECT_EQ(engine.position(b), 0);
+  // the two halves of a decode: tokens taken only once issued; no other step until they are
+  refused([&] { engine.decode_picks(); }, "no decode issued");
+  engine.issue_decode(ids, std::vector<int>{1, 2}, two);
+  refused([&] { engine.prefill(a, ten); }, "decode_picks first");
+  refused([&] { engine.prefill(std::vector<Engine::PrefillPart>{{b, ten}}); }, "decode_picks first");
+  refused([&] { engine.decode(ids, std::vector<int>{1, 2}); }, "decode_picks first");
+  EXPECT_EQ(engine.decode_picks().size(), 2u);
+  EXPECT_EQ(engine.position(a), 1);  // only the issued step ran
+  EXPECT_EQ(engine.position(b), 1);
+  refused([&] { engine.decode_picks(); }, "no decode issued");
 }
 
 TEST(Scheduler, RefusesBadRequestsNamingTheField) {
