@@ -128,6 +128,13 @@ class Engine {
 
 struct GenerationRequest {
   std::vector<int> prompt;  // token ids (not empty)
+  // The first cache_prefix prompt tokens are a prefix other requests share (a document, a long
+  // system prompt; 0: none, else fewer than the prompt's). They run as a prompt of their own, so
+  // the cache is compressed where they end (kvzip scores them, squeeze splits its budget there),
+  // and the rest of the prompt runs after them. With a prompt cache (SchedulerOptions), the
+  // compressed prefix is kept and a later request with the same prefix and cache settings starts
+  // from a copy of it: its tokens are what it would get without the copy.
+  int cache_prefix = 0;
   GenerateOptions options;
   CacheConfig cache;
   // Text as it is produced (whole UTF-8 characters); returning false stops the request, and its
@@ -148,9 +155,24 @@ struct SchedulerTimes {
   double prefill_seconds = 0, decode_seconds = 0, step_seconds = 0;  // step_seconds: whole steps, the two others included
 };
 
+struct SchedulerOptions {
+  // Bytes of compressed prompt prefixes (GenerationRequest::cache_prefix) kept for reuse, as saved
+  // caches (docs/kv_file.md) in the host's memory, least recently used first out; 0: none kept.
+  int64_t prompt_cache_bytes = 0;
+};
+
+// The prompt cache's contents and what it saved since the Scheduler was made.
+struct PromptCacheStats {
+  int64_t limit = 0, bytes = 0, entries = 0;
+  int64_t hits = 0;          // requests that started from a kept prefix
+  int64_t misses = 0;        // requests with a prefix that was not kept (run, then kept if it fits)
+  int64_t evicted = 0;       // entries dropped for newer ones
+  int64_t tokens_saved = 0;  // prompt tokens the hits did not run
+};
+
 class Scheduler {
  public:
-  explicit Scheduler(Engine& engine);
+  explicit Scheduler(Engine& engine, const SchedulerOptions& options = {});
   ~Scheduler();
 
   // Queues a request (its options validated first: Error naming the field); returns its id.
@@ -169,6 +191,7 @@ class Scheduler {
   // would take without eviction (one pass over the requests' caches).
   KvUsage kv_usage() const;
   SchedulerTimes times() const;
+  PromptCacheStats prompt_cache() const;
 
  private:
   struct Impl;

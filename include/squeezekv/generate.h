@@ -55,6 +55,7 @@ struct GenerateResult {
   std::string text;
   std::vector<int> tokens;  // generated ids
   int prompt_tokens = 0;
+  int cached_tokens = 0;  // of them, taken from a prompt cache instead of run (Scheduler)
   double prompt_seconds = 0.0;
   double generate_seconds = 0.0;
   std::string stop_reason;  // "eos", "stop", "length" (max_tokens or a full context), "cancelled" (on_text said stop), "error"
@@ -129,8 +130,10 @@ struct ChatMessage {
   std::string content;
 };
 
-// Renders messages (ending with the generation prompt for the assistant). For ChatML the
-// template's built-in default system message is used when none is given.
-std::string render_chat(ChatFormat f, const std::string& chat_template, const std::vector<ChatMessage>& messages);
+// Renders messages, ending with the generation prompt for the assistant unless
+// add_generation_prompt is false (then the messages alone: the text a longer conversation begins
+// with). For ChatML the template's built-in default system message is used when none is given.
+std::string render_chat(ChatFormat f, const std::string& chat_template, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt = true);
 
 }  // namespace squeezekv

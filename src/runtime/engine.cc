@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/kv_file.h"
+#include "runtime/prompt_cache.h"
 #include "runtime/runner.h"
 #include "squeezekv/error.h"
 
@@ -221,6 +222,8 @@ struct Scheduler::Impl {
     // waiting to be taken (taking: pick). Either keeps it in running, even once it has finished.
     bool stepping = false, taking = false;
     int pick = -1;
+    std::string cache_key;  // its prefix's settings in the prompt cache ("" when none is kept)
+    bool cache_hit = false;  // it started from a kept prefix
     clock::time_point admitted, prompt_done;
   };
   Engine& engine;
@@ -237,9 +240,56 @@ struct Scheduler::Impl {
   std::vector<Request*> flight;                   // the issued decode step's requests, in its order
   std::vector<Request*> taking;                   // the step before's requests whose tokens are taken this step
   SchedulerTimes times;
+  std::unique_ptr<PromptCache> cache;  // null: no prompt cache
+  PromptCacheStats cache_stats;
   static double since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
-  explicit Impl(Engine& e) : engine(e) {}
+  Impl(Engine& e, const SchedulerOptions& o) : engine(e) {
+    if (o.prompt_cache_bytes < 0)
+      throw Error("scheduler: prompt cache of " + std::to_string(o.prompt_cache_bytes) + " bytes (expected 0 or more)");
+    if (o.prompt_cache_bytes > 0) cache = std::make_unique<PromptCache>(o.prompt_cache_bytes);
+  }
+
+  std::span<const int> prefix_of(const Request& q) const { return std::span<const int>(q.r.prompt).first(static_cast<size_t>(q.r.cache_prefix)); }
+  // A new sequence for q: a copy of its prefix's compressed cache where the prompt cache keeps it
+  // (q then starts after the prefix), else an empty one. MemoryLimitError as add_sequence.
+  SequenceId start_sequence(Request& q) {
+    if (q.r.cache_prefix > 0 && cache) {
+      if (const auto key = prompt_cache_settings(q.r.cache, engine.context_limit(q.r.cache))) {
+        q.cache_key = *key;
+        if (const std::vector<uint8_t>* bytes = cache->find(q.cache_key, prefix_of(q))) {
+          SequenceId id = -1;
+          try {
+            id = engine.load_sequence(*bytes, nullptr, "prompt cache");
+          } catch (const MemoryLimitError&) {
+            throw;
+          } catch (const Error&) {  // (bytes this engine saved: not expected) run the prefix instead
+            cache->erase(q.cache_key, prefix_of(q));
+          }
+          if (id >= 0) {
+            q.cache_hit = true;
+            q.prefilled = static_cast<size_t>(q.r.cache_prefix);
+            q.gen->result().cached_tokens = q.r.cache_prefix;
+            ++cache_stats.hits;
+            cache_stats.tokens_saved += q.r.cache_prefix;
+            return id;
+          }
+        }
+      }
+    }
+    const SequenceId id = engine.add_sequence(q.r.cache);
+    if (!q.cache_key.empty()) ++cache_stats.misses;
+    return id;
+  }
+  // After a prefill step: q's prefix has just run (it was not kept): its cache is kept.
+  void keep_prefix(Request& q) {
+    if (q.cache_key.empty() || q.cache_hit || q.prefilled != static_cast<size_t>(q.r.cache_prefix) || q.seq < 0) return;
+    if (cache->contains(q.cache_key, prefix_of(q))) return;  // another request kept it meanwhile
+    try {
+      cache->put(q.cache_key, prefix_of(q), engine.save_sequence(q.seq, prefix_of(q)));
+    } catch (const Error&) {  // a state that cannot be saved: the request goes on, nothing is kept
+    }
+  }
 
   void finish(Request& q, const std::string& reason, const std::string& error = {}, bool request_error = false) {
     q.gen->finish(reason);
@@ -298,7 +348,7 @@ struct Scheduler::Impl {
   }
 };
 
-Scheduler::Scheduler(Engine& engine) : impl_(std::make_unique<Impl>(engine)) {}
+Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options) : impl_(std::make_unique<Impl>(engine, options)) {}
 Scheduler::~Scheduler() {
   if (!impl_->flight.empty()) {  // the engine's issued step is taken, so it can step again
     try {
@@ -314,6 +364,9 @@ int64_t Scheduler::submit(GenerationRequest request) {
   auto q = std::make_unique<Impl::Request>();
   q->gen = std::make_unique<Generation>(m.engine.model().tokenizer(), request.prompt, request.options, request.on_text);
   check_token_ids(request.prompt, m.engine.model().config().vocab_size, "prompt");
+  if (request.cache_prefix < 0 || (request.cache_prefix > 0 && static_cast<size_t>(request.cache_prefix) >= request.prompt.size()))
+    throw Error("cache_prefix: expected 0 (none) or fewer tokens than the prompt's " + std::to_string(request.prompt.size()) + ", got " +
+                std::to_string(request.cache_prefix));
   q->id = m.next_id++;
   q->r = std::move(request);
   m.waiting.push_back(std::move(q));
@@ -355,7 +408,7 @@ bool Scheduler::step() {
     q->admitted = Impl::clock::now();
     try {
       try {
-        q->seq = m.engine.add_sequence(q->r.cache);
+        q->seq = m.start_sequence(*q);
       } catch (const MemoryLimitError& e) {
         // it would fit once running sequences finish: it waits at the head of the queue
         if (!e.alone() && !m.running.empty()) {
@@ -378,16 +431,19 @@ bool Scheduler::step() {
   // run as one step (the weights read once for all of them): requests that arrive together start
   // decoding together. A request's chunks are those it gets alone (min(rest, chunk)), so its
   // attention and eviction are the same; a chunk that does not fit in what is left of this step's
-  // tokens waits for the next step.
+  // tokens waits for the next step. A request's cache_prefix runs as a prompt that ends there,
+  // then the rest as a prompt of its own.
   size_t tokens_left = static_cast<size_t>(m.engine.prefill_chunk());
   m.parts.clear();
   m.batch.clear();
   for (auto& q : m.running) {
     if (q->prefilled >= q->r.prompt.size()) continue;
-    const size_t T = std::min(q->r.prompt.size() - q->prefilled, static_cast<size_t>(m.engine.prefill_chunk()));
+    const size_t split = static_cast<size_t>(q->r.cache_prefix);
+    const size_t end = q->prefilled < split ? split : q->r.prompt.size();
+    const size_t T = std::min(end - q->prefilled, static_cast<size_t>(m.engine.prefill_chunk()));
     if (T > tokens_left) break;
     tokens_left -= T;
-    m.parts.push_back({q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T), static_cast<int>(q->r.prompt.size())});
+    m.parts.push_back({q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T), static_cast<int>(end)});
     m.batch.push_back(q.get());
   }
   if (!m.parts.empty()) {
@@ -408,6 +464,7 @@ bool Scheduler::step() {
       for (size_t i = 0; i < m.batch.size(); ++i) {
         Impl::Request& q = *m.batch[i];
         q.prefilled += m.parts[i].tokens.size();
+        m.keep_prefix(q);
         if (q.prefilled == q.r.prompt.size()) {  // the prompt's last chunk: its first token
           q.prompt_done = Impl::clock::now();
           m.ended.push_back(&q);
@@ -480,6 +537,17 @@ bool Scheduler::step() {
 }
 
 SchedulerTimes Scheduler::times() const { return impl_->times; }
+
+PromptCacheStats Scheduler::prompt_cache() const {
+  PromptCacheStats s = impl_->cache_stats;
+  if (const PromptCache* c = impl_->cache.get()) {
+    s.limit = c->limit();
+    s.bytes = c->bytes();
+    s.entries = c->entries();
+    s.evicted = c->evicted();
+  }
+  return s;
+}
 
 int Scheduler::running() const {  // (a finished request the step in flight still holds is not running)
   return static_cast<int>(std::count_if(impl_->running.begin(), impl_->running.end(), [](const auto& q) { return q->seq >= 0; }));

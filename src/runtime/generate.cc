@@ -145,7 +145,7 @@ ChatFormat detect_chat_format(const std::string& t) {
   return ChatFormat::kPlain;
 }
 
-std::string render_chat(ChatFormat f, const std::string& tmpl, const std::vector<ChatMessage>& messages) {
+std::string render_chat(ChatFormat f, const std::string& tmpl, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
   std::string out;
   switch (f) {
     case ChatFormat::kChatML: {
@@ -162,14 +162,14 @@ std::string render_chat(ChatFormat f, const std::string& tmpl, const std::vector
         }
       }
       for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      out += "<|im_start|>assistant\n";
+      if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
     }
     case ChatFormat::kLlama3:
       out = "<|begin_of_text|>";
       for (const auto& m : messages)
         out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
-      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
     case ChatFormat::kPlain:
       for (const auto& m : messages) out += m.content + "\n";

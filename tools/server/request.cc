@@ -1,9 +1,11 @@
 // The server's request parsing (request.h): OpenAI request JSON -> a validated generation request.
 #include "server/request.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,24 @@
 namespace squeezekv::server {
 
 using json = nlohmann::json;
+
+namespace {
+
+// The automatic cache_prefix of a chat: the tokens of every message but the last (a document or
+// a system prompt that later questions share), where they begin the prompt's tokens; 0 for one
+// message, and for the query-aware policies (snapkv and pyramidkv choose the rows to keep by the
+// prompt's last queries, which would be the prefix's own instead of the question's).
+int chat_prefix(const std::vector<ChatMessage>& chat, const GenerationRequest& r, const RequestLimits& lim) {
+  if (chat.size() < 2) return 0;
+  const KvPolicy p = r.cache.policy;
+  if (p == KvPolicy::kSnapKV || p == KvPolicy::kPyramidKV || p == KvPolicy::kCustom) return 0;
+  const std::vector<ChatMessage> head(chat.begin(), chat.end() - 1);
+  const std::vector<int> ids = encode_prompt(*lim.model, render_chat(lim.chat_format, lim.model->chat_template(), head, false));
+  if (ids.empty() || ids.size() >= r.prompt.size() || !std::equal(ids.begin(), ids.end(), r.prompt.begin())) return 0;
+  return static_cast<int>(ids.size());
+}
+
+}  // namespace
 
 ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const RequestLimits& lim) {
   // JSON text is UTF-8 (RFC 8259); naming the first bad byte here beats the parser's message,
@@ -39,10 +59,10 @@ ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const Re
   out.kind = kind;
   f.text("model", "");
   std::string text;
+  std::vector<ChatMessage> chat;
   if (kind == RequestKind::kChat) {
     const json* msgs = f.get("messages", [](const json& v) { return v.is_array(); }, "an array of messages");
     if (msgs == nullptr || msgs->empty()) throw HttpError(400, "messages: expected a non-empty array of messages", "invalid_request_error", "messages");
-    std::vector<ChatMessage> chat;
     for (size_t i = 0; i < msgs->size(); ++i) {
       const json& m = (*msgs)[i];
       const std::string where = "messages[" + std::to_string(i) + "]";
@@ -115,17 +135,28 @@ ParsedRequest parse_request(std::string_view text_in, RequestKind kind, const Re
   if (f.has("stream_options")) out.include_usage = f.at("stream_options", "stream_options.").boolean("include_usage", false);
   // the KV extension: {"kv": {"policy": "squeeze", "budget": 256, ...}} over the server's defaults
   r.cache = lim.kv_defaults;
+  std::optional<int64_t> cache_prefix;
   if (const json* v = f.get("kv", [](const json& x) { return x.is_object(); }, "an object of KV settings")) {
     try {
-      tools::kv_from_json(*v, r.cache, "kv");
+      tools::kv_from_json(*v, r.cache, "kv", {"cache_prefix"});
     } catch (const Error& e) {
       throw HttpError(400, e.what(), "invalid_request_error", "kv");
+    }
+    const JsonFields kv(*v, "kv.", [](const std::string&, const std::string& message) { throw HttpError(400, message, "invalid_request_error", "kv"); });
+    if (kv.has("cache_prefix")) {
+      cache_prefix = kv.int64("cache_prefix", 0, 0);
+      if (*cache_prefix >= static_cast<int64_t>(r.prompt.size()))
+        throw HttpError(400, "kv.cache_prefix: " + std::to_string(*cache_prefix) + " tokens; the prompt has " + std::to_string(r.prompt.size()) +
+                                 " (expected 0, none, to " + std::to_string(r.prompt.size() - 1) + ")",
+                        "invalid_request_error", "kv");
     }
     if (r.cache.max_tokens == 0) r.cache.max_tokens = lim.ctx;
     if (r.cache.budget > lim.ctx)
       throw HttpError(400, "kv.budget: " + std::to_string(r.cache.budget) + " exceeds the context of " + std::to_string(lim.ctx) + " tokens (--ctx)",
                       "invalid_request_error", "kv");
   }
+  if (cache_prefix) r.cache_prefix = static_cast<int>(*cache_prefix);
+  else if (lim.prompt_cache && kind == RequestKind::kChat) r.cache_prefix = chat_prefix(chat, r, lim);
   validate(r.options.sampler);
   return out;
 }

@@ -31,6 +31,9 @@ struct RequestLimits {
   int ctx = 0;              // tokens a sequence may hold (--ctx)
   int max_prompt = 0;       // --max-prompt-tokens
   ChatFormat chat_format = ChatFormat::kPlain;
+  // The server keeps a prompt cache (--prompt-cache): a chat of several messages whose request
+  // names no kv.cache_prefix gets one at the start of its last message (query-agnostic policies).
+  bool prompt_cache = false;
 };
 
 struct ParsedRequest {

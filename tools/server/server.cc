@@ -88,13 +88,14 @@ constexpr auto kPatience = std::chrono::seconds(2);
 
 class Server {
  public:
-  Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_) {
+  Server(const Model& model, const ServeOptions& o) : model_(model), opt_(o), engine_(model, o.session, o.parallel), sched_(engine_, SchedulerOptions{o.prompt_cache_bytes}) {
     limits_.model = &model;
     kv_pool_ = engine_.kv_pool();
     limits_.kv_defaults = o.session.cache;
     limits_.ctx = engine_.context_limit(o.session.cache);
     limits_.max_prompt = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : limits_.ctx - 1;
     limits_.chat_format = detect_chat_format(model.chat_template());
+    limits_.prompt_cache = o.prompt_cache_bytes > 0;
   }
 
   int run() {
@@ -216,6 +217,7 @@ class Server {
       kv_full_bytes_ = kv.full;
       kv_bytes_peak_ = std::max(kv_bytes_peak_, kv.held);
       times_ = sched_.times();
+      prompt_cache_ = sched_.prompt_cache();
     }
     // shutting down: every request still open ends now
     for (auto& [id, job] : live) sched_.cancel(id);
@@ -353,7 +355,10 @@ class Server {
 
   static json usage(const GenerateResult& r) {
     const int64_t n = static_cast<int64_t>(r.tokens.size());
-    return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", n}, {"total_tokens", r.prompt_tokens + n}};
+    return {{"prompt_tokens", r.prompt_tokens},
+            {"completion_tokens", n},
+            {"total_tokens", r.prompt_tokens + n},
+            {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
   }
 
   // Request JSON -> a validated job (HttpError or Error naming the field otherwise).
@@ -498,6 +503,19 @@ class Server {
          "gauge",
          "squeezekv_kv_pool_sequences{kind=\"budgeted\"} " + std::to_string(kv_pool_.sequences_budgeted) +
              "\nsqueezekv_kv_pool_sequences{kind=\"full\"} " + std::to_string(kv_pool_.sequences_full) + "\n");
+    const PromptCacheStats& pc = prompt_cache_;
+    line("squeezekv_prompt_cache_bytes", "bytes of compressed prompt prefixes kept for reuse (--prompt-cache)", "gauge",
+         "squeezekv_prompt_cache_bytes " + std::to_string(pc.bytes) + "\n");
+    line("squeezekv_prompt_cache_limit_bytes", "the prompt cache's byte limit (--prompt-cache; 0: none kept)", "gauge",
+         "squeezekv_prompt_cache_limit_bytes " + std::to_string(pc.limit) + "\n");
+    line("squeezekv_prompt_cache_entries", "prompt prefixes kept", "gauge", "squeezekv_prompt_cache_entries " + std::to_string(pc.entries) + "\n");
+    line("squeezekv_prompt_cache_requests_total", "requests with a cache prefix, by whether they started from a kept one", "counter",
+         "squeezekv_prompt_cache_requests_total{result=\"hit\"} " + std::to_string(pc.hits) +
+             "\nsqueezekv_prompt_cache_requests_total{result=\"miss\"} " + std::to_string(pc.misses) + "\n");
+    line("squeezekv_prompt_cache_evictions_total", "kept prefixes dropped for newer ones (least recently used first)", "counter",
+         "squeezekv_prompt_cache_evictions_total " + std::to_string(pc.evicted) + "\n");
+    line("squeezekv_prompt_cache_tokens_saved_total", "prompt tokens the hits did not run", "counter",
+         "squeezekv_prompt_cache_tokens_saved_total " + std::to_string(pc.tokens_saved) + "\n");
     const SchedulerTimes& t = times_;
     auto num = [](double x) {
       char b[32];
@@ -539,6 +557,7 @@ class Server {
   int in_flight_ = 0;              // requests accepted and not finished (running, queued or in the inbox)
   int64_t kv_bytes_ = 0, kv_full_bytes_ = 0, kv_bytes_peak_ = 0;
   SchedulerTimes times_;  // the engine thread's, as of its last step
+  PromptCacheStats prompt_cache_;  // the Scheduler's, as of its last step
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   std::map<int, int64_t> requests_by_status_;
   struct Finished {

@@ -3,6 +3,7 @@
 // answers; one engine thread owns the Scheduler and runs every step, so all sequences share one
 // batch per decode step.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "squeezekv/model.h"
@@ -16,6 +17,7 @@ struct ServeOptions {
   int parallel = 4;             // sequences decoded together
   int queue = 64;               // requests waiting for a slot; beyond it, 503 with Retry-After
   int max_prompt_tokens = 0;    // 0: the context less one
+  int64_t prompt_cache_bytes = 0;  // --prompt-cache: compressed prompt prefixes kept for reuse (0: none)
   std::string api_key;          // empty: no authentication
   std::string model_name;       // the id /v1/models reports
   SessionOptions session;       // device, threads, chunk, arithmetic; session.cache: the KV defaults

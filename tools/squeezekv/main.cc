@@ -520,6 +520,12 @@ int main(int argc, char** argv) {
   sv->add_option("--queue", serve_opt.queue, "requests waiting for a slot; beyond it, 503 with Retry-After")->capture_default_str();
   sv->add_option("--max-prompt-tokens", serve_opt.max_prompt_tokens, "longest prompt accepted (0: the context less one)");
   sv->add_option("--api-key", serve_opt.api_key, "require Authorization: Bearer KEY (default: no key)");
+  std::string prompt_cache = "0";
+  sv->add_option("--prompt-cache", prompt_cache,
+                 "host memory for compressed prompt prefixes kept for reuse (SIZE: 1G, 512M; 0: none, the default). A chat's "
+                 "messages before its last (or the request's kv.cache_prefix tokens) are compressed as a prompt of their own, "
+                 "kept, and later requests with the same prefix and KV settings start from a copy of it")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -531,7 +537,10 @@ int main(int argc, char** argv) {
   try {
     if (g->parsed()) return run_generate(common, gen);
     if (b->parsed()) return run_bench(common, bench_args);
-    if (sv->parsed()) return run_serve(common, serve_opt);
+    if (sv->parsed()) {
+      if (prompt_cache != "0") serve_opt.prompt_cache_bytes = parse_size("--prompt-cache", prompt_cache);
+      return run_serve(common, serve_opt);
+    }
     if (ep->parsed()) return run_eval_ppl(common, ev);
     if (er->parsed()) return run_eval_retrieval(common, ev);
     if (es->parsed()) {
