@@ -571,6 +571,146 @@ TEST(Scheduler, RefusesBadRequestsNamingTheField) {
   EXPECT_EQ(engine.sequences(), 0);
 }
 
+// A prompt cache (SchedulerOptions::prompt_cache_bytes): requests that share a cache_prefix (a
+// document, then a question) start from a copy of its compressed cache after the first, and
+// their tokens are those the same request gets from a Scheduler that keeps nothing (the prefix
+// run as a prompt of its own there too), bit for bit, under every saveable policy. Entries are
+// the compressed caches (kvzip's smaller than the full cache's), kept under their byte limit,
+// least recently used first out.
+std::vector<int> doc_tokens(const Model& m, int which) {
+  static const char* docs[] = {
+      "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed to unite some of the "
+      "best blessings of existence; and had lived nearly twenty-one years in the world with very little to distress or vex her.",
+      "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. "
+      "However little known the feelings or views of such a man may be on his first entering a neighbourhood"};
+  return m.tokenizer().encode(docs[which], true);
+}
+
+GenerateResult run_alone(Scheduler& sched, const Model& m, const std::vector<int>& prefix, const std::string& question,
+                         const CacheConfig& cache, int n) {
+  GenerationRequest r;
+  r.prompt = prefix;
+  const std::vector<int> q = m.tokenizer().encode(question, false);
+  r.prompt.insert(r.prompt.end(), q.begin(), q.end());
+  r.cache_prefix = static_cast<int>(prefix.size());
+  r.options = greedy(n);
+  r.cache = cache;
+  GenerateResult out;
+  r.on_done = [&out](const GenerateResult& res) { out = res; };
+  sched.submit(std::move(r));
+  while (sched.step()) {
+  }
+  return out;
+}
+
+TEST(Scheduler, PromptCacheStartsFromKeptPrefixesAsCold) {
+  const Model& m = smollm();
+  const std::vector<int> doc = doc_tokens(m, 0);
+  const std::vector<std::string> questions = {" Who is Emma?", " How old is she?", " Who is Emma?"};
+  const int n = test::kSanitized ? 6 : 12;
+  std::map<KvPolicy, int64_t> entry_bytes;
+  for (const CacheConfig& c : {cache_of(KvPolicy::kFull, 0), cache_of(KvPolicy::kH2O, 16), cache_of(KvPolicy::kSqueeze, 12),
+                               cache_of(KvPolicy::kKvzip, 12), cache_of(KvPolicy::kWindow, 10)}) {
+    const std::string name = kv_policy_name(c.policy);
+    Engine warm_engine(m, options(DecodeActivations::kInt8), 2), cold_engine(m, options(DecodeActivations::kInt8), 2);
+    Scheduler warm(warm_engine, SchedulerOptions{64 << 20}), cold(cold_engine);
+    for (size_t i = 0; i < questions.size(); ++i) {
+      const GenerateResult w = run_alone(warm, m, doc, questions[i], c, n);
+      const GenerateResult k = run_alone(cold, m, doc, questions[i], c, n);
+      EXPECT_EQ(w.stop_reason, k.stop_reason) << name << " question " << i << ": " << w.error;
+      EXPECT_FALSE(w.tokens.empty()) << name;
+      EXPECT_EQ(w.tokens, k.tokens) << name << " question " << i;
+      EXPECT_EQ(w.cached_tokens, i == 0 ? 0 : static_cast<int>(doc.size())) << name << " question " << i;
+      EXPECT_EQ(k.cached_tokens, 0) << name;
+    }
+    const PromptCacheStats s = warm.prompt_cache();
+    EXPECT_EQ(s.hits, 2) << name;
+    EXPECT_EQ(s.misses, 1) << name;
+    EXPECT_EQ(s.entries, 1) << name;
+    EXPECT_EQ(s.tokens_saved, 2 * static_cast<int64_t>(doc.size())) << name;
+    EXPECT_GT(s.bytes, 0) << name;
+    EXPECT_EQ(s.limit, 64 << 20) << name;
+    EXPECT_EQ(cold.prompt_cache().misses, 0) << name;  // no cache: nothing looked up
+    EXPECT_EQ(warm_engine.sequences(), 0) << name;     // an entry is bytes, not a live sequence
+    entry_bytes[c.policy] = s.bytes;
+  }
+  // kept as compressed: kvzip's 12 rows a layer against the full cache's every prefix token
+  EXPECT_LT(entry_bytes[KvPolicy::kKvzip] * 2, entry_bytes[KvPolicy::kFull]);
+}
+
+TEST(Scheduler, PromptCacheKeepsToItsLimitLeastRecentlyUsedFirst) {
+  const Model& m = smollm();
+  const CacheConfig c = cache_of(KvPolicy::kH2O, 16);
+  const std::vector<int> a = doc_tokens(m, 0), b = doc_tokens(m, 1);
+  int64_t one = 0;  // an entry's bytes
+  {
+    Engine e(m, options(DecodeActivations::kInt8), 2);
+    Scheduler s(e, SchedulerOptions{64 << 20});
+    run_alone(s, m, a, " Who?", c, 2);
+    one = s.prompt_cache().bytes;
+    ASSERT_GT(one, 0);
+  }
+  {  // room for one of the two: b's entry pushes a's out, and a runs again
+    Engine e(m, options(DecodeActivations::kInt8), 2);
+    Scheduler s(e, SchedulerOptions{one + one / 2});
+    run_alone(s, m, a, " Who?", c, 2);
+    run_alone(s, m, b, " Who?", c, 2);
+    EXPECT_EQ(s.prompt_cache().entries, 1);
+    EXPECT_EQ(s.prompt_cache().evicted, 1);
+    EXPECT_LE(s.prompt_cache().bytes, s.prompt_cache().limit);
+    EXPECT_EQ(run_alone(s, m, a, " Who?", c, 2).cached_tokens, 0);
+    EXPECT_EQ(run_alone(s, m, a, " Who?", c, 2).cached_tokens, static_cast<int>(a.size()));
+    EXPECT_EQ(s.prompt_cache().hits, 1);
+    EXPECT_EQ(s.prompt_cache().misses, 3);
+  }
+  {  // an entry larger than the limit is not kept; its requests run as without a cache
+    Engine e(m, options(DecodeActivations::kInt8), 2);
+    Scheduler s(e, SchedulerOptions{one / 2});
+    const GenerateResult r1 = run_alone(s, m, a, " Who?", c, 4), r2 = run_alone(s, m, a, " Who?", c, 4);
+    EXPECT_EQ(r1.tokens, r2.tokens);
+    EXPECT_EQ(r2.cached_tokens, 0);
+    EXPECT_EQ(s.prompt_cache().entries, 0);
+    EXPECT_EQ(s.prompt_cache().bytes, 0);
+  }
+  {  // two requests with one prefix at once: both run it, one entry is kept, the next request hits
+    Engine e(m, options(DecodeActivations::kInt8), 2);
+    Scheduler s(e, SchedulerOptions{64 << 20});
+    std::vector<GenerateResult> out(2);
+    for (int i = 0; i < 2; ++i) {
+      GenerationRequest r;
+      r.prompt = a;
+      r.prompt.push_back(m.tokenizer().encode(" Who?", false)[0]);
+      r.cache_prefix = static_cast<int>(a.size());
+      r.options = greedy(3);
+      r.cache = c;
+      r.on_done = [&out, i](const GenerateResult& res) { out[i] = res; };
+      s.submit(std::move(r));
+    }
+    while (s.step()) {
+    }
+    EXPECT_EQ(out[0].tokens, out[1].tokens);
+    EXPECT_EQ(s.prompt_cache().misses, 2);
+    EXPECT_EQ(s.prompt_cache().entries, 1);
+    EXPECT_EQ(run_alone(s, m, a, " Who?", c, 2).cached_tokens, static_cast<int>(a.size()));
+  }
+  // a bad prefix or limit is refused naming it
+  Engine e(m, options(DecodeActivations::kInt8), 2);
+  EXPECT_THROW(Scheduler(e, SchedulerOptions{-1}), Error);
+  Scheduler s(e, SchedulerOptions{1 << 20});
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.options = greedy(2);
+  for (int bad : {3, 4, -1}) {
+    r.cache_prefix = bad;
+    try {
+      s.submit(r);
+      ADD_FAILURE() << "cache_prefix " << bad << " accepted";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("cache_prefix"), std::string::npos) << err.what();
+    }
+  }
+}
+
 // --max-memory: a run is refused before allocating what would not fit (naming the flag and the
 // parts), a budgeted cache fits where a full one does not, and under the Scheduler a request
 // that would fit once another finishes waits for it instead of failing.
