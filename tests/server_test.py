@@ -167,6 +167,87 @@ POLICIES = [None, {"policy": "squeeze", "budget": BUDGET}, {"policy": "h2o", "bu
             {"policy": "window", "budget": BUDGET}]
 
 
+def document(k, lines):
+    """A document of numbered lines, different for every k."""
+    colours, animals = ["red", "green", "blue", "grey", "white", "black", "brown"], ["fox", "hare", "owl", "horse", "cat"]
+    return f"Report {k}.\n" + "\n".join(f"Line {i}: the {colours[(i + k) % 7]} {animals[(i * 3 + k) % 5]} crossed the river "
+                                         f"at {(i * 7 + k) % 12 + 1} o'clock." for i in range(lines))
+
+
+def chat_cached(srv, doc, question, n, kv=None, stream=False):
+    """A document in a system message, then a question: (text, usage)."""
+    body = {"messages": [{"role": "system", "content": doc}, {"role": "user", "content": question}], "max_tokens": n,
+            "temperature": 0}
+    if kv:
+        body["kv"] = kv
+    code, text, _ = srv.raw("POST", "/v1/chat/completions", body)
+    if code != 200:
+        return None, text
+    r = json.loads(text)
+    return r["choices"][0]["message"]["content"], r["usage"]
+
+
+def prompt_cache():
+    """6. --prompt-cache: questions about one document after the first start from its kept compressed
+    cache (usage.prompt_tokens_details.cached_tokens, /metrics) and answer as a server that keeps
+    nothing answers with the same prefix (kv.cache_prefix); under many clients with distinct
+    documents the kept bytes stay within the limit, and nothing is left once they are done."""
+    kv_flags_ = ["--parallel", "8", "--kv-policy", "kvzip", "--kv-budget", str(BUDGET)]
+    warm, cold = Server(*kv_flags_, "--prompt-cache", "3M"), Server(*kv_flags_)
+    doc = document(0, 24 if SANITIZED else 48)
+    n = ANSWER // 2
+    prefix = None
+    for i, q in enumerate(["Which animal crossed at 5 o'clock?", "What colour was the owl?", "Which animal crossed at 5 o'clock?"]):
+        got, usage = chat_cached(warm, doc, q, n)
+        if got is None:
+            check(False, f"prompt cache question {i}: {usage}")
+            continue
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        if i == 0:
+            check(cached == 0, f"the first question runs the document ({cached} cached tokens)")
+            continue
+        prefix = prefix or cached
+        check(0 < cached == prefix < usage["prompt_tokens"], f"question {i} starts from the kept document ({cached} of "
+                                                             f"{usage['prompt_tokens']} prompt tokens)")
+        want, _ = chat_cached(cold, doc, q, n, {"cache_prefix": prefix})
+        check(got == want, f"question {i} answers as a server that keeps nothing: {got!r} == {want!r}")
+    m = warm.metrics()
+    check(m['squeezekv_prompt_cache_requests_total{result="hit"}'] == 2 and
+          m['squeezekv_prompt_cache_requests_total{result="miss"}'] == 1 and m["squeezekv_prompt_cache_entries"] == 1 and
+          m["squeezekv_prompt_cache_tokens_saved_total"] == 2 * (prefix or -1), "/metrics counts the hits, the miss and the tokens saved")
+    one = m["squeezekv_prompt_cache_bytes"]
+    check(0 < one <= (3 << 20) / 2, f"a kept kvzip document takes {one:.0f} bytes (at least two fit in 3M)")
+    check(cold.metrics()["squeezekv_prompt_cache_entries"] == 0, "a server without --prompt-cache keeps nothing")
+    # many clients, each its own document: the kept bytes never pass the limit; the oldest go first
+    clients = 8 if SANITIZED else 32
+    most, done = [0.0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            most[0] = max(most[0], warm.metrics()["squeezekv_prompt_cache_bytes"])
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    answers = [None] * clients
+
+    def one_client(k):
+        answers[k] = chat_cached(warm, document(k + 1, 12), "Which animal crossed first?", 4)[0]
+
+    in_threads(one_client, clients)
+    done.set()
+    watcher.join()
+    m = wait_idle(warm)
+    check(all(a is not None for a in answers), f"{clients} clients with their own documents are answered")
+    check(most[0] <= 3 << 20 and m["squeezekv_prompt_cache_bytes"] <= 3 << 20,
+          f"the kept bytes stayed within --prompt-cache 3M (most {most[0]:.0f}, now {m['squeezekv_prompt_cache_bytes']:.0f})")
+    check(m["squeezekv_prompt_cache_evictions_total"] > 0 and m["squeezekv_prompt_cache_entries"] >= 1,
+          f"older documents made room ({m['squeezekv_prompt_cache_evictions_total']:.0f} dropped, "
+          f"{m['squeezekv_prompt_cache_entries']:.0f} kept)")
+    check(m["squeezekv_sequences_active"] == 0 and m["squeezekv_kv_bytes"] == 0, "no sequence or KV byte left behind")
+    check(warm.stop() == 0 and cold.stop() == 0, "prompt cache servers exit 0")
+
+
 def main():
     srv = Server("--parallel", "8", "--queue", "64", "--api-key", KEY)
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
@@ -367,6 +448,11 @@ def main():
             ("KV budget wrong type", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o", "budget": "big"}}, KEY, 400, "kv.budget"),
             ("unknown KV setting", "POST", "/v1/chat/completions", {**chat, "kv": {"colour": 1}}, KEY, 400, "colour"),
             ("unknown KV row type", "POST", "/v1/chat/completions", {**chat, "kv": {"type_v": "q9"}}, KEY, 400, "kv.type_v"),
+            ("KV cache_prefix past the prompt", "POST", "/v1/chat/completions", {**chat, "kv": {"cache_prefix": 99999}}, KEY, 400,
+             "kv.cache_prefix"),
+            ("KV cache_prefix negative", "POST", "/v1/chat/completions", {**chat, "kv": {"cache_prefix": -1}}, KEY, 400, "kv.cache_prefix"),
+            ("KV cache_prefix wrong type", "POST", "/v1/completions", {"prompt": "x", "kv": {"cache_prefix": "all"}}, KEY, 400,
+             "kv.cache_prefix"),
             ("prompt over the limit", "POST", "/v1/completions", {"prompt": "word " * 2000, "max_tokens": 1}, KEY, 400, "exceed"),
             ("completion without prompt", "POST", "/v1/completions", {"max_tokens": 1}, KEY, 400, "prompt"),
             ("missing API key", "POST", "/v1/chat/completions", chat, None, 401, "API key"),
@@ -441,6 +527,8 @@ def main():
         check(ok.count(200) == 2 and ok.count(503) == 2 and all(r == "1" for c, r in codes if c == 503),
               f"queue full: two served, two refused with 503 + Retry-After ({codes})")
         check(srv3.stop() == 0, "third server exits 0")
+
+        prompt_cache()
     finally:
         for s in SERVERS:
             if s.proc.poll() is None:

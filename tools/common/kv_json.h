@@ -39,6 +39,7 @@ inline void kv_from_json(const nlohmann::json& obj, CacheConfig& c, const std::s
     if (o == nullptr) {
       std::string known;
       for (const KvOption& k : kv_options()) known += (known.empty() ? "" : ", ") + std::string(k.key);
+      for (const char* k : skip) known += std::string(", ") + k;
       throw Error(where + ": unknown setting '" + key + "' (expected one of: " + known + ")");
     }
     const std::string field = where + "." + o->key;
