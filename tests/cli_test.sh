@@ -229,6 +229,8 @@ expect_error "--max-prompt-tokens" serve -m "$m" --tokenizer "$tok" --port 0 --m
 expect_error "--kv-budget" serve -m "$m" --tokenizer "$tok" --port 0 --kv-policy h2o
 expect_error "--kv-budget" serve -m "$m" --tokenizer "$tok" --port 0 --kv-policy h2o --kv-budget lots
 expect_error "--kv-stats" serve -m "$m" --tokenizer "$tok" --port 0 --kv-stats
+expect_error "--prompt-cache" serve -m "$m" --tokenizer "$tok" --port 0 --prompt-cache lots
+expect_error "--prompt-cache" serve -m "$m" --tokenizer "$tok" --port 0 --prompt-cache -1G
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
