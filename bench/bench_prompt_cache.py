@@ -63,7 +63,8 @@ class Server:
         return out
 
     def ask(self, doc, question, tokens, kv=None, leave=False):
-        """A streamed chat: (seconds to the first piece of text, text, usage); leave: close after it."""
+        """A streamed chat: (seconds to the first piece of text, or to the end where there is none, text,
+        usage); leave: close after the first piece."""
         body = {"messages": [{"role": "system", "content": doc}, {"role": "user", "content": question}], "max_tokens": tokens,
                 "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
         if kv:
@@ -86,6 +87,8 @@ class Server:
                 usage = ev["usage"]
             for ch in ev.get("choices", []):
                 piece = ch.get("delta", {}).get("content")
+                if first is None and ch.get("finish_reason"):  # no text at all (random weights): the end is the first token
+                    first = time.perf_counter() - t0
                 if piece:
                     if first is None:
                         first = time.perf_counter() - t0

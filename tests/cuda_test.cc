@@ -1431,6 +1431,49 @@ TEST_F(Cuda, CopiedSequenceContinuesBitForBit) {
   EXPECT_EQ(engine.kv_pool().reserved, 0);
 }
 
+// The Scheduler's prompt cache on the device: requests that start from a kept prefix (saved from
+// device memory, restored into it) give the tokens a Scheduler that keeps nothing gives them.
+TEST_F(Cuda, PromptCacheStartsFromKeptPrefixesAsCold) {
+  const auto m = Model::load(test::tinystories());
+  SessionOptions so;
+  so.device = Device::kCuda;
+  so.prefill_chunk = 16;
+  const std::vector<int> doc = prompt(*m, 40);
+  for (KvPolicy policy : {KvPolicy::kFull, KvPolicy::kH2O, KvPolicy::kSqueeze, KvPolicy::kKvzip}) {
+    CacheConfig c;
+    c.max_tokens = 128;
+    c.policy = policy;
+    c.budget = policy == KvPolicy::kFull ? 0 : 24;
+    Engine warm_engine(*m, so, 2), cold_engine(*m, so, 2);
+    Scheduler warm(warm_engine, SchedulerOptions{16 << 20}), cold(cold_engine);
+    for (int q = 0; q < 3; ++q) {
+      auto ask = [&](Scheduler& sched) {
+        GenerationRequest r;
+        r.prompt = doc;
+        for (int t : prompt(*m, 4 + q)) r.prompt.push_back(t);
+        r.cache_prefix = static_cast<int>(doc.size());
+        r.options.max_tokens = 12;
+        r.options.sampler.temperature = 0.0f;
+        r.cache = c;
+        GenerateResult out;
+        r.on_done = [&out](const GenerateResult& res) { out = res; };
+        sched.submit(std::move(r));
+        while (sched.step()) {
+        }
+        return out;
+      };
+      const GenerateResult w = ask(warm), k = ask(cold);
+      EXPECT_EQ(w.stop_reason, k.stop_reason) << kv_policy_name(policy) << " " << w.error;
+      EXPECT_FALSE(w.tokens.empty());
+      EXPECT_EQ(w.tokens, k.tokens) << kv_policy_name(policy) << " question " << q;
+      EXPECT_EQ(w.cached_tokens, q == 0 ? 0 : static_cast<int>(doc.size())) << kv_policy_name(policy);
+    }
+    EXPECT_EQ(warm.prompt_cache().hits, 2) << kv_policy_name(policy);
+    EXPECT_EQ(warm.prompt_cache().entries, 1) << kv_policy_name(policy);
+    EXPECT_EQ(warm_engine.kv_pool().reserved, 0) << kv_policy_name(policy);  // an entry holds no device memory
+  }
+}
+
 // Saved KV caches (docs/kv_file.md) on the device: a cache saved on CUDA and restored on CUDA
 // continues bit for bit (every policy, f16 and q8_0 rows); a file saved on the CPU continues on
 // CUDA, and one saved on CUDA on the CPU, within the exact mode's CPU-against-CUDA tolerance of the
