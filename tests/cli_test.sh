@@ -115,6 +115,7 @@ expect_error "--windows" eval ppl -m /nonexistent/model.gguf --text "$shared/dat
 expect_error "--samples" eval retrieval -m /nonexistent/model.gguf --task passkey --samples 0
 expect_error "--haystack" eval retrieval -m /nonexistent/model.gguf --task passkey --haystack /nonexistent/hay.txt
 expect_error "--answer-tokens" eval retrieval -m /nonexistent/model.gguf --task passkey --answer-tokens 0
+expect_error "--reuse" eval retrieval -m /nonexistent/model.gguf --task passkey --reuse --question-aware
 expect_error "--pyramid-beta" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy pyramidkv --kv-budget 64 --pyramid-beta 0.5
 expect_error "--top-k" generate -m "$m" --tokenizer "$tok" -p hi --top-k -1
 expect_error "--prefill-chunk" generate -m "$m" --tokenizer "$tok" -p hi --prefill-chunk 0

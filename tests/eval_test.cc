@@ -141,6 +141,47 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
   }
 }
 
+// --reuse: each context is compressed once and every question starts from a restored copy of it.
+// The sample's own question gives its cold answer again, bit for bit (the full cache and kvzip);
+// niah-multikey's other three keys are asked and scored each against its own value (the full
+// cache answers at least three of the four here); the restored path's time to first token is far
+// below the cold one's (the context is not run again).
+TEST(EvalRetrieval, ReusedContextsAnswerAsColdAndFaster) {
+  auto m = Model::load(test::default_model());
+  eval::RetrievalOptions o;
+  o.task = eval::RetrievalTask::kMultiKey;
+  o.ctx = 384;
+  o.depths = {0.3};
+  o.samples = 1;
+  o.seed = 2;
+  o.progress = false;
+  o.reuse = true;
+  SessionOptions full, kvzip;
+  kvzip.cache.policy = KvPolicy::kKvzip;
+  kvzip.cache.budget = 128;
+  for (const SessionOptions& so : {full, kvzip}) {
+    const char* name = kv_policy_name(so.cache.policy);
+    const eval::RetrievalResult r = eval::run_retrieval(*m, so, o);
+    ASSERT_EQ(r.samples.size(), 1u);
+    const eval::RetrievalSample& s = r.samples[0];
+    ASSERT_EQ(s.reasked.size(), 4u) << name;
+    EXPECT_EQ(s.reasked[0].answer, s.answer) << name;
+    EXPECT_EQ(s.reasked[0].question, s.question) << name;
+    for (size_t j = 1; j < 4; ++j) {
+      EXPECT_NE(s.reasked[j].question, s.question) << name;
+      EXPECT_NE(s.reasked[j].expected, s.expected) << name;
+      EXPECT_EQ(s.reasked[j].correct, eval::answer_matches(s.reasked[j].answer, s.reasked[j].expected)) << name;
+    }
+    EXPECT_EQ(r.reasked, 4) << name;
+    EXPECT_EQ(r.reuse_equal, 1) << name;
+    if (so.cache.policy == KvPolicy::kFull) EXPECT_GE(r.reasked_correct, 3) << s.reasked[1].answer << " | " << s.reasked[2].answer;
+    EXPECT_GT(r.ttft_warm_s, 0.0) << name;
+    EXPECT_LT(r.ttft_warm_s * 3, r.ttft_cold_s) << name;
+  }
+  o.question_aware = true;  // the question inside the compressed prompt cannot be reused
+  EXPECT_THROW(eval::run_retrieval(*m, kvzip, o), Error);
+}
+
 TEST(EvalInputs, BadInputsFailWithClearMessages) {
   auto msg = [](auto f) {
     try {

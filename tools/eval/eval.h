@@ -63,7 +63,21 @@ struct RetrievalOptions {
   // reused across questions is; true: the question ends the prompt, so a policy that scores keys
   // by the prompt's last queries (snapkv, pyramidkv) can look for what it asks
   bool question_aware = false;
+  // The reuse a user of a prompt cache gets: each context is compressed once and saved
+  // (Session::save_kv), and every question about it starts from a restored copy
+  // (Session::load_kv): the sample's own question again (its answer must equal the cold one) and,
+  // for niah-multikey, the other three keys. Reports the time to first token of both paths.
+  bool reuse = false;
   bool progress = true;
+};
+
+// A question asked from a restored copy of a sample's compressed context (RetrievalOptions::reuse).
+struct RetrievalReask {
+  std::string question;
+  std::vector<std::string> expected;
+  std::string answer;
+  bool correct = false;
+  double ttft_s = 0.0;  // the restore, the question's tokens and the first pick
 };
 
 struct RetrievalSample {
@@ -75,6 +89,9 @@ struct RetrievalSample {
   std::vector<int> continue_ids;  // what generation started from (the question, or its last token)
   bool correct = false;
   bool needle_kept = false;  // every needle token still held by every layer and head after prefill
+  double ttft_s = 0.0;       // time to first token: the context's prefill (and compression), the question's tokens, the pick
+  // with RetrievalOptions::reuse: the same question from a restored copy, then the other keys'
+  std::vector<RetrievalReask> reasked;
 };
 
 struct RetrievalResult {
@@ -82,6 +99,11 @@ struct RetrievalResult {
   std::vector<std::pair<double, double>> by_depth;  // (depth, accuracy)
   std::vector<RetrievalSample> samples;
   RunCost cost;
+  double ttft_cold_s = 0.0;  // median over the samples of RetrievalSample::ttft_s
+  // with reuse: over every question asked from a restored copy
+  int reasked = 0, reasked_correct = 0;
+  int reuse_equal = 0;       // samples whose own question gave the cold answer again from the copy
+  double ttft_warm_s = 0.0;  // median of their RetrievalReask::ttft_s
 };
 
 void validate(const RetrievalOptions& o);

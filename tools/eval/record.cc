@@ -56,11 +56,25 @@ json retrieval_record(json r, const RetrievalOptions& o, const RetrievalResult& 
   for (const RetrievalSample& s : res.samples) correct += s.correct;
   r["n_samples"] = res.samples.size();  // for a report's 95% interval
   r["n_correct"] = correct;
+  r["ttft_cold_s"] = res.ttft_cold_s;
+  r["reuse"] = o.reuse;
+  if (o.reuse)
+    r["reused"] = {{"questions", res.reasked}, {"correct", res.reasked_correct}, {"same_as_cold", res.reuse_equal},
+                   {"ttft_warm_s", res.ttft_warm_s}};
   if (with_samples) {
     json samples = json::array();
-    for (const RetrievalSample& s : res.samples)
-      samples.push_back({{"depth", s.depth}, {"expected", s.expected}, {"answer", s.answer}, {"correct", s.correct},
-                         {"needle_kept", s.needle_kept}, {"prompt_ids", s.prompt_ids}, {"continue_ids", s.continue_ids}});
+    for (const RetrievalSample& s : res.samples) {
+      json one = {{"depth", s.depth},         {"expected", s.expected},     {"answer", s.answer},
+                  {"correct", s.correct},     {"needle_kept", s.needle_kept}, {"prompt_ids", s.prompt_ids},
+                  {"continue_ids", s.continue_ids}, {"ttft_s", s.ttft_s}};
+      if (!s.reasked.empty()) {
+        json re = json::array();
+        for (const RetrievalReask& q : s.reasked)
+          re.push_back({{"question", q.question}, {"expected", q.expected}, {"answer", q.answer}, {"correct", q.correct}, {"ttft_s", q.ttft_s}});
+        one["reasked"] = re;
+      }
+      samples.push_back(one);
+    }
     r["samples"] = samples;
   }
   add_cost(r, res.cost);

@@ -29,11 +29,18 @@ struct Needle {
   std::string text;
 };
 
+struct Ask {
+  std::string question;
+  std::string answer_prefix;  // plain (no chat template) prompts: the start of the answer
+  std::vector<std::string> expected;
+};
+
 struct Built {
   std::string context, question;  // question: what follows the context in a plain prompt
   std::vector<std::string> expected;
   std::vector<Needle> needles;
   std::string answer_prefix;  // plain (no chat template) prompts: the start of the answer
+  std::vector<Ask> others;    // niah-multikey: the other keys' questions (asked with RetrievalOptions::reuse)
 };
 
 std::string number(std::mt19937_64& rng, int digits) {
@@ -62,6 +69,8 @@ Built make_task(RetrievalTask task, double depth, std::mt19937_64& rng) {
         const std::string v = number(rng, 7);
         b.needles.push_back({i == 0 ? depth : u(rng), "One of the special magic numbers for " + words[i] + " is: " + v + "."});
         if (i == 0) b.expected = {v};
+        else b.others.push_back({"What is the special magic number for " + words[i] + " mentioned in the provided text?",
+                                 "The special magic number for " + words[i] + " mentioned in the provided text is", {v}});
       }
       b.question = "What is the special magic number for " + words[0] + " mentioned in the provided text?";
       b.answer_prefix = "The special magic number for " + words[0] + " mentioned in the provided text is";
@@ -116,6 +125,8 @@ void validate(const RetrievalOptions& o) {
     if (!(d >= 0.0 && d <= 1.0)) throw Error("--depths: depth " + std::to_string(d) + " is outside [0, 1]");
   if (o.samples < 1) throw Error("--samples: must be at least 1, got " + std::to_string(o.samples));
   if (o.max_answer_tokens < 1) throw Error("--answer-tokens: must be at least 1");
+  if (o.reuse && o.question_aware)
+    throw Error("--reuse: the context is compressed before any question to be reused; not with --question-aware");
   if (!o.haystack_file.empty() && !std::ifstream(o.haystack_file))
     throw Error("--haystack: cannot read '" + o.haystack_file + "'");
 }
@@ -168,12 +179,15 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       // prompt pieces around the haystack
       std::string needles_text;
       for (const auto& nd : b.needles) needles_text += nd.text + " ";
-      std::string tail = "\n\n" + b.question + (o.task == RetrievalTask::kMultiValue ? " Answer with the numbers only." : " Answer with the number only.");
+      const char* instruction = o.task == RetrievalTask::kMultiValue ? " Answer with the numbers only." : " Answer with the number only.";
       std::string prefix_text, suffix_text;
-      auto render = [&](const std::string& context) {
+      // the prompt around `context` for one question: the context's part (the same for every
+      // question) and the question's
+      auto render_for = [&](const std::string& context, const std::string& question, const std::string& answer_prefix) {
+        const std::string tail = "\n\n" + question + instruction;
         if (fmt == ChatFormat::kPlain) {
           prefix_text = context;
-          suffix_text = "\n\n" + b.question + " " + b.answer_prefix;
+          suffix_text = "\n\n" + question + " " + answer_prefix;
         } else {
           const std::string full = render_chat(fmt, m.chat_template(), {{"user", context + tail}});
           const size_t at = full.rfind(tail);
@@ -181,6 +195,7 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
           suffix_text = full.substr(at);
         }
       };
+      auto render = [&](const std::string& context) { render_for(context, b.question, b.answer_prefix); };
       render(std::string(kPreamble) + needles_text);
       const int overhead = static_cast<int>(tok.encode(prefix_text, tok.add_bos()).size() + tok.encode(suffix_text, false).size());
       if (overhead >= o.ctx)
@@ -211,6 +226,7 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       const std::vector<int> prefix = tok.encode(prefix_text, tok.add_bos());
       const std::vector<int> suffix = tok.encode(suffix_text, false);
       s.reset();
+      const auto cold_start = std::chrono::steady_clock::now();
       std::vector<int> rest = suffix;  // what generation starts from
       if (o.question_aware) {  // one prompt: the context, the question and all but its last token
         std::vector<int> prompt = prefix;
@@ -220,6 +236,7 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       } else {
         s.forward(prefix);
       }
+      const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cold_start).count();
       // needle kept: the tokens strictly inside each needle's span survive in every layer and head
       bool kept = true;
       for (const auto& [a, e] : spans) {
@@ -235,8 +252,18 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       go.max_tokens = o.max_answer_tokens;
       go.sampler.temperature = 0.0f;
       if (fmt == ChatFormat::kPlain) go.stop = {"\n"};
-      const GenerateResult gr = generate(s, rest, go);
-      tokens_run += static_cast<int64_t>(prefix.size() + suffix.size() + gr.tokens.size());
+      const std::vector<uint8_t> saved = o.reuse ? s.save_kv(prefix) : std::vector<uint8_t>{};
+      // one question from the cache as it stands: its answer and the time from `start` to its first pick
+      auto ask = [&](const std::vector<int>& question_ids, std::chrono::steady_clock::time_point start, double* ttft) {
+        const GenerateResult res = generate(s, question_ids, go, {}, [&] {
+          *ttft = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        });
+        tokens_run += static_cast<int64_t>(question_ids.size() + res.tokens.size());
+        return res;
+      };
+      double question_s = 0.0;
+      const GenerateResult gr = ask(rest, std::chrono::steady_clock::now(), &question_s);
+      tokens_run += static_cast<int64_t>(prefix.size());
       RetrievalSample rs;
       rs.depth = o.depths[di];
       rs.question = b.question;
@@ -247,6 +274,22 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       rs.continue_ids = rest;
       rs.correct = answer_matches(gr.text, b.expected);
       rs.needle_kept = kept;
+      rs.ttft_s = prefill_s + question_s;
+      if (o.reuse) {  // the same question, then the other keys', each from a restored copy
+        std::vector<Ask> asks = {{b.question, b.answer_prefix, b.expected}};
+        asks.insert(asks.end(), b.others.begin(), b.others.end());
+        for (const Ask& a : asks) {
+          render_for(context, a.question, a.answer_prefix);
+          RetrievalReask rq;
+          rq.question = a.question;
+          rq.expected = a.expected;
+          const auto start = std::chrono::steady_clock::now();
+          s.load_kv(saved, "the sample's saved context");
+          rq.answer = ask(tok.encode(suffix_text, false), start, &rq.ttft_s).text;
+          rq.correct = answer_matches(rq.answer, a.expected);
+          rs.reasked.push_back(rq);
+        }
+      }
       correct += rs.correct;
       r.samples.push_back(rs);
       r.cost.add(s.kv_stats());
@@ -260,6 +303,24 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
   int64_t c = 0;
   for (const auto& smp : r.samples) c += smp.correct;
   r.accuracy = static_cast<double>(c) / static_cast<double>(n);
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  std::vector<double> cold, warm;
+  for (const auto& smp : r.samples) {
+    cold.push_back(smp.ttft_s);
+    for (size_t j = 0; j < smp.reasked.size(); ++j) {
+      const RetrievalReask& q = smp.reasked[j];
+      warm.push_back(q.ttft_s);
+      ++r.reasked;
+      r.reasked_correct += q.correct;
+      if (j == 0) r.reuse_equal += q.answer == smp.answer;
+    }
+  }
+  r.ttft_cold_s = median(cold);
+  r.ttft_warm_s = median(warm);
   r.cost.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.cost.tokens_per_second = static_cast<double>(tokens_run) / r.cost.seconds;
   return r;

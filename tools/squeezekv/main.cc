@@ -399,9 +399,12 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
     std::snprintf(buf, sizeof buf, "%s%.2f:%.3f", depths.empty() ? "" : ",", d, acc);
     depths += buf;
   }
-  std::printf("task=%s ctx=%d accuracy=%.4f by_depth=%s kept_bytes=%lld full_bytes=%lld\n", eval::task_name(e.ret.task),
+  std::printf("task=%s ctx=%d accuracy=%.4f by_depth=%s kept_bytes=%lld full_bytes=%lld ttft_cold_ms=%.1f\n", eval::task_name(e.ret.task),
               e.ret.ctx, r.accuracy, depths.c_str(), static_cast<long long>(r.cost.kept_bytes),
-              static_cast<long long>(r.cost.full_bytes));
+              static_cast<long long>(r.cost.full_bytes), r.ttft_cold_s * 1e3);
+  if (e.ret.reuse)
+    std::printf("reused: %d questions from restored contexts, %d correct, %d of %zu samples' own answers equal to cold, ttft_warm_ms=%.1f\n",
+                r.reasked, r.reasked_correct, r.reuse_equal, r.samples.size(), r.ttft_warm_s * 1e3);
   if (!e.json_out.empty())  // with every sample's token ids, so a peer can run exactly these prompts
     eval::write_record(e.json_out,
                        eval::retrieval_record(eval::run_settings(eval::task_name(e.ret.task), "", so, e.ret.ctx), e.ret, r, true), false,
@@ -489,6 +492,9 @@ int main(int argc, char** argv) {
   er->add_option("--answer-tokens", ev.ret.max_answer_tokens, "most tokens of an answer")->capture_default_str();
   er->add_flag("--question-aware", ev.ret.question_aware,
                "prefill the question with the context (compression sees it); default: the context is compressed first");
+  er->add_flag("--reuse", ev.ret.reuse,
+               "compress each context once and ask every question from a restored copy (the sample's own again, and "
+               "niah-multikey's other keys), as a prompt cache serves them; reports the time to first token of both paths");
   er->add_option("--json", ev.json_out, "write the result as a JSON record");
   CLI::App* es = e->add_subcommand("sweep", "run a grid from a JSON config; JSON lines out; resumes");
   es->add_option("--config", ev.sweep.config_file, "sweep config (JSON)")->required();
