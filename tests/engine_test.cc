@@ -711,6 +711,37 @@ TEST(Scheduler, PromptCacheKeepsToItsLimitLeastRecentlyUsedFirst) {
   }
 }
 
+// A full cache (no eviction) starts from the longest kept prefix of its own prefix, a
+// conversation's turn before, and runs the rest of it: turn by turn the same tokens as a Scheduler
+// that keeps nothing (the CPU's 8-bit decode activations: chunks do not change the arithmetic;
+// the kept prefixes end off the chunks' boundaries). A compressing policy matches only exactly.
+TEST(Scheduler, PromptCacheFullCachesStartFromTheLongestKeptPrefix) {
+  const Model& m = smollm();
+  std::vector<int> conversation = doc_tokens(m, 0);
+  const std::vector<std::string> turns = {" She was the youngest of the two daughters of a most affectionate, indulgent father.",
+                                          " Her mother had died too long ago for her to have more than an indistinct remembrance."};
+  for (const CacheConfig& c : {cache_of(KvPolicy::kFull, 0), cache_of(KvPolicy::kH2O, 16)}) {
+    const bool full = c.policy == KvPolicy::kFull;
+    Engine warm_engine(m, options(DecodeActivations::kInt8), 2), cold_engine(m, options(DecodeActivations::kInt8), 2);
+    Scheduler warm(warm_engine, SchedulerOptions{64 << 20}), cold(cold_engine);
+    std::vector<int> prefix = conversation;
+    int kept = 0;  // tokens of the last prefix kept
+    for (size_t t = 0; t <= turns.size(); ++t) {
+      const GenerateResult w = run_alone(warm, m, prefix, " Who?", c, 6), k = run_alone(cold, m, prefix, " Who?", c, 6);
+      EXPECT_EQ(w.tokens, k.tokens) << kv_policy_name(c.policy) << " turn " << t;
+      EXPECT_EQ(w.cached_tokens, full ? kept : 0) << kv_policy_name(c.policy) << " turn " << t;
+      kept = static_cast<int>(prefix.size());
+      ASSERT_NE(kept % options(DecodeActivations::kInt8).prefill_chunk, 0);
+      if (t < turns.size())
+        for (int id : m.tokenizer().encode(turns[t], false)) prefix.push_back(id);
+    }
+    EXPECT_EQ(warm.prompt_cache().hits, full ? 2 : 0) << kv_policy_name(c.policy);
+    EXPECT_EQ(warm.prompt_cache().entries, 3) << kv_policy_name(c.policy);
+    // the same prefix again: an exact match under every policy
+    EXPECT_EQ(run_alone(warm, m, prefix, " Why?", c, 2).cached_tokens, static_cast<int>(prefix.size())) << kv_policy_name(c.policy);
+  }
+}
+
 // --max-memory: a run is refused before allocating what would not fit (naming the flag and the
 // parts), a budgeted cache fits where a full one does not, and under the Scheduler a request
 // that would fit once another finishes waits for it instead of failing.

@@ -174,10 +174,10 @@ def document(k, lines):
                                          f"at {(i * 7 + k) % 12 + 1} o'clock." for i in range(lines))
 
 
-def chat_cached(srv, doc, question, n, kv=None, stream=False):
-    """A document in a system message, then a question: (text, usage)."""
-    body = {"messages": [{"role": "system", "content": doc}, {"role": "user", "content": question}], "max_tokens": n,
-            "temperature": 0}
+def chat_cached(srv, doc, question, n, kv=None, messages=None):
+    """A document in a system message, then a question (or the messages given): (text, usage)."""
+    messages = messages or [{"role": "system", "content": doc}, {"role": "user", "content": question}]
+    body = {"messages": messages, "max_tokens": n, "temperature": 0}
     if kv:
         body["kv"] = kv
     code, text, _ = srv.raw("POST", "/v1/chat/completions", body)
@@ -218,6 +218,20 @@ def prompt_cache():
     one = m["squeezekv_prompt_cache_bytes"]
     check(0 < one <= (3 << 20) / 2, f"a kept kvzip document takes {one:.0f} bytes (at least two fit in 3M)")
     check(cold.metrics()["squeezekv_prompt_cache_entries"] == 0, "a server without --prompt-cache keeps nothing")
+    # a conversation on a full cache: the next turn starts from the turn before's kept prefix
+    full = {"policy": "full"}
+    turn1 = [{"role": "system", "content": document(9, 4)}, {"role": "user", "content": "Which animal crossed first?"}]
+    a1, u1 = chat_cached(warm, None, None, n, full, turn1)
+    turn2 = turn1 + [{"role": "assistant", "content": a1 or ""}, {"role": "user", "content": "And the one after it?"}]
+    a2, u2 = chat_cached(warm, None, None, n, full, turn2)
+    a3, u3 = chat_cached(warm, None, None, n, full, turn2)
+    if None in (a1, a2, a3):
+        check(False, f"a conversation's turns are answered ({u1} {u2} {u3})")
+    else:
+        c1, c2, c3 = (u["prompt_tokens_details"]["cached_tokens"] for u in (u1, u2, u3))
+        check(c1 == 0 and 0 < c2 < c3 < u3["prompt_tokens"] and a3 == a2,
+              f"a full cache's second turn starts from the first turn's prefix ({c2} tokens), the same turn again from its own "
+              f"({c3} of {u3['prompt_tokens']}) with the same answer")
     # many clients, each its own document: the kept bytes never pass the limit; the oldest go first
     clients = 8 if SANITIZED else 32
     most, done = [0.0], threading.Event()

@@ -133,7 +133,10 @@ struct GenerationRequest {
   // the cache is compressed where they end (kvzip scores them, squeeze splits its budget there),
   // and the rest of the prompt runs after them. With a prompt cache (SchedulerOptions), the
   // compressed prefix is kept and a later request with the same prefix and cache settings starts
-  // from a copy of it: its tokens are what it would get without the copy.
+  // from a copy of it: its tokens are what it would get without the copy. A full cache (no
+  // eviction) starts from the longest kept prefix of its own prefix (a conversation's turn
+  // before) and runs the rest of it: on the CPU the same tokens (a row's products and attention
+  // are summed alike whatever chunk holds it), on a GPU within the chunking's rounding.
   int cache_prefix = 0;
   GenerateOptions options;
   CacheConfig cache;
@@ -164,7 +167,7 @@ struct SchedulerOptions {
 // The prompt cache's contents and what it saved since the Scheduler was made.
 struct PromptCacheStats {
   int64_t limit = 0, bytes = 0, entries = 0;
-  int64_t hits = 0;          // requests that started from a kept prefix
+  int64_t hits = 0;          // requests that started from a kept prefix (a full cache: from part of its own)
   int64_t misses = 0;        // requests with a prefix that was not kept (run, then kept if it fits)
   int64_t evicted = 0;       // entries dropped for newer ones
   int64_t tokens_saved = 0;  // prompt tokens the hits did not run

@@ -223,7 +223,7 @@ struct Scheduler::Impl {
     bool stepping = false, taking = false;
     int pick = -1;
     std::string cache_key;  // its prefix's settings in the prompt cache ("" when none is kept)
-    bool cache_hit = false;  // it started from a kept prefix
+    int cached = 0;          // prompt tokens it took from a kept prefix
     clock::time_point admitted, prompt_done;
   };
   Engine& engine;
@@ -252,26 +252,31 @@ struct Scheduler::Impl {
 
   std::span<const int> prefix_of(const Request& q) const { return std::span<const int>(q.r.prompt).first(static_cast<size_t>(q.r.cache_prefix)); }
   // A new sequence for q: a copy of its prefix's compressed cache where the prompt cache keeps it
-  // (q then starts after the prefix), else an empty one. MemoryLimitError as add_sequence.
+  // (q then starts after the prefix), else an empty one; a full cache starts from the longest
+  // kept prefix of its own (a conversation's turn before), the rest of the prefix then runs.
+  // MemoryLimitError as add_sequence.
   SequenceId start_sequence(Request& q) {
     if (q.r.cache_prefix > 0 && cache) {
       if (const auto key = prompt_cache_settings(q.r.cache, engine.context_limit(q.r.cache))) {
         q.cache_key = *key;
-        if (const std::vector<uint8_t>* bytes = cache->find(q.cache_key, prefix_of(q))) {
+        const auto [bytes, n] = q.r.cache.policy == KvPolicy::kFull
+                                    ? cache->find_longest(q.cache_key, prefix_of(q))
+                                    : std::pair{cache->find(q.cache_key, prefix_of(q)), q.r.cache_prefix};
+        if (bytes != nullptr) {
           SequenceId id = -1;
           try {
             id = engine.load_sequence(*bytes, nullptr, "prompt cache");
           } catch (const MemoryLimitError&) {
             throw;
           } catch (const Error&) {  // (bytes this engine saved: not expected) run the prefix instead
-            cache->erase(q.cache_key, prefix_of(q));
+            cache->erase(q.cache_key, prefix_of(q).first(static_cast<size_t>(n)));
           }
           if (id >= 0) {
-            q.cache_hit = true;
-            q.prefilled = static_cast<size_t>(q.r.cache_prefix);
-            q.gen->result().cached_tokens = q.r.cache_prefix;
+            q.cached = n;
+            q.prefilled = static_cast<size_t>(n);
+            q.gen->result().cached_tokens = n;
             ++cache_stats.hits;
-            cache_stats.tokens_saved += q.r.cache_prefix;
+            cache_stats.tokens_saved += n;
             return id;
           }
         }
@@ -281,9 +286,9 @@ struct Scheduler::Impl {
     if (!q.cache_key.empty()) ++cache_stats.misses;
     return id;
   }
-  // After a prefill step: q's prefix has just run (it was not kept): its cache is kept.
+  // After a prefill step: q's prefix has just run (it was not kept whole): its cache is kept.
   void keep_prefix(Request& q) {
-    if (q.cache_key.empty() || q.cache_hit || q.prefilled != static_cast<size_t>(q.r.cache_prefix) || q.seq < 0) return;
+    if (q.cache_key.empty() || q.cached == q.r.cache_prefix || q.prefilled != static_cast<size_t>(q.r.cache_prefix) || q.seq < 0) return;
     if (cache->contains(q.cache_key, prefix_of(q))) return;  // another request kept it meanwhile
     try {
       cache->put(q.cache_key, prefix_of(q), engine.save_sequence(q.seq, prefix_of(q)));

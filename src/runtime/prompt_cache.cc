@@ -28,6 +28,19 @@ const std::vector<uint8_t>* PromptCache::find(const std::string& settings, std::
   return &it->second->bytes;
 }
 
+std::pair<const std::vector<uint8_t>*, int> PromptCache::find_longest(const std::string& settings, std::span<const int> prefix) {
+  const std::string key = key_of(settings, prefix);
+  const size_t head = settings.size() + 1;  // (settings never hold '\0': a key that begins `key` has these settings)
+  auto best = lru_.end();
+  for (auto it = lru_.begin(); it != lru_.end(); ++it)
+    if (it->key.size() <= key.size() && (best == lru_.end() || it->key.size() > best->key.size()) &&
+        std::string_view(key).starts_with(it->key))
+      best = it;
+  if (best == lru_.end()) return {nullptr, 0};
+  lru_.splice(lru_.begin(), lru_, best);
+  return {&best->bytes, static_cast<int>((best->key.size() - head) / sizeof(int))};
+}
+
 bool PromptCache::contains(const std::string& settings, std::span<const int> prefix) const {
   return index_.count(key_of(settings, prefix)) > 0;
 }

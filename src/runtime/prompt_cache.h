@@ -1,9 +1,10 @@
 // Compressed prompt prefixes kept for reuse (GenerationRequest::cache_prefix): each entry is a
 // saved sequence (docs/kv_file.md) of one prefix of token ids under one set of cache settings,
 // held in the host's memory under a byte limit, least recently used first out.
-// Why exact matches and not the longest cached prefix: a compressed cache is a function of where
-// its prompt ended (kvzip scored, squeeze split its budget, h2o evicted there), so an entry made
-// at the end of a shorter prefix cannot stand for a longer one.
+// A compressed cache is a function of where its prompt ended (kvzip scored, squeeze split its
+// budget, h2o evicted there), so an entry made at the end of a shorter prefix cannot stand for a
+// longer one: compressing policies match exactly (find). A full cache holds every row whatever
+// its chunks were, so it may start from the longest kept prefix of its own (find_longest).
 // Thread safety: one thread at a time (the Scheduler's).
 #pragma once
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "squeezekv/engine.h"
@@ -30,6 +32,10 @@ class PromptCache {
 
   // The saved bytes of `prefix` under `settings`, or null; a hit becomes the most recently used.
   const std::vector<uint8_t>* find(const std::string& settings, std::span<const int> prefix);
+  // The longest entry under `settings` whose ids begin `prefix` (itself included): its bytes and
+  // its length in tokens, or {null, 0}; a hit becomes the most recently used. A scan over the
+  // entries: they are few (the limit over an entry's bytes) and each test is one comparison.
+  std::pair<const std::vector<uint8_t>*, int> find_longest(const std::string& settings, std::span<const int> prefix);
   bool contains(const std::string& settings, std::span<const int> prefix) const;
   // Keeps `bytes` for (settings, prefix), dropping the least recently used entries until the
   // cache fits its limit. False, keeping nothing, when the entry alone exceeds the limit; an entry
