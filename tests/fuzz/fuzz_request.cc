@@ -1,7 +1,8 @@
 // Fuzz target: the server's request parsing (tools/server/request.cc) on any body, as a chat and as
 // a completion request, with the default model's tokenizer and chat template. It must end in a
-// request or an HttpError / Error (a 400 naming the field); any other exception or a sanitizer
-// report is a finding.
+// request (its cache_prefix, given or worked out from a chat's messages, within its prompt) or an
+// HttpError / Error (a 400 naming the field); any other exception or a sanitizer report is a
+// finding.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -23,6 +24,7 @@ const squeezekv::server::RequestLimits& limits() {
     r.ctx = 1024;
     r.max_prompt = 1023;
     r.chat_format = squeezekv::detect_chat_format(m->chat_template());
+    r.prompt_cache = true;  // a chat's automatic cache_prefix is worked out too
     return r;
   }();
   return l;
@@ -36,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       const auto r = squeezekv::server::parse_request(body, kind, limits());
       if (r.request.prompt.empty() || static_cast<int>(r.request.prompt.size()) > limits().max_prompt) __builtin_trap();
+      if (r.request.cache_prefix < 0 || r.request.cache_prefix >= static_cast<int>(r.request.prompt.size())) __builtin_trap();
     } catch (const squeezekv::Error&) {  // HttpError is an Error
     }
   }
