@@ -906,6 +906,41 @@ TEST(KvRows, QuantizedRowsWithinHalfAStep) {
   }
 }
 
+// kv_rows_finite reads finiteness from the bits: for every row type it agrees with dequantizing
+// the rows and std::isfinite, on rows of finite values and on rows with a byte set to a pattern
+// that may make an f16, f32, scale or minimum infinite or NaN (or a quant byte, which cannot).
+TEST(KvRows, FiniteFromTheBitsAsDequantized) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const int D = 64, n = 5;
+  int bad_seen = 0;
+  for (auto t : {cpu::KvType::kF16, cpu::KvType::kF32, cpu::KvType::kQ8_0, cpu::KvType::kQ4_0, cpu::KvType::kQ4_1}) {
+    const size_t rb = kv_row_bytes(t, D);
+    for (int trial = 0; trial < 400; ++trial) {
+      std::vector<uint8_t> rows(n * rb);
+      std::vector<float> x(D);
+      for (int r = 0; r < n; ++r) {
+        for (float& e : x) e = nd(rng);
+        kv_quantize_row(t, x.data(), rows.data() + r * rb, D);
+      }
+      if (trial > 0) {  // damage one or two bytes (high bytes of exponents, and any other)
+        const size_t at = static_cast<size_t>(byte(rng)) * 7919 % rows.size();
+        rows[at] = static_cast<uint8_t>(trial % 3 == 0 ? 0xFF : trial % 3 == 1 ? 0x7C | (byte(rng) & 0x83) : byte(rng));
+        if (trial % 5 == 0 && at > 0) rows[at - 1] = static_cast<uint8_t>(byte(rng));
+      }
+      bool want = true;
+      for (int r = 0; r < n; ++r) {
+        kv_dequantize_row(t, rows.data() + r * rb, x.data(), D);
+        for (float e : x) want = want && std::isfinite(e);
+      }
+      bad_seen += !want;
+      ASSERT_EQ(kv_rows_finite(t, rows.data(), n, D), want) << "type " << int(t) << " trial " << trial;
+    }
+  }
+  EXPECT_GT(bad_seen, 100);  // the damage made values that are not finite in many trials
+}
+
 // Attention over quantized K and V rows (and mixed pairs: q8_0 keys with f16 values, f16 keys
 // with q4_0 values, ...) through the tile kernels, dequantized in registers, against the scalar
 // row reference reading the same stored bytes through kv_row_value, with the mass (sum and max)

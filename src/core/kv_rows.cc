@@ -110,6 +110,32 @@ float kv_row_value(KvType t, const void* row, int d) {
   return 0.0f;
 }
 
+bool kv_rows_finite(KvType t, const void* rows, size_t n, int D) {
+  const uint8_t* p = static_cast<const uint8_t*>(rows);
+  const size_t bytes = n * kv_row_bytes(t, D);
+  // an f16 at byte offset i (little-endian) is not finite where its 5 exponent bits are all set
+  auto half_bad = [p](size_t i) { return (p[i + 1] & 0x7C) == 0x7C; };
+  bool bad = false;
+  switch (t) {
+    case KvType::kF16:
+      for (size_t i = 0; i < bytes; i += 2) bad |= half_bad(i);
+      return !bad;
+    case KvType::kF32:  // exponent: bits 23-30, the high byte's low 7 bits and the next byte's top bit
+      for (size_t i = 0; i < bytes; i += 4) bad |= (p[i + 3] & 0x7F) == 0x7F && (p[i + 2] & 0x80) != 0;
+      return !bad;
+    case KvType::kQ8_0:
+      for (size_t i = 0; i < bytes; i += 34) bad |= half_bad(i);
+      return !bad;
+    case KvType::kQ4_0:
+      for (size_t i = 0; i < bytes; i += 18) bad |= half_bad(i);
+      return !bad;
+    case KvType::kQ4_1:
+      for (size_t i = 0; i < bytes; i += 20) bad |= half_bad(i) || half_bad(i + 2);
+      return !bad;
+  }
+  return false;
+}
+
 void kv_rotate(float* x, int D) {
   const int B = D & -D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(B));

@@ -17,6 +17,11 @@ void kv_quantize_row(KvType t, const float* x, void* dst, int D);
 void kv_dequantize_row(KvType t, const void* src, float* x, int D);
 // Value d of one stored row (the attention reference's per-element read).
 float kv_row_value(KvType t, const void* row, int d);
+// Whether every value of n stored rows (one after another, kv_row_bytes(t, D) each) is finite, as
+// dequantizing them and std::isfinite would say, read from the bits alone: f16 and f32 exponents,
+// and the block types' f16 scales (a block's values d * q, d * (q - 8), d * q + m are finite
+// exactly where its d and m are). For a saved cache's rows, tens of MB, before they are used.
+bool kv_rows_finite(KvType t, const void* rows, size_t n, int D);
 // x [D] <- R x in place, R orthonormal: a randomized Walsh-Hadamard transform (fixed signs, then
 // the Hadamard butterflies, scaled by 1/sqrt(B)) on each block of B dims, B the largest power of
 // two dividing D. Keys of a kv_rotates_keys type are stored as R k and met by R q, so q.k is
