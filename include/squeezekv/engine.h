@@ -135,8 +135,8 @@ struct GenerationRequest {
   // compressed prefix is kept and a later request with the same prefix and cache settings starts
   // from a copy of it: its tokens are what it would get without the copy. A full cache (no
   // eviction) starts from the longest kept prefix of its own prefix (a conversation's turn
-  // before) and runs the rest of it: on the CPU the same tokens (a row's products and attention
-  // are summed alike whatever chunk holds it), on a GPU within the chunking's rounding.
+  // before) and runs the rest of it: within the rounding of a prompt's chunking, as its chunks
+  // differ from a cold run's (the CPU's release build gives the same tokens in engine_test).
   int cache_prefix = 0;
   GenerateOptions options;
   CacheConfig cache;
