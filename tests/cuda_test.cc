@@ -1078,6 +1078,95 @@ TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
               worst, compared);
 }
 
+// A norm's rows, and SwiGLU's gate, go on to the tensor-core products in bf16 from the kernel that
+// wrote them (cuda_backend.cu, bf16_rows_). Whatever changes the rows in between (a copy in, a
+// kernel, another norm), a product reads them as they are then: the same bits as a product over a
+// fresh copy of them, which converts them itself. Where nothing came between, the same bits too.
+TEST_F(Cuda, ProductsReadTheirRowsAsTheyAreNow) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  int cases = 0;
+  for (auto batch : {CudaOptions::BatchProducts::kTuned, CudaOptions::BatchProducts::kMma}) {
+    CudaOptions o;
+    o.batch = batch;
+    auto b = make_cuda_backend(o);
+    constexpr int T = 64, C = 256, R = 320, F = 192;
+    auto bits = [&](int rows, int cols) {
+      std::vector<uint16_t> v(static_cast<size_t>(rows) * cols);
+      for (uint16_t& e : v) e = f32_to_bf16(nd(rng) * 0.1f);
+      return v;
+    };
+    const std::vector<uint16_t> wb = bits(R, C), gb = bits(F, C), ub = bits(F, C), db = bits(R, F);
+    std::vector<std::unique_ptr<Buffer>> keep;
+    const WeightMatrix w = b->prepare_weight({DType::BF16, reinterpret_cast<const uint8_t*>(wb.data()), R, C, size_t{C} * 2},
+                                             Backend::WeightUse::kMatrix, keep.emplace_back());
+    const WeightMatrix wd = b->prepare_weight({DType::BF16, reinterpret_cast<const uint8_t*>(db.data()), R, F, size_t{F} * 2},
+                                              Backend::WeightUse::kMatrix, keep.emplace_back());
+    const WeightMatrix gu_in[2] = {{DType::BF16, reinterpret_cast<const uint8_t*>(gb.data()), F, C, size_t{C} * 2},
+                                   {DType::BF16, reinterpret_cast<const uint8_t*>(ub.data()), F, C, size_t{C} * 2}};
+    WeightMatrix gu[2];
+    b->prepare_weights(gu_in, 2, gu, keep);
+    auto rows = [&](size_t n, float scale) {
+      std::vector<float> v(n);
+      for (float& e : v) e = nd(rng) * scale;
+      return v;
+    };
+    const std::vector<float> x = rows(size_t{T} * C, 2.0f), y = rows(size_t{T} * C, 1.0f), other = rows(size_t{T} * C, 1.0f),
+                             nw = rows(C, 0.1f), other_f = rows(size_t{T} * F, 1.0f);
+    auto dev = [&](const std::vector<float>& h) {
+      keep.push_back(b->alloc(h.size() * 4));
+      b->upload(keep.back()->data(), h.data(), h.size() * 4);
+      return keep.back()->as<float>();
+    };
+    float *bx = dev(x), *by = dev(y), *bn = dev(nw), *xn = dev(x), *fresh = dev(x), *out = dev(std::vector<float>(size_t{T} * R));
+    float *gate = dev(other_f), *upo = dev(other_f);
+    // out of the product over `in` (decode rows, or a prompt chunk's); then the same over a copy
+    auto product = [&](const float* in, const WeightMatrix& m, bool chunk) {
+      if (chunk) b->matmul(out, in, m, T, nullptr, Activations::kF32);
+      else b->matmul_rows(out, in, m, T, nullptr, Activations::kF32);
+      std::vector<float> h(size_t{T} * m.rows);
+      b->download(h.data(), out, h.size() * 4);
+      return h;
+    };
+    auto over_copy = [&](const float* in, const WeightMatrix& m, bool chunk) {
+      b->copy(fresh, in, size_t{T} * m.cols * 4);
+      return product(fresh, m, chunk);
+    };
+    for (bool chunk : {false, true}) {
+      const std::string mode = std::string(batch == CudaOptions::BatchProducts::kMma ? "gemm_rows" : "tuned") + (chunk ? ", chunk" : ", rows");
+      auto check = [&](const std::vector<float>& got, const float* in, const WeightMatrix& m, const char* what) {
+        const std::vector<float> want = over_copy(in, m, chunk);
+        EXPECT_TRUE(got == want) << mode << ": " << what;
+        ++cases;
+      };
+      b->rmsnorm(xn, bx, bn, T, C, 1e-5f);
+      check(product(xn, w, chunk), xn, w, "norm, then the product");
+      b->rmsnorm(xn, bx, bn, T, C, 1e-5f);
+      b->submit();
+      check(product(xn, w, chunk), xn, w, "norm, the layer submitted, then the product");
+      b->rmsnorm(xn, bx, bn, T, C, 1e-5f);
+      b->upload(xn, other.data(), other.size() * 4);
+      check(product(xn, w, chunk), xn, w, "norm, rows copied in, then the product");
+      b->add_rmsnorm(xn, bx, by, bn, T, C, 1e-5f);
+      b->add(xn, by, int64_t{T} * C);
+      check(product(xn, w, chunk), xn, w, "norm, a kernel adding to the rows, then the product");
+      b->rmsnorm(fresh, bx, bn, T, C, 1e-5f);  // another buffer's rows last
+      b->rmsnorm(xn, by, bn, T, C, 1e-5f);
+      b->copy(xn, fresh, size_t{T} * C * 4);
+      check(product(xn, w, chunk), xn, w, "norm, the rows replaced by a copy, then the product");
+      // SwiGLU's gate (joined gate and up) into the down product
+      const RowMode rm = chunk ? RowMode::kChunk : RowMode::kIndependent;
+      b->rmsnorm(xn, bx, bn, T, C, 1e-5f);
+      b->matmul_swiglu(gate, upo, xn, gu[0], gu[1], T, Activations::kF32, rm);
+      check(product(gate, wd, chunk), gate, wd, "the gate, then the down product");
+      b->matmul_swiglu(gate, upo, xn, gu[0], gu[1], T, Activations::kF32, rm);
+      b->upload(gate, other_f.data(), other_f.size() * 4);
+      check(product(gate, wd, chunk), gate, wd, "the gate, rows copied in, then the down product");
+    }
+  }
+  std::printf("products after norms and gates: %d cases equal to the product over a fresh copy of their rows\n", cases);
+}
+
 // RMSNorm and the residual add before it against the CPU, over rows that take the register kernel
 // (E % 4 == 0, up to 16384) and rows that take the general one (odd E, E past 16384).
 TEST_F(Cuda, NormsMatchTheCpu) {

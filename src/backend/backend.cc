@@ -127,6 +127,17 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
     if (end == e || *end != '\0' || v < 0 || v > 1024) throw Error(std::string("SQUEEZEKV_CUDA_QGEMV_ROWS: expected 0 to 1024, got '") + e + "'");
     co.packed_gemv_rows = static_cast<int>(v);
   }
+  auto count = [](const char* name, int lo, int hi, int& v) {  // SQUEEZEKV_CUDA_LT_ALGOS, _RUNS: the products' timing, for measurements
+    if (const char* e = std::getenv(name)) {
+      char* end = nullptr;
+      const long n = std::strtol(e, &end, 10);
+      if (end == e || *end != '\0' || n < lo || n > hi)
+        throw Error(std::string(name) + ": expected " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" + e + "'");
+      v = static_cast<int>(n);
+    }
+  };
+  count("SQUEEZEKV_CUDA_LT_ALGOS", 1, 256, co.lt_algos);
+  count("SQUEEZEKV_CUDA_LT_RUNS", 1, 50, co.lt_runs);
   // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,
   // or with --batch-invariant the GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=tuned|blas|
   // gemv|mma chooses one for measurements

@@ -35,6 +35,8 @@ struct CudaOptions {
   // integer GEMV, more through packed_mma's kernel (a decode batch of up to 64 rows) or a
   // dequantization to bf16 and cuBLAS (a prompt chunk, a larger batch, or packed_mma off)
   int packed_gemv_rows = 16;
+  // cuBLASLt's candidates timed for each decode-batch shape, and the timed runs of each (gemm_lt.h)
+  int lt_algos = 8, lt_runs = 3;
   bool packed_mma = true;  // a decode batch over packed weights on the tensor cores (gemm_rows_q.h)
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its
   // lone arithmetic); off: one sequence after another

@@ -40,8 +40,9 @@ struct SplitRows {
 // its own product, add_bias and rope would leave it (the same float operations)
 void launch_split_rows(Launcher& L, const SplitRows& s, const float* joined, int64_t T);
 // g[t][f] = silu(joined[t][f]) * joined[t][F + f] for f < F: SwiGLU's gate from one product over
-// gate and up laid out together, as launch_silu_mul computes it from the two
-void launch_silu_mul_split(Launcher& L, float* g, const float* joined, int64_t T, int F);
+// gate and up laid out together, as launch_silu_mul computes it from the two; with gb, g also as
+// bf16 there ([T][F], rounded as launch_to_bf16 rounds), for the product that reads it next
+void launch_silu_mul_split(Launcher& L, float* g, __nv_bfloat16* gb, const float* joined, int64_t T, int F);
 
 // out[0] = sum (o - o_cut)^2, out[1] = sum o^2 over n values, in double (Backend::error_energy)
 void launch_error_energy(Launcher& L, double* out, const float* o, const float* o_cut, int64_t n);

@@ -36,9 +36,9 @@ void run_gemm(const void* p, cudaStream_t) {  // the handle's stream is the laun
 
 }  // namespace
 
-void gemm(cublasHandle_t blas, Launcher& L, const MatmulPart* parts, int n, const float* x, int64_t T, __nv_bfloat16* xb) {
+void gemm(cublasHandle_t blas, Launcher& L, const MatmulPart* parts, int n, const float* x, int64_t T, __nv_bfloat16* xb, bool xb_ready) {
   const int C = static_cast<int>(parts[0].w->cols);
-  bool converted = false;
+  bool converted = xb_ready;
   for (int i = 0; i < n; ++i) {
     const WeightMatrix& w = *parts[i].w;
     const bool bf16 = w.type == DType::BF16;

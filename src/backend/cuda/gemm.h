@@ -12,7 +12,8 @@ namespace squeezekv::cuda {
 
 // out[T][R] = x[T][C] @ W^T (+ bias) for every part by cuBLAS on blas (whose stream is L's): the
 // parts share x, converted once into xb [T][C] (bf16 scratch; only touched where a part has bf16
-// weights, f32 weights multiply x as it is).
-void gemm(cublasHandle_t blas, Launcher& L, const MatmulPart* parts, int n, const float* x, int64_t T, __nv_bfloat16* xb);
+// weights, f32 weights multiply x as it is). xb_ready: xb holds x in bf16 already.
+void gemm(cublasHandle_t blas, Launcher& L, const MatmulPart* parts, int n, const float* x, int64_t T, __nv_bfloat16* xb,
+          bool xb_ready = false);
 
 }  // namespace squeezekv::cuda

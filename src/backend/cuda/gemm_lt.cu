@@ -24,8 +24,6 @@ struct LtProducts::Plan {
 
 namespace {
 
-constexpr int kAlgos = 8;       // the heuristic's first candidates that are timed
-constexpr int kRuns = 3;        // timed runs of each (the median)
 constexpr size_t kL2Flush = size_t{128} << 20;  // written before each timed run: past the L2
 
 // One recorded product (no padding: every byte is set).
@@ -60,7 +58,8 @@ void run_recorded(const void* p, cudaStream_t st) {
 
 }  // namespace
 
-LtProducts::LtProducts(Launcher& L, void* workspace, size_t workspace_bytes) : L_(L), ws_(workspace), ws_bytes_(workspace_bytes) {
+LtProducts::LtProducts(Launcher& L, void* workspace, size_t workspace_bytes, int algos, int runs)
+    : L_(L), ws_(workspace), ws_bytes_(workspace_bytes), algos_(std::max(1, algos)), runs_(std::max(1, runs)) {
   check(cublasLtCreate(&lt_), "cublasLtCreate");
 }
 
@@ -111,9 +110,9 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
   check(cublasLtMatmulPreferenceCreate(&pref), "cublasLt preference");
   const uint64_t ws = ws_bytes_;
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "cublasLt preference");
-  cublasLtMatmulHeuristicResult_t found[kAlgos];
+  std::vector<cublasLtMatmulHeuristicResult_t> found(static_cast<size_t>(algos_));
   int n_found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, kAlgos, found, &n_found);
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, algos_, found.data(), &n_found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || n_found == 0) return nullptr;
   // time each candidate on the real operands, in stream order after what is recorded (its
@@ -133,7 +132,7 @@ LtProducts::Plan* LtProducts::plan(float* out, const __nv_bfloat16* xb, const __
     if (found[i].state != CUBLAS_STATUS_SUCCESS) continue;
     std::vector<float> ms;
     bool fails = false;
-    for (int r = 0; r <= kRuns && !fails; ++r) {  // run 0 warms up
+    for (int r = 0; r <= runs_ && !fails; ++r) {  // run 0 warms up
       if (flush != nullptr) check(cudaMemsetAsync(flush, r, kL2Flush, st), "memset (product timing)");
       check(cudaEventRecord(e0, st), "event");
       fails = lt_matmul(g, found[i].algo, st) != CUBLAS_STATUS_SUCCESS;

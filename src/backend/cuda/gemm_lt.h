@@ -22,8 +22,9 @@ namespace squeezekv::cuda {
 
 class LtProducts {
  public:
-  // workspace: device memory the algorithms may use (recorded products share it: one stream).
-  LtProducts(Launcher& L, void* workspace, size_t workspace_bytes);
+  // workspace: device memory the algorithms may use (recorded products share it: one stream);
+  // algos: the heuristic's first candidates that are timed, runs: the timed runs of each (median)
+  LtProducts(Launcher& L, void* workspace, size_t workspace_bytes, int algos, int runs);
   ~LtProducts();
   LtProducts(const LtProducts&) = delete;
   LtProducts& operator=(const LtProducts&) = delete;
@@ -44,6 +45,7 @@ class LtProducts {
   cublasLtHandle_t lt_ = nullptr;
   void* ws_;
   size_t ws_bytes_;
+  int algos_, runs_;
   std::map<std::tuple<int, int, int>, std::unique_ptr<Plan>> plans_;       // (R, B, C)
   std::map<std::tuple<int, int, int>, cublasLtMatmulAlgo_t> chosen_;      // (R, bucket(B), C): the timed algorithm
   void* flush_ = nullptr;  // written between timed runs (past the L2), allocated at the first timing

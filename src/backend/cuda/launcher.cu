@@ -21,6 +21,7 @@ Launcher::~Launcher() {
 }
 
 void Launcher::flush() {
+  ++serial_;
   if (recs_.empty()) return;
   struct Clear {
     Launcher* l;

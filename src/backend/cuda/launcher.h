@@ -51,6 +51,7 @@ class Launcher {
     put(&r.smem, sizeof(unsigned), 4);
     (arg_off_.push_back(put(&args, sizeof(P), alignof(P))), ...);
     recs_.push_back(r);
+    ++serial_;
   }
 
   // Records fn(&args, stream): a library call that issues its own work on the stream (a cuBLAS
@@ -65,6 +66,7 @@ class Launcher {
     put(&fn, sizeof(fn), 8);
     arg_off_.push_back(put(&args, sizeof(A), alignof(A)));
     recs_.push_back(r);
+    ++serial_;
   }
 
   // The launch recorded last, taken back if it was recorded by launch_tagged(tag, ...) and nothing
@@ -84,6 +86,9 @@ class Launcher {
 
   // Issues what was recorded (in order, on the stream; does not wait for the device).
   void flush();
+  // Counts every launch and call recorded and every flush (the backend's copies into device
+  // memory follow a flush): equal at two moments, nothing was recorded or copied between them.
+  uint64_t serial() const { return serial_; }
   // Graph launches so far (tests check that a decode loop replays).
   int64_t replays() const { return replays_; }
   // Called by a buffer about to be freed (its bytes): the backend drops work it still owes there.
@@ -133,6 +138,7 @@ class Launcher {
   std::array<uint64_t, 256> seen_{};  // hashes of recent launch lists (a step's layers' among them)
   size_t seen_next_ = 0;
   uint64_t clock_ = 0;
+  uint64_t serial_ = 0;
   int64_t replays_ = 0;
 };
 
