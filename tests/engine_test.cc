@@ -609,8 +609,10 @@ TEST(Scheduler, PromptCacheStartsFromKeptPrefixesAsCold) {
   const std::vector<std::string> questions = {" Who is Emma?", " How old is she?", " Who is Emma?"};
   const int n = test::kSanitized ? 6 : 12;
   std::map<KvPolicy, int64_t> entry_bytes;
-  for (const CacheConfig& c : {cache_of(KvPolicy::kFull, 0), cache_of(KvPolicy::kH2O, 16), cache_of(KvPolicy::kSqueeze, 12),
-                               cache_of(KvPolicy::kKvzip, 12), cache_of(KvPolicy::kWindow, 10)}) {
+  // under the sanitizers not h2o and window (squeeze runs h2o's code; 39 s there with all five)
+  std::vector<CacheConfig> configs = {cache_of(KvPolicy::kFull, 0), cache_of(KvPolicy::kSqueeze, 12), cache_of(KvPolicy::kKvzip, 12)};
+  if (!test::kSanitized) configs.insert(configs.end(), {cache_of(KvPolicy::kH2O, 16), cache_of(KvPolicy::kWindow, 10)});
+  for (const CacheConfig& c : configs) {
     const std::string name = kv_policy_name(c.policy);
     Engine warm_engine(m, options(DecodeActivations::kInt8), 2), cold_engine(m, options(DecodeActivations::kInt8), 2);
     Scheduler warm(warm_engine, SchedulerOptions{64 << 20}), cold(cold_engine);
