@@ -28,6 +28,13 @@ __attribute__((always_inline)) inline __m256i fifth_bits(__m256i qh, int c) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+// The weights' lines kTilePrefetch blocks ahead of the one being read (past a tile's end: the next
+// tile, which the same thread reads next).
+constexpr int kTilePrefetch = 16;
+__attribute__((always_inline)) inline void tile_prefetch(const uint8_t* block, int block_bytes) {
+  for (int off = 0; off < block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block + kTilePrefetch * block_bytes + off), _MM_HINT_T0);
+}
+
 // Q4_0 / Q4_1 / Q5_0 / Q5_1, N activation rows. Chunk c < 4: low nibbles of q[c]; c >= 4: high
 // nibbles of q[c - 4]; the 5-bit types OR in each value's fifth bit (values 0..31, unsigned for the
 // products). Min term: Q4_0 -8 d, Q5_0 -16 d, Q4_1 / Q5_1 the stored m. The chunk products go
@@ -44,6 +51,7 @@ __attribute__((always_inline)) inline void tile_q4(const uint8_t* tile, const Q8
   __m256 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
+    tile_prefetch(tile, kBlock);
     [[maybe_unused]] const __m256i qh = kQ5 ? load_chunk(tile + kQh) : low;
     __m256i sum[N];
 #pragma GCC unroll 2
@@ -82,6 +90,7 @@ void tile_q8(const uint8_t* tile, const Q8Block* x, int64_t x_stride, int64_t C,
   __m256 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
   for (int64_t b = 0; b < C / 32; ++b, ++x, tile += kBlock) {
+    tile_prefetch(tile, kBlock);
     __m256i sum32[N];
     for (int n = 0; n < N; ++n) sum32[n] = Dot::zero();
 #pragma GCC unroll 8
