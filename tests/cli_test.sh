@@ -184,7 +184,18 @@ for kind, n in (('pp', 12), ('tg', 6)):
     assert t[(kind, 3)]['kv_kept_bytes'] == 3 * t[(kind, 1)]['kv_kept_bytes'] == 3 * 16 * 640, (kind, t)
     assert t[(kind, 3)]['kv_full_bytes'] == 3 * (20 + n) * 640, (kind, t)
 " "$bj" && ok || bad "bench -b json wrong"
+# -t LIST: every test at each thread count in turn, a table and a JSON line each
+out="$("$bin" bench -m "$m" --tokenizer "$tok" -p 8 -n 4 -r 1 -t 1,2 --json "$bj" 2>&1)"; rc=$?
+[ $rc -eq 0 ] && ok || bad "bench -t 1,2 failed: $out"
+case "$out" in *"cpu, 1 threads"*"| tg4 @ d0 |"*"cpu, 2 threads"*"| tg4 @ d0 |"*) ok ;; *) bad "bench -t 1,2: not a table a thread count: $out" ;; esac
+python3 -c "
+import json, sys
+d = [json.loads(line) for line in open(sys.argv[1])]
+assert [x['threads'] for x in d] == [1, 2], d
+assert all({(t['test'], t['tokens']) for t in x['tests']} == {('pp', 8), ('tg', 4)} for x in d), d
+" "$bj" && ok || bad "bench -t 1,2 json wrong"
 rm -f "$bj"
+expect_error "--threads" bench -m "$m" --tokenizer "$tok" -t 2,0
 expect_error "-b" bench -m "$m" --tokenizer "$tok" -b 0
 expect_error "-r" bench -m "$m" --tokenizer "$tok" -r 0
 expect_error "-p" bench -m "$m" --tokenizer "$tok" -p -5

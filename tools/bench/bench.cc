@@ -314,7 +314,7 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
       {"device_matrix_bytes", r.device_matrix_bytes},
       {"tests", tests},
   };
-  return j.dump(1);
+  return j.dump();  // one line: a list of thread counts writes one a line
 }
 
 }  // namespace squeezekv::bench

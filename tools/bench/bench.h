@@ -60,7 +60,7 @@ void validate(const BenchOptions& o);
 // Session options must allow depth + max(P, N) tokens (--ctx); `progress` gets one line per test.
 BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions& o, bool progress = true);
 
-// The markdown table and the JSON document (with the model, the settings and the machine).
+// The markdown table and the JSON document on one line (with the model, the settings and the machine).
 std::string report_table(const Model& model, const SessionOptions& so, const BenchReport& r);
 std::string report_json(const Model& model, const SessionOptions& so, const BenchOptions& o, const BenchReport& r);
 

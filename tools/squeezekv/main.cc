@@ -79,7 +79,7 @@ std::string default_model_path() {
               "); run scripts/fetch-default-model or pass -m PATH");
 }
 
-void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
+void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true, bool with_threads = true) {
   app->add_option("-m,--model", a.model, "GGUF file, Hugging Face directory or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   app->add_option("--tokenizer", a.tokenizer, "tokenizer file for a llama2.c checkpoint (tok512.bin)");
   app->add_option("--dummy", a.dummy,
@@ -88,7 +88,7 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true) {
                   "--dummy's weights: BF16 (default) | Q8_0 | Q6_K | Q5_K_M | Q4_K_M | Q5_1 | Q5_0 | Q4_1 | Q4_0, the "
                   "tensor types mixed as llama.cpp's quantizer mixes them (output.weight Q6_K except in Q8_0; the _M "
                   "presets' attn_v and ffn_down Q6_K on the first and last eighth of the layers and every third between)");
-  app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  if (with_threads) app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app->add_option("--device", a.device,
                   "cpu | cuda (an NVIDIA GPU; needs a build with the CUDA toolkit)");
   app->add_option("--device-weights", a.device_weights,
@@ -414,6 +414,7 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
 
 struct BenchArgs {
   bench::BenchOptions opt;
+  std::vector<int> threads;  // -t: each thread count's tests in turn (empty: all cores)
   std::string json_out;
   bool no_warmup = false;
 };
@@ -429,16 +430,26 @@ int run_bench(CommonArgs a, BenchArgs& b) {
   if (a.ctx < need)
     throw Error("--ctx: " + std::to_string(a.ctx) + " is less than the largest depth plus test length (" +
                 std::to_string(need) + ")");
-  const SessionOptions so = session_options(a);
+  if (b.threads.empty()) b.threads.push_back(a.threads);
+  std::vector<SessionOptions> runs;  // one a thread count, every flag refused before the model loads
+  for (int t : b.threads) {
+    a.threads = t;
+    runs.push_back(session_options(a));
+  }
   b.opt.warmup = !b.no_warmup;
   if (!b.json_out.empty() && !std::ofstream(b.json_out, std::ios::app))  // before the run, not after it
     throw Error("--json: cannot write '" + b.json_out + "'");
   auto model = load(a);
-  const bench::BenchReport r = bench::run(*model, so, b.opt);
-  std::printf("%s", bench::report_table(*model, so, r).c_str());
+  std::string json;  // one object a thread count, one a line
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const bench::BenchReport r = bench::run(*model, runs[i], b.opt);
+    std::printf("%s%s", i > 0 ? "\n" : "", bench::report_table(*model, runs[i], r).c_str());
+    std::fflush(stdout);
+    json += bench::report_json(*model, runs[i], b.opt, r) + "\n";
+  }
   if (!b.json_out.empty()) {
     std::ofstream out(b.json_out);
-    out << bench::report_json(*model, so, b.opt, r) << "\n";
+    out << json;
     if (!out) throw Error("--json: cannot write '" + b.json_out + "'");
   }
   return 0;
@@ -501,7 +512,10 @@ int main(int argc, char** argv) {
   es->add_option("-t,--threads", common.threads, "CPU threads")->check(CLI::Range(1, 1024));
   BenchArgs bench_args;
   CLI::App* b = app.add_subcommand("bench", "prompt and generation tokens/s at given cache depths (llama-bench style)");
-  add_common(b, common);
+  add_common(b, common, true, false);
+  b->add_option("-t,--threads", bench_args.threads,
+                "CPU threads (comma list: every test at each count in turn, a table each; default: all cores)")
+      ->delimiter(',')->check(CLI::Range(1, 1024));
   b->add_option("-p,--n-prompt", bench_args.opt.prompt_tokens, "prompt tokens per pp test (comma list; 0: none)")
       ->delimiter(',')->capture_default_str();
   b->add_option("-n,--n-gen", bench_args.opt.gen_tokens, "decode steps per tg test (comma list; 0: none)")
@@ -516,7 +530,7 @@ int main(int argc, char** argv) {
   b->add_option("-r,--repetitions", bench_args.opt.repetitions, "runs per test (median, stddev, min, max reported)")
       ->capture_default_str();
   b->add_flag("--no-warmup", bench_args.no_warmup, "skip the untimed warm-up run");
-  b->add_option("--json", bench_args.json_out, "also write the results as JSON to FILE");
+  b->add_option("--json", bench_args.json_out, "also write the results as JSON to FILE (one object a thread count, one a line)");
   server::ServeOptions serve_opt;
   CLI::App* sv = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and completions, streamed or not; KV per request)");
   add_common(sv, common);
