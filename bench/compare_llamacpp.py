@@ -9,6 +9,7 @@ llama-bench built from that package's source (vendor/llama.cpp), which is what l
 
     python3 -m venv /tmp/peers && /tmp/peers/bin/pip install llama-cpp-python gguf numpy
     /tmp/peers/bin/python bench/compare_llamacpp.py --threads 2                 # the default model
+    /tmp/peers/bin/python bench/compare_llamacpp.py --threads 1,2,4,8           # at each thread count in turn
     /tmp/peers/bin/python bench/compare_llamacpp.py --types --llama-bench PATH   # every quant preset
     /tmp/peers/bin/python bench/compare_llamacpp.py --depth 8192 --gen 64 --prompt 0 \\
         --ours-kv "--kv-policy squeeze --kv-budget 512"                          # eviction vs full cache
@@ -158,7 +159,7 @@ def main():
     ap.add_argument("--squeezekv", default="build/squeezekv",
                     help="the binary to measure (an installed copy, so a rebuild cannot pull it away mid-run)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (default: llama-cpp-python's API)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="2", help="thread counts, a comma list: every file at each, in every round")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--depth", type=int, default=0)
@@ -175,6 +176,12 @@ def main():
                          "llama.cpp's -ctk/-ctv)")
     ap.add_argument("--json", help="write every number to FILE")
     a = ap.parse_args()
+    try:
+        threads = [int(t) for t in a.threads.split(",")]
+        if not threads or min(threads) < 1:
+            raise ValueError
+    except ValueError:
+        sys.exit(f"--threads: expected positive integers separated by commas, got '{a.threads}'")
 
     files = {os.path.basename(a.model): a.model}
     if a.types:
@@ -183,22 +190,25 @@ def main():
     peer = LlamaPy()
     peer_name = "llama-bench" if a.llama_bench else "llama-cpp-python"
     print(f"machine: {platform.processor() or platform.machine()} ({cpu_name()}), {os.cpu_count()} cores; "
-          f"threads={a.threads}; pp{a.prompt} tg{a.gen} @ d{a.depth}; {a.rounds} rounds interleaved (median); "
+          f"threads={','.join(map(str, threads))}; pp{a.prompt} tg{a.gen} @ d{a.depth}; {a.rounds} rounds interleaved (median); "
           f"peer: {peer_name}; squeezekv flags: {' '.join(kv_args) or '(defaults)'}", flush=True)
-    results = {name: {"ours": {"pp": [], "tg": []}, "llama.cpp": {"pp": [], "tg": []}, "kv": None} for name in files}
+    # one entry a file and thread count (named by the file alone where there is one count)
+    runs = {(name if len(threads) == 1 else f"{name} -t {t}"): (path, t) for name, path in files.items() for t in threads}
+    results = {key: {"ours": {"pp": [], "tg": []}, "llama.cpp": {"pp": [], "tg": []}, "kv": None, "threads": t}
+               for key, (_, t) in runs.items()}
     for r in range(a.rounds):
-        for name, path in files.items():
-            o = ours(a.squeezekv, path, a.threads, a.prompt, a.gen, a.depth, kv_args)
+        for key, (path, t) in runs.items():
+            o = ours(a.squeezekv, path, t, a.prompt, a.gen, a.depth, kv_args)
             if a.llama_bench:
-                l = llamacpp_bench(a.llama_bench, path, a.threads, a.prompt, a.gen, a.depth)
+                l = llamacpp_bench(a.llama_bench, path, t, a.prompt, a.gen, a.depth)
             else:
-                l = peer.run(path, a.threads, a.prompt, a.gen, a.depth)
+                l = peer.run(path, t, a.prompt, a.gen, a.depth)
             for k in ("pp", "tg"):
                 if k in o:
-                    results[name]["ours"][k].append(o[k][0])
-                    results[name]["kv"] = o[k][1]
+                    results[key]["ours"][k].append(o[k][0])
+                    results[key]["kv"] = o[k][1]
                 if k in l:
-                    results[name]["llama.cpp"][k].append(l[k][0])
+                    results[key]["llama.cpp"][k].append(l[k][0])
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
 
     def med(v):
@@ -211,11 +221,11 @@ def main():
 
     save()
     kinds = [k for k, n in (("pp", a.prompt), ("tg", a.gen)) if n > 0]
-    head = "| file |" + "".join(f" squeezekv {k}{a.prompt if k == 'pp' else a.gen} | llama.cpp | ratio |" for k in kinds)
+    head = "| file | threads |" + "".join(f" squeezekv {k}{a.prompt if k == 'pp' else a.gen} | llama.cpp | ratio |" for k in kinds)
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for name, res in results.items():
-        row = f"| {name} |"
+        row = f"| {name.split(' -t ')[0]} | {res['threads']} |"
         for k in kinds:
             o, l = med(res["ours"][k]), med(res["llama.cpp"][k])
             row += f" {o:.1f} | {l:.1f} | {o / l:.2f}x |"
@@ -229,13 +239,13 @@ def main():
                 sys.exit(f"--ppl-kv-types: unknown type '{t}' (expected some of: {', '.join(GGML_KV_TYPES)})")
         print("| file | KV type | squeezekv (f32 decode) | squeezekv (int8 decode) | llama.cpp | ratio f32 / llama.cpp |")
         print("|---|---|---|---|---|---|")
-        for name, path in files.items():
-            res = results[name]
+        for name, path in files.items():  # at the first thread count
+            res = results[name if len(threads) == 1 else f"{name} -t {threads[0]}"]
             for t in kv_types:
                 sfx = "" if t == "f16" else "_" + t
-                res["ppl_ours_f32" + sfx] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "f32", t)
-                res["ppl_ours_int8" + sfx] = ppl_ours(a.squeezekv, path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, "int8", t)
-                res["ppl_llamacpp" + sfx] = ppl_llamacpp(path, a.ppl, a.threads, a.ppl_ctx, a.ppl_windows, t)
+                res["ppl_ours_f32" + sfx] = ppl_ours(a.squeezekv, path, a.ppl, threads[0], a.ppl_ctx, a.ppl_windows, "f32", t)
+                res["ppl_ours_int8" + sfx] = ppl_ours(a.squeezekv, path, a.ppl, threads[0], a.ppl_ctx, a.ppl_windows, "int8", t)
+                res["ppl_llamacpp" + sfx] = ppl_llamacpp(path, a.ppl, threads[0], a.ppl_ctx, a.ppl_windows, t)
                 save()
                 print(f"| {name} | {t} | {res['ppl_ours_f32' + sfx]:.3f} | {res['ppl_ours_int8' + sfx]:.3f} | "
                       f"{res['ppl_llamacpp' + sfx]:.3f} | {res['ppl_ours_f32' + sfx] / res['ppl_llamacpp' + sfx]:.4f} |", flush=True)
