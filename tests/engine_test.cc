@@ -137,7 +137,13 @@ TEST_P(EngineTest, BatchedRequestsEqualLoneGeneration) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Activations, EngineTest, ::testing::Values(DecodeActivations::kF32, DecodeActivations::kInt8));
+// under the sanitizers the int8 activations alone: the batching is the same code either way, and
+// the exact f32 products run there in eval_test and kv_policy_test (105 s of engine_test's 300
+// there with both, 2026-12-03)
+INSTANTIATE_TEST_SUITE_P(Activations, EngineTest,
+                         ::testing::ValuesIn(test::kSanitized ? std::vector<DecodeActivations>{DecodeActivations::kInt8}
+                                                              : std::vector<DecodeActivations>{DecodeActivations::kF32,
+                                                                                               DecodeActivations::kInt8}));
 
 TEST(Engine, DecodeRowsEqualLoneRowsBitForBit) {
   // the logits themselves, not only the greedy tokens: three sequences at different positions
@@ -301,7 +307,9 @@ TEST(Engine, DecodeSampledPicksFromTheLogits) {
 TEST(Engine, CopiedSequenceContinuesBitForBit) {
   const Model& m = smollm();
   const int V = m.config().vocab_size;
-  SessionOptions o = options(DecodeActivations::kF32);
+  // (under the sanitizers the int8 activations: a copy's bits do not depend on them, and the exact
+  // f32 products made this test 63 s there, 2026-12-03)
+  SessionOptions o = options(test::kSanitized ? DecodeActivations::kInt8 : DecodeActivations::kF32);
   o.prefill_chunk = 8;
   Engine engine(m, o, 2);
   const std::vector<int> prompt =

@@ -100,16 +100,21 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
     EXPECT_TRUE(s.correct) << s.answer;
   }
   EXPECT_DOUBLE_EQ(r.accuracy, 1.0);
-  SessionOptions window;
-  window.cache.policy = KvPolicy::kWindow;
-  window.cache.budget = 48;
-  const eval::RetrievalResult w = eval::run_retrieval(*m, window, o);
-  for (const auto& s : w.samples) {
-    EXPECT_FALSE(s.needle_kept);
-    EXPECT_FALSE(s.correct) << "evicted needle scored as a hit: " << s.answer;
+  // (under the sanitizers not the window's and head-adaptive kvzip's runs, nor the quality and
+  // repeat checks below: the same code runs in the full cache's and kvzip's runs here, and the
+  // release run checks them all; 330 s there with them, 109 s without three, 2026-12-03)
+  if (!test::kSanitized) {
+    SessionOptions window;
+    window.cache.policy = KvPolicy::kWindow;
+    window.cache.budget = 48;
+    const eval::RetrievalResult w = eval::run_retrieval(*m, window, o);
+    for (const auto& s : w.samples) {
+      EXPECT_FALSE(s.needle_kept);
+      EXPECT_FALSE(s.correct) << "evicted needle scored as a hit: " << s.answer;
+    }
+    EXPECT_DOUBLE_EQ(w.accuracy, 0.0);
+    EXPECT_LT(w.cost.kept_bytes * 4, w.cost.full_bytes);
   }
-  EXPECT_DOUBLE_EQ(w.accuracy, 0.0);
-  EXPECT_LT(w.cost.kept_bytes * 4, w.cost.full_bytes);
   // kvzip compresses the context to a third before the question is known, yet keeps the needles:
   // the reconstruction pass scores them (h2o and snapkv at the same budget keep neither; at this
   // short length kvzip needs a third: at a quarter it loses digits)
@@ -118,15 +123,13 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
   kvzip.cache.budget = 128;
   const eval::RetrievalResult z = eval::run_retrieval(*m, kvzip, o);
   for (const auto& s : z.samples) EXPECT_TRUE(s.correct) << "kvzip lost the needle: " << s.answer;
-  SessionOptions kvzip_heads = kvzip;  // KVzip's own ranking over the heads (no per-head floor)
-  kvzip_heads.cache.head_alloc = HeadAlloc::kAdaptive;
-  const eval::RetrievalResult zh = eval::run_retrieval(*m, kvzip_heads, o);
-  for (const auto& s : zh.samples) EXPECT_TRUE(s.correct) << "head-adaptive kvzip lost the needle: " << s.answer;
-  EXPECT_LE(zh.cost.kept_bytes, z.cost.kept_bytes);
   EXPECT_LT(z.cost.kept_bytes * 3, z.cost.full_bytes + z.cost.full_bytes / 10);
-  // (under the sanitizers not these quality and repeat checks: the same code ran above, and the
-  // release run checks them; 330 s there with them, 2026-12-03)
   if (!test::kSanitized) {
+    SessionOptions kvzip_heads = kvzip;  // KVzip's own ranking over the heads (no per-head floor)
+    kvzip_heads.cache.head_alloc = HeadAlloc::kAdaptive;
+    const eval::RetrievalResult zh = eval::run_retrieval(*m, kvzip_heads, o);
+    for (const auto& s : zh.samples) EXPECT_TRUE(s.correct) << "head-adaptive kvzip lost the needle: " << s.answer;
+    EXPECT_LE(zh.cost.kept_bytes, z.cost.kept_bytes);
     for (KvPolicy p : {KvPolicy::kH2O, KvPolicy::kSnapKV}) {
       SessionOptions other = kvzip;
       other.cache.policy = p;
