@@ -163,6 +163,7 @@ TEST_F(Cuda, Bf16ModeWithinItsTolerance) {
 // device memory (KvView::count_dev), as a staged decode step does.
 struct Attended {
   std::vector<float> out, mass;  // [T][H*D], [G][N]
+  std::vector<float> out_again;  // on the device: a second launch's output (no mass asked)
 };
 Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap, const std::vector<float>& k,
                 const std::vector<float>& v, const std::vector<int32_t>& pos, const std::vector<float>& q,
@@ -189,6 +190,11 @@ Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap
   Attended r;
   r.out.resize(q.size());
   be->download(r.out.data(), ob->data(), q.size() * 4);
+  if (dev == 1) {  // the same attention again (no mass): what the first launch left behind must not change it
+    be->attention(ob->as<float>(), qb->as<float>(), qpb->as<int32_t>(), T, H, st.view(), nullptr);
+    r.out_again.resize(q.size());
+    be->download(r.out_again.data(), ob->data(), q.size() * 4);
+  }
   st.sync_to_host();
   for (int g = 0; g < G; ++g) r.mass.insert(r.mass.end(), st.mass(g), st.mass(g) + N);
   return r;
@@ -414,6 +420,8 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
             setenv("SQUEEZEKV_CUDA_MMA_DECODE", "0", 1);
             const Attended c = attend(1, type, G, H, D, N, 1, cap, k, v, pos, q, qpos, MassReduce::kSum, dev_count);
             unsetenv("SQUEEZEKV_CUDA_MMA_DECODE");
+            EXPECT_EQ(b.out, b.out_again) << "D " << D << " grp " << grp << " N " << N << ": a second launch";
+            EXPECT_EQ(c.out, c.out_again) << "D " << D << " grp " << grp << " N " << N << ": a second launch";
             const std::string what = "D " + std::to_string(D) + " grp " + std::to_string(grp) + " N " + std::to_string(N) + " type " +
                                      std::to_string(int(type)) + " dev " + std::to_string(dev_count);
             const double eo = max_diff(a.out, c.out), em = max_diff(a.mass, c.mass);

@@ -106,7 +106,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // the CUDA cores, SQUEEZEKV_CUDA_BATCH_ATTN=0 runs a decode batch's attention one sequence
   // after another, SQUEEZEKV_CUDA_LAYER_SUBMIT=0 issues a step's launches together at its end,
   // SQUEEZEKV_CUDA_JOIN=0 multiplies q, k, v (gate, up) one matrix at a time, SQUEEZEKV_CUDA_QMMA=0
-  // multiplies a decode batch over packed weights as a prompt chunk (dequantized to bf16, cuBLAS)
+  // multiplies a decode batch over packed weights as a prompt chunk (dequantized to bf16, cuBLAS),
+  // SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS=N makes a decode split take N keys at least (default 128)
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -138,6 +139,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   };
   count("SQUEEZEKV_CUDA_LT_ALGOS", 1, 256, co.lt_algos);
   count("SQUEEZEKV_CUDA_LT_RUNS", 1, 50, co.lt_runs);
+  count("SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS", 32, 4096, co.decode_split_keys);  // for measurements
+  if (co.decode_split_keys % 32 != 0)
+    throw Error("SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS: expected a multiple of 32 (whole key tiles), got " + std::to_string(co.decode_split_keys));
   // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,
   // or with --batch-invariant the GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=tuned|blas|
   // gemv|mma chooses one for measurements

@@ -26,12 +26,15 @@ static_assert(sizeof(AttnShape) == 12 * 4, "AttnShape: no padding (a recorded ke
 
 // How the N keys split over blocks: at most max_splits splits of at least min_keys keys, each a
 // whole number of 32-key tiles. A prompt chunk's blocks have many query rows each and take 256 keys
-// at least; a decode step's (one row) 64, so a short context still spreads over the SMs (the split
-// count then changes every 64 keys up to max_splits, and a replayed step is recaptured as often).
-// Computed on the device from N (which may live in device memory, so a recorded step replays for
-// every N) and on the host to size the grid; results depend on sizes only.
+// at least; a decode step's (one row) 128 (CudaOptions::decode_split_keys), so a short context
+// still spreads over the SMs (the split count then changes every 128 keys up to max_splits, and a
+// replayed step is recaptured as often). 64 gave one sequence at depth 4096 1.7% more and 64
+// sequences 3-4% less, their splits' partials and merge being twice the bytes (2026-12-04,
+// docs/raw/2026-12-04-h200-attention-instructions/). Computed on the device from N (which may live
+// in device memory, so a recorded step replays for every N) and on the host to size the grid;
+// results depend on sizes only.
 constexpr int kMinSplitKeys = 256;
-constexpr int kMinDecodeSplitKeys = 64;
+constexpr int kMinDecodeSplitKeys = 128;
 struct KeyRange {
   int N, splits, chunk;
 };

@@ -44,9 +44,6 @@ __device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* pa
   const KeyRange kr = key_range(kv, a);
   if (split0 >= kr.splits) return;
   const int split_end = min(kr.splits, split0 + nsplit);
-  const int per_split = (kr.chunk + kMmaDecKeys - 1) / kMmaDecKeys;
-  const int last_keys = min(kr.N, split_end * kr.chunk) - (split_end - 1) * kr.chunk;
-  const int n_tiles = (split_end - 1 - split0) * per_split + (last_keys + kMmaDecKeys - 1) / kMmaDecKeys;
   const __half* Kg = static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
   const __half* Vg = static_cast<const __half*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D;
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
@@ -62,33 +59,49 @@ __device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* pa
     __threadfence_block();
     __syncwarp();  // the warp's copies below read the row
   }
-  // tile u: split split0 + u / per_split, keys [j0, j0 + 16) of which those before the split's
-  // end exist (the rest: zeros, position INT_MAX: masked)
-  auto tile_at = [&](int u, int& j0, int& end) {
-    const int s = split0 + u / per_split;
-    end = min(kr.N, (s + 1) * kr.chunk);
-    j0 = s * kr.chunk + (u % per_split) * kMmaDecKeys;
-  };
-  auto issue = [&](int u) {
-    if (u < n_tiles) {
-      int j0, end;
-      tile_at(u, j0, end);
-      const int st = u % kMmaDecStages;
-      constexpr int CH = D / 8;  // 16-byte pieces of a row
-      for (int c = lane; c < kMmaDecKeys * CH; c += 32) {
-        const int r = c / CH, piece = c % CH, j = j0 + r;
-        const int src = j < end ? j : 0, zfill = j < end ? 0 : 16;
-        __pipeline_memcpy_async(sk + (st * kMmaDecKeys + r) * LD + piece * 8, Kg + static_cast<size_t>(src) * D + piece * 8, 16, zfill);
-        __pipeline_memcpy_async(sv + (st * kMmaDecKeys + r) * LD + piece * 8, Vg + static_cast<size_t>(src) * D + piece * 8, 16, zfill);
+  // Tiles run split by split, 16 keys each, the last of a split cut at its end (the rest: zeros,
+  // position INT_MAX: masked). The issue and the use of tiles each keep their split and tile by
+  // counting (no division a tile). A lane copies the same 16-byte piece of rows rl, rl + RPP, ...
+  // of every tile, so its addresses move by the tile's offset alone.
+  constexpr int CH = D / 8;                     // 16-byte pieces of a row
+  constexpr int RPP = 32 / CH;                  // rows a pass of the warp's copies
+  constexpr int PASSES = kMmaDecKeys / RPP;
+  const int piece = lane % CH, rl = lane / CH;
+  const __half* kl = Kg + rl * D + piece * 8;
+  const __half* vl = Vg + rl * D + piece * 8;
+  const int sl = rl * LD + piece * 8;
+  int is = split0, it = 0, ist = 0;  // the next tile to issue: split, tile in it, stage
+  auto issue = [&]() {
+    if (is < split_end) {
+      const int j0 = is * kr.chunk + it * kMmaDecKeys, end = min(kr.N, (is + 1) * kr.chunk);
+      __half* dk = sk + ist * kMmaDecKeys * LD + sl;
+      __half* dv = sv + ist * kMmaDecKeys * LD + sl;
+      const size_t go = static_cast<size_t>(j0) * D;
+      if (j0 + kMmaDecKeys <= end) {
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+          __pipeline_memcpy_async(dk + p * RPP * LD, kl + go + p * RPP * D, 16);
+          __pipeline_memcpy_async(dv + p * RPP * LD, vl + go + p * RPP * D, 16);
+        }
+      } else {
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+          const bool in = j0 + rl + p * RPP < end;
+          __pipeline_memcpy_async(dk + p * RPP * LD, in ? kl + go + p * RPP * D : Kg, 16, in ? 0 : 16);
+          __pipeline_memcpy_async(dv + p * RPP * LD, in ? vl + go + p * RPP * D : Vg, 16, in ? 0 : 16);
+        }
       }
       if (lane < kMmaDecKeys) {
-        if (j0 + lane < end) __pipeline_memcpy_async(sp + st * kMmaDecKeys + lane, Pg + j0 + lane, 4);
-        else sp[st * kMmaDecKeys + lane] = INT_MAX;
+        if (j0 + lane < end) __pipeline_memcpy_async(sp + ist * kMmaDecKeys + lane, Pg + j0 + lane, 4);
+        else sp[ist * kMmaDecKeys + lane] = INT_MAX;
       }
+      if (j0 + kMmaDecKeys >= end) ++is, it = 0;
+      else ++it;
+      ist = ist + 1 == kMmaDecStages ? 0 : ist + 1;
     }
     __pipeline_commit();  // an empty group past the last tile keeps the counting uniform
   };
-  for (int t = 0; t < kMmaDecStages - 1; ++t) issue(t);
+  for (int t = 0; t < kMmaDecStages - 1; ++t) issue();
   // the A operands: rows r0 = lane / 4 and r0 + 8 (heads g * grp + r; zero past grp), scaled q as f16
   const int r0 = lane / 4, c0 = (lane % 4) * 2;
   uint32_t qa[D / 16][4];
@@ -106,30 +119,36 @@ __device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* pa
       qa[ks][3] = pack_half2(x3.x * a.scale, x3.y * a.scale);
     }
   }
+  // this lane's rows of the kept scores (null: no mass, or a row past grp)
+  float* srow[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+    srow[i] = scores != nullptr && r0 + 8 * i < grp ? scores + (static_cast<size_t>(g) * GMAX + r0 + 8 * i) * kv.capacity : nullptr;
   const int qp = q_pos[0];
   float o[D / 8][4], m[2], l[2];
-  for (int u = 0; u < n_tiles; ++u) {
-    if (u % per_split == 0) {  // a split begins: its own softmax
+  int cs = split0, ct = 0, cst = 0;  // the tile in use: split, tile in it, stage
+  while (cs < split_end) {
+    if (ct == 0) {  // a split begins: its own softmax
       m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;
 #pragma unroll
       for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
     }
-    issue(u + kMmaDecStages - 1);
-    __pipeline_wait_prior(kMmaDecStages - 1);  // this lane's copies of tile u have landed
+    issue();
+    __pipeline_wait_prior(kMmaDecStages - 1);  // this lane's copies of the tile in use have landed
     __syncwarp();                               // and every lane's
-    const int st = u % kMmaDecStages;
-    int j0, end;
-    tile_at(u, j0, end);
-    const __half* kt = sk + st * kMmaDecKeys * LD;
-    const __half* vt = sv + st * kMmaDecKeys * LD;
-    const int32_t* pt = sp + st * kMmaDecKeys;
+    const int j0 = cs * kr.chunk + ct * kMmaDecKeys, end = min(kr.N, (cs + 1) * kr.chunk);
+    const __half* kt = sk + cst * kMmaDecKeys * LD;
+    const __half* vt = sv + cst * kMmaDecKeys * LD;
+    const int32_t* pt = sp + cst * kMmaDecKeys;
     float s[2][4];
     mma_scores<D>(s[0], qa, kt, 0, lane);
     mma_scores<D>(s[1], qa, kt, 1, lane);
     // mask (and keep the scores for the mass), then the online softmax of rows r0 and r0 + 8
+    int kp[2][2];  // positions of this lane's keys nt * 8 + c0 + e
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) kp[nt][0] = pt[nt * 8 + c0], kp[nt][1] = pt[nt * 8 + c0 + 1];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int r = r0 + 8 * i;
       float mx = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -137,14 +156,23 @@ __device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* pa
         for (int e = 0; e < 2; ++e) {
           const int jj = nt * 8 + c0 + e;
           float& x = s[nt][2 * i + e];
-          x = pt[jj] <= qp ? x : -INFINITY;
-          if (scores != nullptr && r < grp && j0 + jj < end) scores[(static_cast<size_t>(g) * GMAX + r) * kv.capacity + j0 + jj] = x;
+          x = kp[nt][e] <= qp ? x : -INFINITY;
+          if (srow[i] != nullptr && j0 + jj < end) srow[i][j0 + jj] = x;
           mx = fmaxf(mx, x);
         }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mn = fmaxf(m[i], mx), ref = mn == -INFINITY ? 0.0f : mn;
-      const float alpha = __expf(m[i] - ref);  // m = -inf: 0
+      // Rescale only when the row's maximum grew (the four lanes of a row agree): otherwise the
+      // factor is exp(0) = 1 and the products would not change a bit. After the first tiles a
+      // row's maximum rarely grows, and the D / 4 products a lane are most of a tile's softmax.
+      if (mx > m[i]) {
+        const float alpha = __expf(m[i] - mx);  // m = -inf: 0
+        l[i] *= alpha;
+#pragma unroll
+        for (int nd = 0; nd < D / 8; ++nd) o[nd][2 * i] *= alpha, o[nd][2 * i + 1] *= alpha;
+        m[i] = mx;
+      }
+      const float ref = m[i] == -INFINITY ? 0.0f : m[i];
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -154,10 +182,7 @@ __device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* pa
           x = __expf(x - ref);  // masked: 0
           sum += x;
         }
-      l[i] = l[i] * alpha + sum;
-      m[i] = mn;
-#pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) o[nd][2 * i] *= alpha, o[nd][2 * i + 1] *= alpha;
+      l[i] += sum;
     }
     // O += P V (P from the S accumulators: their layout is the A operand's)
     uint32_t pa[4];
@@ -174,9 +199,14 @@ __device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* pa
       mma_f16(o[nd + 1], pa, b + 2);
     }
     __syncwarp();  // the stage is refilled by a later issue()
-    if (u + 1 < n_tiles && (u + 1) % per_split != 0) continue;
+    cst = cst + 1 == kMmaDecStages ? 0 : cst + 1;
+    if (j0 + kMmaDecKeys < end) {
+      ++ct;
+      continue;
+    }
     // the split ends: its output (one split in all) or partials, rows below grp
-    const int split = split0 + u / per_split;
+    const int split = cs;
+    ++cs, ct = 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float L = l[i];

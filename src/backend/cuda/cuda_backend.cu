@@ -53,6 +53,8 @@
 namespace squeezekv {
 namespace {
 
+static_assert(CudaOptions{}.decode_split_keys == cuda::kMinDecodeSplitKeys, "one default for a decode split's fewest keys");
+
 using namespace cuda;
 
 class CudaBackend final : public Backend {
@@ -450,7 +452,7 @@ class CudaBackend final : public Backend {
     // each sequence's splits as its lone launch has them (attention_decode)
     AttnShape a{};
     a.T = 1, a.H = H, a.G = G, a.grp = H / G, a.D = D, a.N = 0, a.cap = 0, a.qt = 1, a.direct = 0;
-    a.min_keys = kMinDecodeSplitKeys;
+    a.min_keys = opt_.decode_split_keys;
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int gmax = a.grp <= 4 ? 4 : 8;
     int most = 1;
@@ -580,9 +582,9 @@ class CudaBackend final : public Backend {
     AttnShape a = attn_shape(view, 1, H, probe, kv);
     const bool dev_n = kv.count_dev != nullptr;
     a.qt = 1;
-    // enough blocks to keep every SM streaming (about four per SM), at least 64 keys each
+    // enough blocks to keep every SM streaming (about four per SM), at least decode_split_keys (128) keys each
     const int n_bound = dev_n ? kv.capacity : view.count;
-    a.min_keys = kMinDecodeSplitKeys;
+    a.min_keys = opt_.decode_split_keys;
     a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + a.min_keys - 1) / a.min_keys, kMaxSplits}));
     // the grid from this step's N (the host knows it): a replayed step has the same N's split
     // count, and the kernels, reading N on the device, find the same splits

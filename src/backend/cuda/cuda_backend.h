@@ -37,6 +37,9 @@ struct CudaOptions {
   int packed_gemv_rows = 16;
   // cuBLASLt's candidates timed for each decode-batch shape, and the timed runs of each (gemm_lt.h)
   int lt_algos = 8, lt_runs = 3;
+  // the fewest keys a decode split takes (attn_common.cuh: kMinDecodeSplitKeys), a multiple of 32;
+  // lone and batched sequences split alike whatever it is
+  int decode_split_keys = 128;
   bool packed_mma = true;  // a decode batch over packed weights on the tensor cores (gemm_rows_q.h)
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its
   // lone arithmetic); off: one sequence after another
