@@ -360,6 +360,29 @@ def kvzip_heads_section(path):
     """kvzip's two splits of a layer's budget over its kv heads on real text (e.g.
     bench/sweep_smollm2_kvzip_heads.json): the same count in every head, or KVzip's own bottom-k
     over all of a layer's heads; accuracy with 95% intervals, perplexity, per task and budget."""
+    return policy_table_section(
+        path, "kvzip's split over the heads, on real text",
+        "`kvzip` keeps the same count of tokens in every kv head of a layer; `kvzip-adaptive` (`--kv-head-alloc "
+        "adaptive`) ranks a layer's tokens over all its heads at once, as the KVzip paper and kvpress do, so heads "
+        "keep different counts. Passkey needles in two Austen novels (and the RULER filler for comparison), "
+        "multi-key needles, perplexity; a retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.")
+
+
+def kvzip_layers_section(path):
+    """kvzip's total budget split over the layers by the squeeze coordinator (--kv-layer-alloc
+    squeeze, e.g. bench/sweep_smollm2_kvzip_layers.json) against the same count in every layer."""
+    return policy_table_section(
+        path, "kvzip's split over the layers (SqueezeAttention over KVzip's scores), on real text",
+        "`kvzip-adaptive` keeps the average budget in every layer (its heads ranked together, as above); "
+        "`kvzip-adaptive-squeeze` (`--kv-layer-alloc squeeze`) lets the squeeze coordinator re-split the same total "
+        "over the layers from each layer's report at the end of the scoring pass: the share of its reconstruction "
+        "scores that its average budget's highest hold (lower: more budget; strength 0.5, inverse allocation, "
+        "capped at the prompt). A retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.")
+
+
+def policy_table_section(path, title, intro):
+    """One sweep's policies side by side per task and budget share (accuracy with 95% intervals,
+    perplexity), beside the full cache."""
     found = sweep_records(path)
     if not found:
         return []
@@ -368,12 +391,10 @@ def kvzip_heads_section(path):
     labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
     g = {(r["task"], r["policy"], r["budget_fraction"]): r for r in recs}
     commits = sorted({r.get("git_commit", "?") for r in recs})
-    out = ["## kvzip's split over the heads, on real text", "",
-           f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}; 2048 tokens): "
-           "`kvzip` keeps the same count of tokens in every kv head of a layer; `kvzip-adaptive` (`--kv-head-alloc "
-           "adaptive`) ranks a layer's tokens over all its heads at once, as the KVzip paper and kvpress do, so heads "
-           "keep different counts. Passkey needles in two Austen novels (and the RULER filler for comparison), "
-           "multi-key needles, perplexity; a retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.", "",
+    ctxs = sorted({r["ctx"] for r in recs})
+    out = [f"## {title}", "",
+           f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}; "
+           f"{', '.join(str(c) for c in ctxs)} tokens): " + intro, "",
            "| task | share | full | " + " | ".join(labels) + " |", "|---|---|---|" + "---|" * len(labels)]
     tasks = []
     for r in recs:
@@ -623,6 +644,7 @@ def report(a):
     lines += windows_section(a.windows_config)
     lines += kv_types_section(a.kv_types_config, os.path.dirname(os.path.abspath(a.out)))
     lines += kvzip_heads_section(a.kvzip_heads_config)
+    lines += kvzip_layers_section(a.kvzip_layers_config)
     lines += kvpress_section(out_dir)
     lines += window_attention_section(out_dir)
     lines.append("## Who wins where")
@@ -658,6 +680,8 @@ def main():
                    help="a sweep with a kv_types axis: quality against kept bytes (skipped when it has no records)")
     r.add_argument("--kvzip-heads-config", default="bench/sweep_smollm2_kvzip_heads.json",
                    help="kvzip's two splits over the heads on real text (skipped when it has no records)")
+    r.add_argument("--kvzip-layers-config", default="bench/sweep_smollm2_kvzip_layers.json",
+                   help="kvzip's total split over the layers by the squeeze coordinator (skipped when it has no records)")
     a = ap.parse_args()
     shard(a) if a.cmd == "shard" else report(a)
 

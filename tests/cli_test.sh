@@ -96,6 +96,8 @@ expect_error "--squeeze-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-po
 expect_error "--squeeze-p" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-alloc kmeans3 --squeeze-p 0
 expect_error "--kv-head-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy h2o --kv-budget 16 --kv-head-alloc sideways
 expect_error "--kv-head-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy window --kv-budget 16 --kv-head-alloc adaptive
+expect_error "--kv-layer-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy kvzip --kv-budget 16 --kv-layer-alloc sideways
+expect_error "--kv-layer-alloc" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy h2o --kv-budget 16 --kv-layer-alloc squeeze
 expect_error "--squeeze-cap" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-cap maybe
 expect_error "--squeeze-resolve" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy squeeze --kv-budget 64 --squeeze-resolve later
 expect_error "--kv-budget" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy kvzip

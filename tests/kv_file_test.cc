@@ -63,6 +63,7 @@ TEST(KvFile, ARestoredCacheContinuesBitForBitUnderEveryPolicy) {
     KvPolicy p;
     int budget;
     KvDType k, v;
+    LayerAlloc layers = LayerAlloc::kUniform;
   };
   const Case cases[] = {{KvPolicy::kFull, 0, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kWindow, 64, KvDType::kF16, KvDType::kF16},
@@ -71,10 +72,13 @@ TEST(KvFile, ARestoredCacheContinuesBitForBitUnderEveryPolicy) {
                         {KvPolicy::kPyramidKV, 64, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kSqueeze, 64, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kSqueeze, 64, KvDType::kQ4_0, KvDType::kQ4_1},
-                        {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16}};
+                        {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16},
+                        {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16, LayerAlloc::kSqueeze}};
   for (const Case& c : cases) {
-    const SessionOptions so = options(c.p, c.budget, c.k, c.v);
-    const std::string what = std::string(kv_policy_name(c.p)) + " " + kv_dtype_name(c.k) + "/" + kv_dtype_name(c.v);
+    SessionOptions so = options(c.p, c.budget, c.k, c.v);
+    so.cache.layer_alloc = c.layers;
+    const std::string what = std::string(kv_policy_name(c.p)) + " " + kv_dtype_name(c.k) + "/" + kv_dtype_name(c.v) + " layers " +
+                             layer_alloc_name(c.layers);
     Session a(smollm2(), so);
     a.forward(doc);
     const std::vector<uint8_t> bytes = a.save_kv(doc);

@@ -355,8 +355,8 @@ TEST(Policy, KvzipHoldsThePromptScoresItThenKeepsTheTopScores) {
     l.drop_since(m);
     EXPECT_EQ(l.storage().count(), 96);
     EXPECT_EQ(l.stats().tokens_seen, 96);
-    l.end_scoring();
   }
+  d.sc.end_scoring();
   EXPECT_FALSE(d.sc.wants_scoring());
   EXPECT_FALSE(d.sc.records_context());
   for (int g = 0; g < kG; ++g) EXPECT_EQ(d.kept(0, g), expected_survivors(96, 24, 4, 0, g)) << "no recent window at scoring";
@@ -373,6 +373,56 @@ TEST(Policy, KvzipHoldsThePromptScoresItThenKeepsTheTopScores) {
   s.step(20, 20);
   EXPECT_FALSE(s.sc.wants_scoring());
   EXPECT_FALSE(s.sc.records_context());
+}
+
+// --kv-layer-alloc squeeze: kvzip's layers report the coverage of their reconstruction scores when
+// the pass ends, all before any compacts; the coordinator moves budget to the layer whose scores
+// are spread widest (the total kept), and at strength 0 every layer keeps exactly what uniform
+// kvzip keeps.
+TEST(Policy, KvzipLayersShareTheTotalBySqueeze) {
+  auto run = [](const CacheConfig& c) {
+    auto d = std::make_unique<Driver>(c, 2, 32);
+    for (int s = 0; s < 3; ++s) d->step(32, 96);
+    EXPECT_TRUE(d->sc.wants_scoring());
+    for (size_t li = 0; li < d->sc.layers.size(); ++li) {
+      LayerCache& l = d->sc.layers[li];
+      l.begin_scoring();
+      for (int g = 0; g < kG; ++g)
+        for (int j = 0; j < 96; ++j) {  // layer 0: a few rows hold most of the score; layer 1: spread
+          const float x = score_of(0, g, l.storage().positions(g)[j]);
+          l.mass_accumulator()[g * l.storage().capacity() + j] = li == 0 ? std::pow(x, 12.0f) : 0.5f + 0.5f * x;
+        }
+    }
+    d->sc.end_scoring();
+    return d;
+  };
+  CacheConfig c = config(KvPolicy::kKvzip, 24, 4);
+  c.layer_alloc = LayerAlloc::kSqueeze;
+  c.squeeze_strength = 1.0;
+  const auto sq = run(c);
+  ASSERT_NE(sq->sc.coordinator, nullptr);
+  ASSERT_TRUE(sq->sc.coordinator->is_finalized());
+  const int b0 = sq->sc.layers[0].stats().budget, b1 = sq->sc.layers[1].stats().budget;
+  EXPECT_LT(b0, 24);
+  EXPECT_GT(b1, 24);
+  EXPECT_EQ(b0 + b1, 48);
+  EXPECT_GT(sq->sc.layers[0].stats().concentration, sq->sc.layers[1].stats().concentration);
+  for (int li = 0; li < 2; ++li)
+    for (int g = 0; g < kG; ++g) EXPECT_EQ(sq->kept(li, g).size(), static_cast<size_t>(li == 0 ? b0 : b1)) << li << " " << g;
+  for (int t = 0; t < 10; ++t) sq->step(1, 0);  // decode keeps each layer at its own budget
+  EXPECT_EQ(sq->sc.layers[0].storage().count(), b0);
+  EXPECT_EQ(sq->sc.layers[1].storage().count(), b1);
+
+  c.squeeze_strength = 0.0;
+  const auto flat = run(c);
+  CacheConfig u = config(KvPolicy::kKvzip, 24, 4);
+  const auto uni = run(u);
+  EXPECT_EQ(uni->sc.coordinator, nullptr);
+  for (int li = 0; li < 2; ++li)
+    for (int g = 0; g < kG; ++g) EXPECT_EQ(flat->kept(li, g), uni->kept(li, g)) << "strength 0, layer " << li << " head " << g;
+
+  c.policy = KvPolicy::kH2O;  // only kvzip takes it
+  EXPECT_THROW(validate(c), Error);
 }
 
 TEST(Concentration, KeyCosineIsExactAndMergesAcrossChunks) {

@@ -22,6 +22,12 @@ enum class KvDType : uint8_t { kF16, kF32, kQ8_0, kQ4_0, kQ4_1 };
 // 2024: one top-k over every head's candidates, each head keeping a floor; for h2o, snapkv,
 // pyramidkv, squeeze, and kvzip at its scoring without a floor, as KVzip ranks).
 enum class HeadAlloc : uint8_t { kUniform, kAdaptive };
+// How a scoring policy's total budget is shared by the layers (kvzip): the average budget each,
+// or re-split across layers by the squeeze coordinator (SqueezeAttention's split over another
+// method's scores; --squeeze-strength, --squeeze-alloc and --squeeze-cap apply). A layer reports
+// the share of its scores that its average budget's highest hold (as squeeze's mass_coverage), so
+// budgets move to the layers whose scores are spread widest. squeeze itself always re-splits.
+enum class LayerAlloc : uint8_t { kUniform, kSqueeze };
 // What a squeeze layer reports; higher always means "needs fewer tokens".
 // kMassCoverage: the share of the layer's accumulated attention mass that its average budget's
 // heaviest tokens hold (what uniform h2o would keep), so budgets move to the layers that would lose
@@ -90,6 +96,7 @@ struct CacheConfig {
   // excess handed to the other layers in proportion to their budgets (water-filling; total kept).
   bool squeeze_cap = true;
   HeadAlloc head_alloc = HeadAlloc::kUniform;
+  LayerAlloc layer_alloc = LayerAlloc::kUniform;  // --kv-layer-alloc
   SqueezeResolve squeeze_resolve = SqueezeResolve::kFirstChunk;  // docs/DESIGN.md: why not prompt
   // KvPolicy::kCustom's scoring rule (required there, unused by the other policies); shared by
   // copies of this config and by copied sequences.
@@ -119,6 +126,7 @@ SqueezeMetric parse_squeeze_metric(const std::string& name);
 SqueezeAlloc parse_squeeze_alloc(const std::string& name);
 SqueezeResolve parse_squeeze_resolve(const std::string& name);
 HeadAlloc parse_head_alloc(const std::string& name);
+LayerAlloc parse_layer_alloc(const std::string& name);
 bool parse_on_off(const std::string& flag, const std::string& name);  // "on" | "off"
 // The names the parses take (the first of a value's names), from the same tables.
 const char* kv_policy_name(KvPolicy p);
@@ -131,6 +139,7 @@ const char* squeeze_metric_name(SqueezeMetric m);
 const char* squeeze_alloc_name(SqueezeAlloc a);
 const char* squeeze_resolve_name(SqueezeResolve r);
 const char* head_alloc_name(HeadAlloc h);
+const char* layer_alloc_name(LayerAlloc a);
 const char* on_off_name(bool on);
 
 // The KV settings a user can give, one row each: the CLI's flags, the server's per-request "kv"
@@ -143,6 +152,8 @@ struct KvOption {
   const char* help;
   void (*set)(CacheConfig& c, const std::string& text);  // parses text (Error naming the flag)
   std::string (*get)(const CacheConfig& c);              // the value as text
+  // A saved cache (runtime/kv_file.cc) written before the setting existed lacks it: the default.
+  bool may_be_absent = false;
 };
 std::span<const KvOption> kv_options();
 // The row whose key or flag (with or without the dashes, '-' or '_') is `name`; null if none.

@@ -41,7 +41,8 @@ class ScorePolicy:
         raise NotImplementedError("ScorePolicy.score: a subclass defines it")
 
 
-_NAMES = {"policy", "type", "type_k", "type_v", "squeeze_metric", "squeeze_alloc", "head_alloc", "squeeze_resolve"}
+_NAMES = {"policy", "type", "type_k", "type_v", "squeeze_metric", "squeeze_alloc", "head_alloc", "layer_alloc",
+          "squeeze_resolve"}
 _INTS = {"budget", "sinks", "recent", "snapkv_window", "ctx"}
 _REALS = {"pyramid_beta", "squeeze_strength", "squeeze_p"}
 _BOOLS = {"squeeze_cap"}
@@ -70,6 +71,7 @@ class KVConfig:
     squeeze_alloc: Optional[str] = None
     squeeze_p: Optional[float] = None
     head_alloc: Optional[str] = None
+    layer_alloc: Optional[str] = None
     squeeze_cap: Optional[bool] = None
     squeeze_resolve: Optional[str] = None
     ctx: Optional[int] = None

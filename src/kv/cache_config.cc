@@ -16,6 +16,9 @@ void validate(const CacheConfig& c) {
   if (c.sinks < 0) fail("--kv-sinks: must be >= 0, got " + std::to_string(c.sinks));
   if (c.head_alloc == HeadAlloc::kAdaptive && !policy_info(c.policy).head_adaptive)
     fail(std::string("--kv-head-alloc: adaptive is for h2o, snapkv, pyramidkv, squeeze and kvzip, not ") + kv_policy_name(c.policy));
+  if (c.layer_alloc == LayerAlloc::kSqueeze && !policy_info(c.policy).layer_squeeze)
+    fail(std::string("--kv-layer-alloc: squeeze re-splits kvzip's layer budgets (the squeeze policy always does), not ") +
+         kv_policy_name(c.policy) + "'s");
   if (c.policy == KvPolicy::kFull) return;
   if (c.budget < 1)
     fail(std::string("--kv-budget: policy ") + kv_policy_name(c.policy) + " needs a budget >= 1, got " +
@@ -26,6 +29,7 @@ void validate(const CacheConfig& c) {
     fail("--kv-recent: sinks + recent (" + std::to_string(c.sinks + c.recent) + ") must be below --kv-budget " +
          std::to_string(c.budget));
   if (const auto check = policy_info(c.policy).validate) check(c);
+  if (c.layer_alloc == LayerAlloc::kSqueeze) validate_squeeze(c);  // its strength, allocation and cap
 }
 
 namespace {
@@ -43,6 +47,7 @@ const EnumName<SqueezeAlloc> kAllocs[] = {{"inverse", SqueezeAlloc::kInverse}, {
 const EnumName<SqueezeResolve> kResolves[] = {
     {"first-chunk", SqueezeResolve::kFirstChunk}, {"prompt", SqueezeResolve::kPrompt}, {"first_chunk", SqueezeResolve::kFirstChunk}};
 const EnumName<HeadAlloc> kHeadAllocs[] = {{"uniform", HeadAlloc::kUniform}, {"adaptive", HeadAlloc::kAdaptive}};
+const EnumName<LayerAlloc> kLayerAllocs[] = {{"uniform", LayerAlloc::kUniform}, {"squeeze", LayerAlloc::kSqueeze}};
 const EnumName<bool> kOnOff[] = {{"on", true}, {"off", false}};
 }  // namespace
 
@@ -51,6 +56,7 @@ SqueezeMetric parse_squeeze_metric(const std::string& name) { return parse_enum(
 SqueezeAlloc parse_squeeze_alloc(const std::string& name) { return parse_enum("--squeeze-alloc", name, kAllocs); }
 SqueezeResolve parse_squeeze_resolve(const std::string& name) { return parse_enum("--squeeze-resolve", name, kResolves); }
 HeadAlloc parse_head_alloc(const std::string& name) { return parse_enum("--kv-head-alloc", name, kHeadAllocs); }
+LayerAlloc parse_layer_alloc(const std::string& name) { return parse_enum("--kv-layer-alloc", name, kLayerAllocs); }
 bool parse_on_off(const std::string& flag, const std::string& name) { return parse_enum(flag, name, kOnOff); }
 const char* kv_dtype_name(KvDType t) { return enum_name(t, kDTypes); }
 const char* kv_dtype_names() {
@@ -61,6 +67,7 @@ const char* squeeze_metric_name(SqueezeMetric m) { return enum_name(m, kMetrics)
 const char* squeeze_alloc_name(SqueezeAlloc a) { return enum_name(a, kAllocs); }
 const char* squeeze_resolve_name(SqueezeResolve r) { return enum_name(r, kResolves); }
 const char* head_alloc_name(HeadAlloc h) { return enum_name(h, kHeadAllocs); }
+const char* layer_alloc_name(LayerAlloc a) { return enum_name(a, kLayerAllocs); }
 const char* on_off_name(bool on) { return enum_name(on, kOnOff); }
 
 std::string kv_stats_table(const std::vector<LayerStats>& layers) {

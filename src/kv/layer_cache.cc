@@ -73,7 +73,10 @@ void LayerCache::compact() {
 }
 
 void LayerCache::end_scoring() {
-  if (ScoringPass* p = policy_->scoring()) p->end_scoring();
+  if (ScoringPass* p = policy_->scoring()) p->end_scoring(storage_);
+}
+
+void LayerCache::compact_scored() {
   compact();
   check_held();
 }

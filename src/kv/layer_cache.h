@@ -64,8 +64,10 @@ class LayerCache {
     tokens_seen_ = m.tokens_seen;
     last_step_rows_ = m.last_step_rows;
   }
-  // Ends the pass: the policy evicts by the scores it gathered.
+  // Ends the pass: the policy hears it (SequenceCache::end_scoring), then, once every layer has,
+  // compact_scored() evicts by the scores it gathered.
   void end_scoring();
+  void compact_scored();
   void reset();
   // Makes this layer a deep copy of src (a layer of the same plan): its rows, its policy's state
   // (a coordinated policy now reports to `coordinator`) and its counters.
@@ -123,6 +125,9 @@ struct SequenceCache {
   // coordinator), then each layer compacts. input_end: the tokens seen when the caller's
   // current input ends.
   void end_step(int64_t input_end);
+  // Ends a scoring pass (ScoringPass): every layer's policy hears it (a coordinated kvzip layer
+  // reports), then every layer compacts.
+  void end_scoring();
   bool wants_scoring() const;
   bool records_context() const;
 };

@@ -33,11 +33,12 @@ class ScoringPass {
   virtual ~ScoringPass() = default;
   // True from the end of the prompt until end_scoring(): the runtime then runs the pass (the
   // input's token ids again, after an instruction), whose attention adds each retained key's
-  // largest probability into the mass (MassReduce::kMax), and calls end_scoring().
+  // largest probability into the mass (MassReduce::kMax), and calls end_scoring() for every layer
+  // (s: the layer's rows and their scores) before any layer compacts.
   virtual bool wants_scoring() const = 0;
   // Whether the runtime must keep the input's token ids until scoring (the pass repeats them).
   virtual bool records_context() const = 0;
-  virtual void end_scoring() = 0;
+  virtual void end_scoring(const KvStorage& s) = 0;
   // Rows of room beyond max_tokens the storage needs (one scoring chunk).
   virtual int scratch_rows(int max_step_rows) const = 0;
 };
@@ -113,7 +114,8 @@ struct PolicyContext {
   int layer = 0, n_layers = 0;
   int max_tokens = 0;                         // most rows the sequence may see
   int n_kv_heads = 0;
-  SqueezeCoordinator* coordinator = nullptr;  // null unless PolicyInfo::coordinated
+  // null unless PolicyInfo::coordinated or --kv-layer-alloc squeeze
+  SqueezeCoordinator* coordinator = nullptr;
 };
 
 // One row of the policy registry.
@@ -123,11 +125,16 @@ struct PolicyInfo {
   const char* summary;  // one line for help texts
   bool coordinated;     // the sequence's layers share one SqueezeCoordinator
   bool head_adaptive;   // supports --kv-head-alloc adaptive
+  bool layer_squeeze;   // supports --kv-layer-alloc squeeze (its layers then share a coordinator too)
   std::unique_ptr<EvictionPolicy> (*make)(const PolicyContext&);
   void (*validate)(const CacheConfig&);  // checks beyond the common ones (Error naming the flag); may be null
 };
 std::span<const PolicyInfo> policy_registry();
 const PolicyInfo& policy_info(KvPolicy p);
+// Whether a sequence of this config has a squeeze coordinator (squeeze, or --kv-layer-alloc squeeze).
+inline bool has_coordinator(const CacheConfig& c) {
+  return policy_info(c.policy).coordinated || c.layer_alloc == LayerAlloc::kSqueeze;
+}
 
 std::unique_ptr<EvictionPolicy> make_full_policy(const PolicyContext& c);
 std::unique_ptr<EvictionPolicy> make_window_policy(const PolicyContext& c);

@@ -50,6 +50,11 @@ void SequenceCache::end_step(int64_t input_end) {
   for (LayerCache& l : layers) l.end_step();
 }
 
+void SequenceCache::end_scoring() {
+  for (LayerCache& l : layers) l.end_scoring();
+  for (LayerCache& l : layers) l.compact_scored();
+}
+
 bool SequenceCache::wants_scoring() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerCache& l) { return l.wants_scoring(); });
 }
@@ -97,7 +102,7 @@ SequenceCache CacheBuilder::build(const ModelConfig& model, const CachePlan& pla
   SequenceCache sc;
   const KvTypes t = kv_types(cfg);
   const PolicyInfo& info = policy_info(cfg.policy);
-  if (info.coordinated)
+  if (has_coordinator(cfg))
     sc.coordinator = std::make_unique<SqueezeCoordinator>(model.n_layers, cfg.budget, cfg.sinks, cfg.squeeze_strength,
                                                           cfg.squeeze_alloc, cfg.squeeze_p);
   sc.layers.reserve(static_cast<size_t>(model.n_layers));

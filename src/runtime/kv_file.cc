@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/json_fields.h"
+#include "kv/policy.h"
 #include "squeezekv/error.h"
 
 namespace squeezekv {
@@ -21,7 +22,7 @@ using json = nlohmann::json;
 constexpr char kMagic[4] = {'S', 'Q', 'K', 'V'};
 constexpr uint32_t kVersion = 1;
 constexpr uint64_t kMaxHeader = 64ull << 20;  // the JSON header (about 1 KiB a layer)
-constexpr int kMaxPolicyState = 16;           // numbers a policy saves (2 today)
+constexpr int kMaxPolicyState = 16;           // numbers a policy saves (3 at most today)
 
 std::string hex64(uint64_t x) {
   char b[17];
@@ -141,6 +142,7 @@ SavedSequence parse_saved_sequence(std::span<const uint8_t> bytes, const Model& 
   const JsonFields cache = top.at("cache", where + "cache.");
   const CacheConfig defaults;
   for (const KvOption& o : kv_options()) {
+    if (o.may_be_absent && !cache.has(o.key)) continue;  // written before the setting existed: its default
     const std::string v = cache.required_text(o.key);
     // (a default's text need not parse back: recent -1; nor need K and V's joint type, "q4_0/q4_1",
     // which type_k and type_v carry one by one)
@@ -163,7 +165,7 @@ SavedSequence parse_saved_sequence(std::span<const uint8_t> bytes, const Model& 
   const int n_context = top.required_integer("context", 0, ctx);
 
   if (const json* c = top.get("coordinator")) {
-    if (s.cache.policy != KvPolicy::kSqueeze) bad("coordinator: only a squeeze cache has one");
+    if (!has_coordinator(s.cache)) bad("coordinator: only a squeeze cache (or --kv-layer-alloc squeeze) has one");
     s.has_coordinator = true;
     const JsonFields cf(*c, where + "coordinator.", [](const std::string&, const std::string& msg) { throw FormatError(msg); });
     s.token_cap = cf.int64("token_cap", 0, 0, ctx);
@@ -174,8 +176,8 @@ SavedSequence parse_saved_sequence(std::span<const uint8_t> bytes, const Model& 
       else if (x.is_number() && std::isfinite(x.get<double>())) s.reports.push_back(x.get<double>());
       else cf.fail("reports", "finite numbers or nulls");
     }
-  } else if (s.cache.policy == KvPolicy::kSqueeze) {
-    bad("coordinator: a squeeze cache needs its coordinator's state");
+  } else if (has_coordinator(s.cache)) {
+    bad("coordinator: a squeeze cache (or --kv-layer-alloc squeeze) needs its coordinator's state");
   }
 
   // every layer's counts, then the payload's size against what is there, before any allocation

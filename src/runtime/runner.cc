@@ -238,7 +238,7 @@ void Runner::score_context(SequenceState& seq) {
     const Segment seg{&seq, tokens.data(), prefix + take};
     forward({&seg, 1}, Pass::kScore);
   }
-  for (LayerCache& l : seq.caches.layers) l.end_scoring();
+  seq.caches.end_scoring();
   seq.context.clear();
   seq.context.shrink_to_fit();
   std::swap(xn_, xn_keep_);

@@ -12,19 +12,19 @@ std::unique_ptr<EvictionPolicy> make_full_policy(const PolicyContext& c) { retur
 
 namespace {
 const PolicyInfo kPolicies[] = {
-    {KvPolicy::kFull, "full", "keep every token", false, false, make_full_policy, nullptr},
-    {KvPolicy::kWindow, "window", "StreamingLLM: sinks + the most recent tokens", false, false, make_window_policy, nullptr},
-    {KvPolicy::kH2O, "h2o", "H2O: sinks + recent window + heaviest accumulated attention", false, true, make_h2o_policy, nullptr},
-    {KvPolicy::kSnapKV, "snapkv", "SnapKV: prompt scored by its last window of queries", false, true, make_snapkv_policy,
+    {KvPolicy::kFull, "full", "keep every token", false, false, false, make_full_policy, nullptr},
+    {KvPolicy::kWindow, "window", "StreamingLLM: sinks + the most recent tokens", false, false, false, make_window_policy, nullptr},
+    {KvPolicy::kH2O, "h2o", "H2O: sinks + recent window + heaviest accumulated attention", false, true, false, make_h2o_policy, nullptr},
+    {KvPolicy::kSnapKV, "snapkv", "SnapKV: prompt scored by its last window of queries", false, true, false, make_snapkv_policy,
      validate_snapkv},
-    {KvPolicy::kPyramidKV, "pyramidkv", "PyramidKV: snapkv scoring, budgets tapered over layers", false, true,
+    {KvPolicy::kPyramidKV, "pyramidkv", "PyramidKV: snapkv scoring, budgets tapered over layers", false, true, false,
      make_pyramidkv_policy, validate_snapkv},
-    {KvPolicy::kSqueeze, "squeeze", "SqueezeAttention: h2o per layer, budgets re-split across layers", true, true,
+    {KvPolicy::kSqueeze, "squeeze", "SqueezeAttention: h2o per layer, budgets re-split across layers", true, true, false,
      make_squeeze_policy, validate_squeeze},
-    {KvPolicy::kKvzip, "kvzip", "KVzip: prompt scored by reconstructing it (query-agnostic)", false, true, make_kvzip_policy,
+    {KvPolicy::kKvzip, "kvzip", "KVzip: prompt scored by reconstructing it (query-agnostic)", false, true, true, make_kvzip_policy,
      nullptr},
     {KvPolicy::kCustom, "custom", "a scoring function given through the API (Python: ScorePolicy): sinks + recent window + highest scores",
-     false, true, make_custom_policy, validate_custom},
+     false, true, false, make_custom_policy, validate_custom},
 };
 }  // namespace
 
