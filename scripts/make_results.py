@@ -370,14 +370,34 @@ def kvzip_heads_section(path):
 
 def kvzip_layers_section(path):
     """kvzip's total budget split over the layers by the squeeze coordinator (--kv-layer-alloc
-    squeeze, e.g. bench/sweep_smollm2_kvzip_layers.json) against the same count in every layer."""
-    return policy_table_section(
+    squeeze, e.g. bench/sweep_smollm2_kvzip_layers.json) against the same count in every layer,
+    and how the two compare cell by cell."""
+    out = policy_table_section(
         path, "kvzip's split over the layers (SqueezeAttention over KVzip's scores), on real text",
         "`kvzip-adaptive` keeps the average budget in every layer (its heads ranked together, as above); "
         "`kvzip-adaptive-squeeze` (`--kv-layer-alloc squeeze`) lets the squeeze coordinator re-split the same total "
         "over the layers from each layer's report at the end of the scoring pass: the share of its reconstruction "
         "scores that its average budget's highest hold (lower: more budget; strength 0.5, inverse allocation, "
         "capped at the prompt). A retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.")
+    found = sweep_records(path)
+    if not out or not found:
+        return out
+    cfg, recs = found
+    labels = [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
+    if len(labels) != 2:
+        return out
+    g = {(r["task"], r["policy"], r["budget_fraction"]): r for r in recs}
+    better = same = worse = 0
+    for (task, pol, f), r in g.items():
+        if pol != labels[1] or (task, labels[0], f) not in g:
+            continue
+        a, b = g[(task, labels[0], f)]["value"], r["value"]
+        sign = (a - b) if r["metric"] == "ppl" else (b - a)
+        better, same, worse = better + (sign > 0), same + (sign == 0), worse + (sign < 0)
+    cells = lambda n: f"{n} cell" + ("" if n == 1 else "s")
+    out[-1:-1] = ["", f"`{labels[1]}` against `{labels[0]}`: better in {cells(better)}, the same in {cells(same)}, "
+                      f"worse in {cells(worse)}."]
+    return out
 
 
 def policy_table_section(path, title, intro):
