@@ -63,6 +63,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m
 case "$("$bin" generate -m "$m" --tokenizer "$tok" -p hi --device cuda 2>&1 < /dev/null)" in
   *"has no CUDA backend"*) ;;
   *) SQUEEZEKV_CUDA_BATCH=bogus expect_error "SQUEEZEKV_CUDA_BATCH: expected tuned, blas, gemv or mma, got 'bogus'" \
+       generate -m "$m" --tokenizer "$tok" -p hi --device cuda
+     SQUEEZEKV_CUDA_ROWS_STEP=96 expect_error "SQUEEZEKV_CUDA_ROWS_STEP: expected 64 or 128, got 96" \
        generate -m "$m" --tokenizer "$tok" -p hi --device cuda ;;
 esac
 expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi

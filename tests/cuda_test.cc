@@ -1041,19 +1041,23 @@ TEST_F(Cuda, NativeWeightModelsMatchTheCpu) {
 // Decode batches on the tensor cores by gemm_rows (CudaOptions::BatchProducts::kMma): within bf16's rounding of the
 // activations of the CPU's f32 products, and batch-invariant: every row's outputs are the same bits
 // in a batch of 5 as in one of 130 (each output summed by one warp per column slice in the same
-// order, the slices added in order).
+// order, the slices added in order), whatever n8 tiles a block takes (1, 2, 4, 8) and whether
+// its weights' loads run 64 or 128 columns ahead.
 TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   CudaOptions o;
   o.batch = CudaOptions::BatchProducts::kMma;
   auto gpu = make_cuda_backend(o);
+  o.gemm_rows_step = 64;
+  auto gpu64 = make_cuda_backend(o);
   auto cpu = make_backend({Device::kCpu, 2, DeviceWeightFormat::kBf16, Activations::kF32});
   constexpr int kMax = 130;
   double worst = 0;
   int compared = 0;
-  // column slices (gemm_rows_slices) 2, 1, 4 and 8; 8200: the 64-row blocks, a partial last one
-  for (auto [R, C] : {std::pair{96, 128}, {1000, 576}, {8200, 256}, {1024, 1024}}) {
+  // column slices (gemm_rows_slices) 2, 1, 4, 8 and 1; 8200: the 128-row blocks, a partial last
+  // one; 576 columns: two pieces of 256 and one of 64, steps of 64; 1536: six pieces, steps of 128
+  for (auto [R, C] : {std::pair{96, 128}, {1000, 576}, {8200, 256}, {1024, 1024}, {17000, 1536}}) {
     std::vector<uint16_t> bits(static_cast<size_t>(R) * C);
     for (uint16_t& b : bits) b = f32_to_bf16(nd(rng) * 0.05f);
     const WeightMatrix host{DType::BF16, reinterpret_cast<const uint8_t*>(bits.data()), R, C, static_cast<size_t>(C) * 2};
@@ -1076,9 +1080,14 @@ TEST_F(Cuda, BatchedProductsOnTensorCoresAreBatchInvariant) {
     const double err = max_diff(full, ref) / scale;
     worst = std::max(worst, err);
     EXPECT_LE(err, 1e-2) << "R " << R << " C " << C;
-    for (int B : {5, 8, 17, 64, 65}) {
+    for (int B : {5, 8, 9, 17, 33, 64, 65}) {
       const std::vector<float> part = run(*gpu, B);
       EXPECT_TRUE(std::equal(part.begin(), part.end(), full.begin())) << "R " << R << " C " << C << ": a batch of " << B << " rows differs";
+      ++compared;
+    }
+    for (int B : {17, 130}) {
+      const std::vector<float> part = run(*gpu64, B);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), full.begin())) << "R " << R << " C " << C << ": steps of 64, a batch of " << B << " rows differs";
       ++compared;
     }
   }

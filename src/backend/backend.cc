@@ -107,7 +107,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // after another, SQUEEZEKV_CUDA_LAYER_SUBMIT=0 issues a step's launches together at its end,
   // SQUEEZEKV_CUDA_JOIN=0 multiplies q, k, v (gate, up) one matrix at a time, SQUEEZEKV_CUDA_QMMA=0
   // multiplies a decode batch over packed weights as a prompt chunk (dequantized to bf16, cuBLAS),
-  // SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS=N makes a decode split take N keys at least (default 128)
+  // SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS=N makes a decode split take N keys at least (default 128),
+  // SQUEEZEKV_CUDA_ROWS_STEP=64|128 sets gemm_rows.h's step
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -140,6 +141,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   count("SQUEEZEKV_CUDA_LT_ALGOS", 1, 256, co.lt_algos);
   count("SQUEEZEKV_CUDA_LT_RUNS", 1, 50, co.lt_runs);
   count("SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS", 32, 4096, co.decode_split_keys);  // for measurements
+  count("SQUEEZEKV_CUDA_ROWS_STEP", 64, 128, co.gemm_rows_step);  // for measurements
+  if (co.gemm_rows_step != 64 && co.gemm_rows_step != 128)
+    throw Error("SQUEEZEKV_CUDA_ROWS_STEP: expected 64 or 128, got " + std::to_string(co.gemm_rows_step));
   if (co.decode_split_keys % 32 != 0)
     throw Error("SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS: expected a multiple of 32 (whole key tiles), got " + std::to_string(co.decode_split_keys));
   // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,

@@ -890,7 +890,8 @@ class CudaBackend final : public Backend {
       const auto* W = reinterpret_cast<const __nv_bfloat16*>(p.w->data);
       const int R = static_cast<int>(p.w->rows);
       if (opt_.batch == CudaOptions::BatchProducts::kMma) {
-        launch_gemm_rows(*launcher_, p.out, xb_->as<__nv_bfloat16>(), W, p.bias, static_cast<int>(T), R, static_cast<int>(C));
+        launch_gemm_rows(*launcher_, p.out, xb_->as<__nv_bfloat16>(), W, p.bias, static_cast<int>(T), R, static_cast<int>(C),
+                         opt_.gemm_rows_step);
         continue;
       }
       if (lt_->product(p.out, xb_->as<__nv_bfloat16>(), W, R, static_cast<int>(T), static_cast<int>(C))) {
