@@ -147,9 +147,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (co.decode_split_keys % 32 != 0)
     throw Error("SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS: expected a multiple of 32 (whole key tiles), got " + std::to_string(co.decode_split_keys));
   // a decode batch's products (CudaOptions::BatchProducts): cuBLASLt's fastest for each shape,
-  // or with --batch-invariant the GEMV's lone-row arithmetic; SQUEEZEKV_CUDA_BATCH=tuned|blas|
-  // gemv|mma chooses one for measurements
-  co.batch = o.batch_invariant ? CudaOptions::BatchProducts::kGemv : CudaOptions::BatchProducts::kTuned;
+  // or with --batch-invariant gemm_rows for every decode row, a lone sequence's too;
+  // SQUEEZEKV_CUDA_BATCH=tuned|blas|gemv|mma chooses one for measurements
+  co.batch = o.batch_invariant ? CudaOptions::BatchProducts::kMma : CudaOptions::BatchProducts::kTuned;
   if (const char* e = std::getenv("SQUEEZEKV_CUDA_BATCH")) {
     const std::string v = e;
     if (v == "tuned") co.batch = CudaOptions::BatchProducts::kTuned;

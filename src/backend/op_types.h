@@ -21,8 +21,9 @@ enum class Activations : uint8_t { kF32, kInt8 };
 //   kIndependent: rows of different sequences (a decode batch): every row gets exactly the
 //                 arithmetic of a one-row product, so a sequence's results do not depend on what
 //                 else shares the batch; the weights are still read once for all rows. (CUDA
-//                 keeps that with --batch-invariant; by default a batch of more than 4 rows
-//                 multiplies through cuBLAS, each row within bf16's rounding of its lone result.)
+//                 keeps that with --batch-invariant, every decode row on one kernel; by default
+//                 a batch of more than 4 rows multiplies through cuBLAS, each row within bf16's
+//                 rounding of its lone result.)
 enum class RowMode : uint8_t { kChunk, kIndependent };
 
 enum class RopePairing : uint8_t {

@@ -117,8 +117,8 @@ class CudaBackend final : public Backend {
   std::string describe() const override {
     const char* batch = opt_.batch == CudaOptions::BatchProducts::kTuned  ? ", batches by tuned cublasLt"
                         : opt_.batch == CudaOptions::BatchProducts::kBlas ? ", batches by cublas"
-                        : opt_.batch == CudaOptions::BatchProducts::kGemv ? ", batch-invariant"
-                                                                          : ", batches by gemm_rows";
+                        : opt_.batch == CudaOptions::BatchProducts::kGemv ? ", batches by 4-row gemv"
+                                                                          : ", batch-invariant (gemm_rows)";
     const char* weights = opt_.f32_weights ? "f32" : opt_.native_weights ? "native (quantized types as stored)" : "bf16";
     return "cuda, " + name_ + ", " + weights + " weights" + (opt_.graphs ? "" : ", no graphs") + batch;
   }
@@ -220,9 +220,9 @@ class CudaBackend final : public Backend {
   }
 
   // A decode batch: more than kGemvRows rows as opt_.batch says (cuBLAS or gemm_rows: bf16
-  // activations on the tensor cores), else up to kGemvRows rows per GEMV launch, each row's sums
-  // formed exactly as in a one-row launch (its own accumulators, the same order), the weights
-  // read once per launch.
+  // activations on the tensor cores; gemm_rows takes any number, one included), else up to
+  // kGemvRows rows per GEMV launch, each row's sums formed exactly as in a one-row launch (its own
+  // accumulators, the same order), the weights read once per launch.
   void matmul_rows(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations act) override {
     const MatmulPart one{out, &w, bias, nullptr};
     if (packed_product(&one, 1, x, T, RowMode::kIndependent, false)) return;
@@ -236,6 +236,10 @@ class CudaBackend final : public Backend {
 
   void matmul(float* out, const float* x, const WeightMatrix& w, int64_t T, const float* bias, Activations) override {
     const MatmulPart part{out, &w, bias, nullptr};
+    if (T == 1 && all_rows_on_gemm_rows()) {  // a lone decode step's row as a decode batch's
+      matmul_rows(out, x, w, T, bias, Activations::kF32);
+      return;
+    }
     if (packed_product(&part, 1, x, T, RowMode::kChunk, false)) return;
     if (T <= kGemvRows && launch_gemv(*launcher_, &part, 1, x, static_cast<int>(T), false)) return;
     gemm_parts(&part, 1, x, T);
@@ -246,9 +250,9 @@ class CudaBackend final : public Backend {
   // product per part.
   void matmuls(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) override {
     if (packed_product(parts, n, x, T, rows, false)) return;
-    if (T <= kGemvRows && launch_gemv(*launcher_, parts, n, x, static_cast<int>(T), false)) return;
+    if (T <= kGemvRows && !rows_on_gemm_rows(rows) && launch_gemv(*launcher_, parts, n, x, static_cast<int>(T), false)) return;
     if (joined_product(parts, n, x, T, rows, false)) return;
-    if (rows == RowMode::kIndependent && T > 1) {
+    if (decode_rows(T, rows)) {
       if (!batch_rows(parts, n, x, T)) return Backend::matmuls(parts, n, x, T, act, rows);
     } else {
       gemm_parts(parts, n, x, T);
@@ -260,7 +264,8 @@ class CudaBackend final : public Backend {
                      Activations act, RowMode rows) override {
     const MatmulPart parts[2] = {{gate, &w_gate, nullptr, nullptr}, {up, &w_up, nullptr, nullptr}};
     if (w_gate.rows == w_up.rows && packed_product(parts, 2, x, T, rows, true)) return;
-    if (T <= kGemvRows && w_gate.rows == w_up.rows && launch_gemv(*launcher_, parts, 2, x, static_cast<int>(T), true)) return;
+    if (T <= kGemvRows && !rows_on_gemm_rows(rows) && w_gate.rows == w_up.rows && launch_gemv(*launcher_, parts, 2, x, static_cast<int>(T), true))
+      return;
     if (w_gate.rows == w_up.rows && joined_product(parts, 2, x, T, rows, true)) return;
     Backend::matmul_swiglu(gate, up, x, w_gate, w_up, T, act, rows);
   }
@@ -793,7 +798,8 @@ class CudaBackend final : public Backend {
     for (int i = 0; i < n; ++i) any = any || packed(parts[i].w->type);
     if (!any || T == 0) return false;
     const int64_t C = parts[0].w->cols;
-    const bool invariant = rows == RowMode::kIndependent && opt_.batch == CudaOptions::BatchProducts::kGemv;
+    const bool invariant = rows == RowMode::kIndependent &&
+                           (opt_.batch == CudaOptions::BatchProducts::kGemv || opt_.batch == CudaOptions::BatchProducts::kMma);
     if (T > opt_.packed_gemv_rows && !invariant) {
       const bool tiles = rows == RowMode::kIndependent && opt_.packed_mma && T <= kGemmRowsQMaxRows;  // a decode batch of one row tile
       bool converted = false;  // x as f16 for gemm_rows_q, once for every part
@@ -872,7 +878,7 @@ class CudaBackend final : public Backend {
   // False, launching nothing, where the path does not serve the parts (kGemv, few rows, not
   // bf16; gemm_rows: columns not a multiple of kGemmRowsK).
   bool batch_rows(const MatmulPart* parts, int n, const float* x, int64_t T) {
-    if (opt_.batch == CudaOptions::BatchProducts::kGemv || T <= kGemvRows) return false;
+    if (opt_.batch == CudaOptions::BatchProducts::kGemv || (T <= kGemvRows && !all_rows_on_gemm_rows())) return false;
     const int64_t C = parts[0].w->cols;
     for (int i = 0; i < n; ++i)
       if (parts[i].w->type != DType::BF16 || parts[i].w->cols != C) return false;
@@ -965,7 +971,7 @@ class CudaBackend final : public Backend {
     if (!w) return false;
     grow(joined_, static_cast<size_t>(T) * w->rows * sizeof(float));
     const MatmulPart one{joined_->as<float>(), &*w, nullptr, nullptr};
-    if (rows == RowMode::kIndependent && T > 1) {
+    if (decode_rows(T, rows)) {
       if (!batch_rows(&one, 1, x, T)) return false;
     } else {
       gemm_parts(&one, 1, x, T);
@@ -1049,10 +1055,17 @@ class CudaBackend final : public Backend {
   // xb_ ready for n values where rows of that count go to the tensor cores (past the GEMV's few
   // rows); null where they do not
   __nv_bfloat16* bf16_twin(int64_t T, int64_t cols) {
-    if (T <= kGemvRows) return nullptr;
+    if (T <= kGemvRows && !all_rows_on_gemm_rows()) return nullptr;
     grow(xb_, static_cast<size_t>(T * cols) * 2);
     return xb_->as<__nv_bfloat16>();
   }
+  // kMma: every decode row on gemm_rows, a lone sequence's too, so that a sequence's products
+  // are the same bits in any batch (--batch-invariant on)
+  bool all_rows_on_gemm_rows() const { return opt_.batch == CudaOptions::BatchProducts::kMma; }
+  bool rows_on_gemm_rows(RowMode rows) const { return all_rows_on_gemm_rows() && rows == RowMode::kIndependent; }
+  // products whose rows are decode rows of different sequences, served as a decode batch
+  // (batch_rows): more than one, or any number where every row goes to gemm_rows
+  bool decode_rows(int64_t T, RowMode rows) const { return rows == RowMode::kIndependent && (T > 1 || all_rows_on_gemm_rows()); }
   void bf16_written(const float* of, int64_t n) { bf16_rows_ = {of, n, launcher_->serial()}; }
   bool bf16_ready(const float* x, int64_t n) const {
     return bf16_rows_.of == x && bf16_rows_.n == n && bf16_rows_.serial == launcher_->serial() && xb_ &&

@@ -25,10 +25,11 @@ struct CudaOptions {
   //          batch, so a row's sums, and its logits within bf16's rounding, may depend on what
   //          shares it;
   //   kBlas: cuBLAS's own choice of algorithm (cublasGemmEx, as prompt chunks), for comparison;
-  //   kGemv: 4-row GEMV launches, each row with a lone row's arithmetic (--batch-invariant on:
-  //          a sequence's tokens the same bits in any batch; the weights read once per 4 rows);
-  //   kMma:  gemm_rows.h (each row's sums the same in every batch of more than 4 rows; H200,
-  //          2026-12-04: 0.65x cuBLASLt's decode at 64 sequences, 8.3x kGemv's).
+  //   kGemv: 4-row GEMV launches, each row with a lone row's arithmetic (a sequence's tokens the
+  //          same bits in any batch; the weights read once per 4 rows; for comparison);
+  //   kMma:  gemm_rows.h for every decode row, a lone sequence's one row too (--batch-invariant on:
+  //          each row's sums the same bits in any batch; H200, 2026-12-04: 0.65x cuBLASLt's decode
+  //          at 64 sequences, 8.3x kGemv's).
   enum class BatchProducts : uint8_t { kTuned, kBlas, kGemv, kMma };
   BatchProducts batch = BatchProducts::kTuned;
   int gemm_rows_step = 128;  // gemm_rows.h's step: the columns its weight loads run ahead (64 or 128)
