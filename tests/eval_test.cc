@@ -92,12 +92,22 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
   o.samples = 1;
   o.seed = 3;
   o.progress = false;
+  o.trace_needles = true;  // where the key's tokens went: held by every head, never ranked (nothing dropped)
   SessionOptions full;
   const eval::RetrievalResult r = eval::run_retrieval(*m, full, o);
   ASSERT_EQ(r.samples.size(), o.depths.size());
   for (const auto& s : r.samples) {
     EXPECT_TRUE(s.needle_kept);
     EXPECT_TRUE(s.correct) << s.answer;
+    ASSERT_EQ(s.needle_trace.size(), static_cast<size_t>(m->config().n_layers));
+    for (const auto& layer : s.needle_trace) {
+      ASSERT_EQ(layer.size(), static_cast<size_t>(m->config().n_kv_heads));
+      for (const eval::NeedleFate& f : layer) {
+        EXPECT_GE(f.tokens, 1);
+        EXPECT_EQ(f.kept, f.tokens);
+        EXPECT_EQ(f.rank, -1.0);
+      }
+    }
   }
   EXPECT_DOUBLE_EQ(r.accuracy, 1.0);
   // (under the sanitizers not the window's and head-adaptive kvzip's runs, nor the quality and
@@ -111,7 +121,16 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
     for (const auto& s : w.samples) {
       EXPECT_FALSE(s.needle_kept);
       EXPECT_FALSE(s.correct) << "evicted needle scored as a hit: " << s.answer;
+      for (const auto& layer : s.needle_trace)  // the window dropped every key token in every head, each ranked when dropped
+        for (const eval::NeedleFate& f : layer) {
+          EXPECT_EQ(f.kept, 0);
+          EXPECT_GE(f.rank, 0.0);
+          EXPECT_LE(f.rank, 1.0);
+        }
     }
+    const auto ws = eval::summarize_needle_trace(w);
+    ASSERT_EQ(ws.size(), static_cast<size_t>(m->config().n_layers));
+    for (const auto& l : ws) EXPECT_EQ(l.misses, static_cast<int>(o.depths.size()));
     EXPECT_DOUBLE_EQ(w.accuracy, 0.0);
     EXPECT_LT(w.cost.kept_bytes * 4, w.cost.full_bytes);
   }
@@ -123,6 +142,14 @@ TEST(EvalRetrieval, KeptNeedleAnsweredEvictedNeedleMissed) {
   kvzip.cache.budget = 128;
   const eval::RetrievalResult z = eval::run_retrieval(*m, kvzip, o);
   for (const auto& s : z.samples) EXPECT_TRUE(s.correct) << "kvzip lost the needle: " << s.answer;
+  // its trace: the scoring pass ranked the key's tokens in every layer, and some layers held them
+  double most_held = 0;
+  for (const auto& l : eval::summarize_needle_trace(z)) {
+    EXPECT_GE(l.rank_hit, 0.0) << "layer " << l.layer;
+    EXPECT_LE(l.rank_hit, 1.0) << "layer " << l.layer;
+    most_held = std::max(most_held, l.kept_hit);
+  }
+  EXPECT_GT(most_held, 0.5);
   EXPECT_LT(z.cost.kept_bytes * 3, z.cost.full_bytes + z.cost.full_bytes / 10);
   if (!test::kSanitized) {
     SessionOptions kvzip_heads = kvzip;  // KVzip's own ranking over the heads (no per-head floor)

@@ -1,6 +1,7 @@
 // KV cache configuration and per-layer accounting (DESIGN.md "The cache contract").
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <optional>
@@ -118,6 +119,19 @@ struct LayerStats {
   int64_t full_bytes = 0;    // f16 bytes with no eviction
   double compression_ratio() const { return kept_bytes > 0 ? static_cast<double>(full_bytes) / kept_bytes : 0.0; }
 };
+
+// One compaction of one layer that dropped rows, as a trace sees it (Session::trace_evictions):
+// for each kv head the rows it held just before, by absolute position, with the score the policy
+// ranked them by where that is the held mass (h2o, squeeze, kvzip and their decode steps; snapkv
+// and pyramidkv rank a prompt by the mass pooled along positions), and whether each survived.
+struct EvictionEvent {
+  int layer = 0;
+  int64_t tokens_seen = 0;                      // rows the layer had seen at the compaction
+  std::vector<std::vector<int32_t>> positions;  // [G][rows held before]
+  std::vector<std::vector<float>> scores;       // [G][rows held before]
+  std::vector<std::vector<uint8_t>> kept;       // [G][rows held before]: 1 where the row survived
+};
+using EvictionTrace = std::function<void(const EvictionEvent&)>;
 
 // Typed names at the edge (CLI, files). Each throws Error naming the flag and the valid values.
 KvPolicy parse_kv_policy(const std::string& name);

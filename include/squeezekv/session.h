@@ -77,6 +77,10 @@ class Session {
   std::vector<LayerStats> kv_stats() const;
   // Absolute positions one layer's kv head holds now, sorted ascending.
   std::vector<int32_t> kv_positions(int layer, int kv_head) const;
+  // Shows `trace` every compaction of any layer that drops rows, from now on (kv_cache.h's
+  // EvictionEvent: what each head held, its scores, what survived); an empty function stops it.
+  // A diagnostic: each traced compaction copies the layer's metadata to the host.
+  void trace_evictions(EvictionTrace trace);
   // A saved KV cache (docs/kv_file.md): the sequence's caches, position and the token ids it has
   // run (`tokens`, position() of them, which the caller kept), as bytes. Error when a policy is
   // between phases (a squeeze schedule or kvzip's scoring pending: save once the prompt has run)

@@ -68,8 +68,46 @@ void LayerCache::check_held() const {
 void LayerCache::compact() {
   // (a policy reads the host metadata through positions()/mass(), which copy from a device only
   // what it changed, and only when read)
-  if (policy_->select(storage_, last_step_rows_, evict_)) storage_.evict(evict_);
+  if (policy_->select(storage_, last_step_rows_, evict_)) {
+    if (trace_ != nullptr && *trace_) {
+      EvictionEvent e = traced_rows();
+      storage_.evict(evict_);
+      mark_survivors(e);
+      (*trace_)(e);
+    } else {
+      storage_.evict(evict_);
+    }
+  }
   fit_capacity();
+}
+
+EvictionEvent LayerCache::traced_rows() const {
+  EvictionEvent e;
+  e.layer = layer_;
+  e.tokens_seen = tokens_seen_;
+  const int G = storage_.n_kv_heads();
+  e.positions.resize(G);
+  e.scores.resize(G);
+  e.kept.resize(G);
+  for (int g = 0; g < G; ++g) {
+    const int32_t* pos = storage_.positions(g);
+    const float* mass = storage_.mass(g);
+    for (int j = 0; j < storage_.count(); ++j)
+      if (pos[j] != KvStorage::kDeadPos) {
+        e.positions[g].push_back(pos[j]);
+        e.scores[g].push_back(mass[j]);
+      }
+  }
+  return e;
+}
+
+void LayerCache::mark_survivors(EvictionEvent& e) const {
+  for (int g = 0; g < storage_.n_kv_heads(); ++g) {
+    std::vector<int32_t> held(storage_.positions(g), storage_.positions(g) + storage_.count());
+    std::sort(held.begin(), held.end());
+    e.kept[g].resize(e.positions[g].size());
+    for (size_t i = 0; i < e.positions[g].size(); ++i) e.kept[g][i] = std::binary_search(held.begin(), held.end(), e.positions[g][i]) ? 1 : 0;
+  }
 }
 
 void LayerCache::end_scoring() {

@@ -87,10 +87,15 @@ class LayerCache {
   const KvStorage& storage() const { return storage_; }
   void bind_device_count(const int32_t* count_dev) { storage_.bind_device_count(count_dev); }
   int budget() const { return policy_->budget(); }
+  // Every compaction that drops rows is shown to `trace` first (null: none; a diagnostic: it
+  // copies the layer's metadata to the host at each one).
+  void set_trace(const EvictionTrace* trace) { trace_ = trace; }
 
  private:
   int capacity_for() const { return capacity_for(*policy_, max_step_rows_, max_tokens_); }
   void compact();
+  EvictionEvent traced_rows() const;           // the rows held before a compaction (trace_)
+  void mark_survivors(EvictionEvent& e) const;  // after it: which of them are still held
   void fit_capacity();  // the storage sized for the next step (set_capacity when the budget changed)
   void check_held() const;  // a debug assertion: the rows held after a step within the policy's promise
   int layer_;
@@ -98,6 +103,7 @@ class LayerCache {
   int max_step_rows_, max_tokens_;
   KvStorage storage_;
   Eviction evict_;  // reused every step
+  const EvictionTrace* trace_ = nullptr;
   Eviction cut_evict_;  // cut_view's slots
   int64_t tokens_seen_ = 0;
   int last_step_rows_ = 0;
@@ -130,6 +136,9 @@ struct SequenceCache {
   void end_scoring();
   bool wants_scoring() const;
   bool records_context() const;
+  // Shows every layer's compactions that drop rows to trace (null: none); trace must outlive the
+  // caches or be unset.
+  void set_trace(const EvictionTrace* trace);
 };
 
 struct ModelConfig;

@@ -10,6 +10,10 @@
 
 namespace squeezekv {
 
+void SequenceCache::set_trace(const EvictionTrace* trace) {
+  for (LayerCache& l : layers) l.set_trace(trace);
+}
+
 void SequenceCache::reset() {
   for (LayerCache& l : layers) l.reset();
   if (coordinator) coordinator->reset();

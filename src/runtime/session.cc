@@ -24,6 +24,7 @@ struct Session::Impl {
   SequenceState seq;
   int chunk = 0;                // rows per step
   std::vector<float> logits;    // [n][V] when every row's logits are asked for
+  EvictionTrace trace;          // trace_evictions's, which the caches point to
 
   Impl(const Model& m, const SessionOptions& o)
       : plan(Runner::plan_sequence(m.config(), o.cache, o)),
@@ -80,6 +81,11 @@ std::vector<LayerStats> Session::kv_stats() const {
 }
 
 std::vector<int32_t> Session::kv_positions(int layer, int kv_head) const { return held_positions(impl_->seq, layer, kv_head); }
+
+void Session::trace_evictions(EvictionTrace trace) {
+  impl_->trace = std::move(trace);
+  impl_->seq.caches.set_trace(impl_->trace ? &impl_->trace : nullptr);
+}
 
 std::vector<uint8_t> Session::save_kv(std::span<const int> tokens) const {
   return serialize_sequence(impl_->runner.model(), impl_->seq, tokens);

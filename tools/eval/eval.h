@@ -68,7 +68,19 @@ struct RetrievalOptions {
   // (Session::load_kv): the sample's own question again (its answer must equal the cold one) and,
   // for niah-multikey, the other three keys. Reports the time to first token of both paths.
   bool reuse = false;
+  // Follow the answer's tokens in the needles through every compaction (Session::trace_evictions)
+  // until the answer is generated: RetrievalSample::needle_trace.
+  bool trace_needles = false;
   bool progress = true;
+};
+
+// Where one kv head of one layer left a sample's answer tokens (RetrievalOptions::trace_needles):
+// how many survived until the answer, and where they ranked by the policy's score when it last
+// decided about them (the median over the tokens of the share of the held rows that scored
+// higher: 0 the top, near 1 the bottom; -1 where no compaction dropped rows while they were held).
+struct NeedleFate {
+  int kept = 0, tokens = 0;
+  double rank = -1.0;
 };
 
 // A question asked from a restored copy of a sample's compressed context (RetrievalOptions::reuse).
@@ -92,6 +104,7 @@ struct RetrievalSample {
   double ttft_s = 0.0;       // time to first token: the context's prefill (and compression), the question's tokens, the pick
   // with RetrievalOptions::reuse: the same question from a restored copy, then the other keys'
   std::vector<RetrievalReask> reasked;
+  std::vector<std::vector<NeedleFate>> needle_trace;  // [L][G] with RetrievalOptions::trace_needles
 };
 
 struct RetrievalResult {
@@ -108,6 +121,17 @@ struct RetrievalResult {
 
 void validate(const RetrievalOptions& o);
 RetrievalResult run_retrieval(const Model& m, const SessionOptions& so, const RetrievalOptions& o);
+
+// One layer's needle trace over a run's samples, answered (hit) and not (miss) apart: the share
+// of (answer token, kv head) pairs held until the answer, and the median of NeedleFate::rank over
+// the heads that ranked them (-1: none did).
+struct NeedleLayerSummary {
+  int layer = 0;
+  double kept_hit = 0, kept_miss = 0;
+  double rank_hit = -1, rank_miss = -1;
+  int hits = 0, misses = 0;
+};
+std::vector<NeedleLayerSummary> summarize_needle_trace(const RetrievalResult& r);
 // Exact match: every expected value occurs in the answer as a whole number.
 bool answer_matches(const std::string& answer, const std::vector<std::string>& expected);
 

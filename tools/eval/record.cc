@@ -67,6 +67,15 @@ json retrieval_record(json r, const RetrievalOptions& o, const RetrievalResult& 
       json one = {{"depth", s.depth},         {"expected", s.expected},     {"answer", s.answer},
                   {"correct", s.correct},     {"needle_kept", s.needle_kept}, {"prompt_ids", s.prompt_ids},
                   {"continue_ids", s.continue_ids}, {"ttft_s", s.ttft_s}};
+      if (!s.needle_trace.empty()) {  // [L][G] of [kept, tokens, rank]
+        json tr = json::array();
+        for (const auto& layer : s.needle_trace) {
+          json heads = json::array();
+          for (const NeedleFate& f : layer) heads.push_back({f.kept, f.tokens, f.rank});
+          tr.push_back(heads);
+        }
+        one["needle_trace"] = tr;
+      }
       if (!s.reasked.empty()) {
         json re = json::array();
         for (const RetrievalReask& q : s.reasked)

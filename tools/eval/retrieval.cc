@@ -147,6 +147,97 @@ bool answer_matches(const std::string& answer, const std::vector<std::string>& e
   return !expected.empty();
 }
 
+namespace {
+
+// The positions of the answer's tokens in the prompt: each expected value inside a needle's span
+// of `context` (distractor needles hold none), as the tokens of `prompt` (the ids of prompt_text)
+// from the first that the text before the value does not already give to the last that the text
+// through the value does.
+std::vector<int32_t> needle_answer_positions(const Tokenizer& tok, const std::string& prompt_text, const std::vector<int>& prompt,
+                                             const std::string& context, size_t ctx_offset,
+                                             const std::vector<std::pair<size_t, size_t>>& spans, const std::vector<std::string>& expected) {
+  auto agreeing = [&](size_t bytes) {  // tokens of prompt_text[0, bytes) that the whole prompt's ids share
+    const std::vector<int> part = tok.encode(prompt_text.substr(0, bytes), tok.add_bos());
+    size_t n = 0;
+    while (n < part.size() && n < prompt.size() && part[n] == prompt[n]) ++n;
+    return static_cast<int32_t>(n);
+  };
+  std::vector<int32_t> out;
+  for (const auto& [a, e] : spans)
+    for (const std::string& want : expected) {
+      const size_t at = context.substr(a, e - a).find(want);
+      if (at == std::string::npos) continue;
+      const size_t from = ctx_offset + a + at;
+      const int32_t first = agreeing(from), last = std::max(first + 1, agreeing(from + want.size()));
+      for (int32_t p = first; p < last; ++p) out.push_back(p);
+    }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Follows token positions through a sequence's compactions (Session::trace_evictions): for each
+// layer, kv head and position, whether a compaction dropped it and its rank by the policy's score
+// at the last one that held it.
+class NeedleTracer {
+ public:
+  void begin(std::vector<int32_t> positions, int L, int G) {
+    pos_ = std::move(positions);
+    L_ = L, G_ = G;
+    state_.assign(static_cast<size_t>(L) * G * pos_.size(), {});
+  }
+  void see(const EvictionEvent& e) {
+    for (int g = 0; g < G_ && g < static_cast<int>(e.positions.size()); ++g) {
+      const std::vector<int32_t>& P = e.positions[g];
+      const std::vector<float>& S = e.scores[g];
+      for (size_t i = 0; i < pos_.size(); ++i) {
+        State& st = state_[(static_cast<size_t>(e.layer) * G_ + g) * pos_.size() + i];
+        if (st.dropped) continue;
+        const auto it = std::find(P.begin(), P.end(), pos_[i]);
+        if (it == P.end()) continue;  // not appended yet
+        const size_t j = static_cast<size_t>(it - P.begin());
+        const auto higher = std::count_if(S.begin(), S.end(), [&](float v) { return v > S[j]; });
+        st.rank = P.size() > 1 ? static_cast<double>(higher) / static_cast<double>(P.size() - 1) : 0.0;
+        st.ranked = true;
+        st.dropped = e.kept[g][j] == 0;
+      }
+    }
+  }
+  std::vector<std::vector<NeedleFate>> fates() const {
+    std::vector<std::vector<NeedleFate>> out(static_cast<size_t>(L_), std::vector<NeedleFate>(static_cast<size_t>(G_)));
+    for (int l = 0; l < L_; ++l)
+      for (int g = 0; g < G_; ++g) {
+        NeedleFate& f = out[l][g];
+        std::vector<double> ranks;
+        for (size_t i = 0; i < pos_.size(); ++i) {
+          const State& st = state_[(static_cast<size_t>(l) * G_ + g) * pos_.size() + i];
+          f.kept += st.dropped ? 0 : 1;
+          if (st.ranked) ranks.push_back(st.rank);
+        }
+        f.tokens = static_cast<int>(pos_.size());
+        f.rank = median(ranks);
+      }
+    return out;
+  }
+
+ private:
+  struct State {
+    bool dropped = false, ranked = false;
+    double rank = 0.0;
+  };
+  static double median(std::vector<double> v) {
+    if (v.empty()) return -1.0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  }
+  std::vector<int32_t> pos_;
+  int L_ = 0, G_ = 0;
+  std::vector<State> state_;  // [L][G][positions]
+};
+
+}  // namespace
+
 RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const RetrievalOptions& o) {
   validate(o);
   const Tokenizer& tok = m.tokenizer();
@@ -226,6 +317,12 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       const std::vector<int> prefix = tok.encode(prefix_text, tok.add_bos());
       const std::vector<int> suffix = tok.encode(suffix_text, false);
       s.reset();
+      NeedleTracer tracer;
+      if (o.trace_needles) {
+        tracer.begin(needle_answer_positions(tok, prefix_text, prefix, context, ctx_offset, spans, b.expected), m.config().n_layers,
+                     m.config().n_kv_heads);
+        s.trace_evictions([&tracer](const EvictionEvent& e) { tracer.see(e); });
+      }
       const auto cold_start = std::chrono::steady_clock::now();
       std::vector<int> rest = suffix;  // what generation starts from
       if (o.question_aware) {  // one prompt: the context, the question and all but its last token
@@ -263,6 +360,7 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       };
       double question_s = 0.0;
       const GenerateResult gr = ask(rest, std::chrono::steady_clock::now(), &question_s);
+      if (o.trace_needles) s.trace_evictions({});
       tokens_run += static_cast<int64_t>(prefix.size());
       RetrievalSample rs;
       rs.depth = o.depths[di];
@@ -274,6 +372,7 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       rs.continue_ids = rest;
       rs.correct = answer_matches(gr.text, b.expected);
       rs.needle_kept = kept;
+      if (o.trace_needles) rs.needle_trace = tracer.fates();
       rs.ttft_s = prefill_s + question_s;
       if (o.reuse) {  // the same question, then the other keys', each from a restored copy
         std::vector<Ask> asks = {{b.question, b.answer_prefix, b.expected}};
@@ -324,6 +423,39 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
   r.cost.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.cost.tokens_per_second = static_cast<double>(tokens_run) / r.cost.seconds;
   return r;
+}
+
+std::vector<NeedleLayerSummary> summarize_needle_trace(const RetrievalResult& r) {
+  std::vector<NeedleLayerSummary> out;
+  for (const RetrievalSample& smp : r.samples) {
+    if (out.size() < smp.needle_trace.size()) out.resize(smp.needle_trace.size());
+  }
+  for (size_t l = 0; l < out.size(); ++l) {
+    NeedleLayerSummary& o = out[l];
+    o.layer = static_cast<int>(l);
+    int kept[2] = {0, 0}, tokens[2] = {0, 0};
+    std::vector<double> ranks[2];
+    for (const RetrievalSample& smp : r.samples) {
+      if (l >= smp.needle_trace.size()) continue;
+      const int c = smp.correct ? 0 : 1;
+      (smp.correct ? o.hits : o.misses) += 1;
+      for (const NeedleFate& f : smp.needle_trace[l]) {
+        kept[c] += f.kept;
+        tokens[c] += f.tokens;
+        if (f.rank >= 0) ranks[c].push_back(f.rank);
+      }
+    }
+    auto median = [](std::vector<double> v) {
+      if (v.empty()) return -1.0;
+      std::sort(v.begin(), v.end());
+      return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
+    o.kept_hit = tokens[0] ? static_cast<double>(kept[0]) / tokens[0] : 0.0;
+    o.kept_miss = tokens[1] ? static_cast<double>(kept[1]) / tokens[1] : 0.0;
+    o.rank_hit = median(ranks[0]);
+    o.rank_miss = median(ranks[1]);
+  }
+  return out;
 }
 
 }  // namespace squeezekv::eval

@@ -402,6 +402,20 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
   std::printf("task=%s ctx=%d accuracy=%.4f by_depth=%s kept_bytes=%lld full_bytes=%lld ttft_cold_ms=%.1f\n", eval::task_name(e.ret.task),
               e.ret.ctx, r.accuracy, depths.c_str(), static_cast<long long>(r.cost.kept_bytes),
               static_cast<long long>(r.cost.full_bytes), r.ttft_cold_s * 1e3);
+  if (e.ret.trace_needles) {
+    std::printf("needle trace: the answer's tokens in the needles, every kv head: share held until the answer, and median rank by\n"
+                "the policy's score when it last decided (0 top, 1 bottom, - never ranked); answered | missed samples\n");
+    std::printf("| layer | held, answered | held, missed | rank, answered | rank, missed |\n|---|---:|---:|---:|---:|\n");
+    auto rank = [](double v) {
+      char buf[16];
+      if (v < 0) return std::string("-");
+      std::snprintf(buf, sizeof buf, "%.3f", v);
+      return std::string(buf);
+    };
+    for (const auto& l : eval::summarize_needle_trace(r))
+      std::printf("| %d | %.2f | %.2f | %s | %s |\n", l.layer, l.hits ? l.kept_hit : 0.0, l.misses ? l.kept_miss : 0.0,
+                  l.hits ? rank(l.rank_hit).c_str() : "-", l.misses ? rank(l.rank_miss).c_str() : "-");
+  }
   if (e.ret.reuse)
     std::printf("reused: %d questions from restored contexts, %d correct, %d of %zu samples' own answers equal to cold, ttft_warm_ms=%.1f\n",
                 r.reasked, r.reasked_correct, r.reuse_equal, r.samples.size(), r.ttft_warm_s * 1e3);
@@ -506,6 +520,9 @@ int main(int argc, char** argv) {
   er->add_flag("--reuse", ev.ret.reuse,
                "compress each context once and ask every question from a restored copy (the sample's own again, and "
                "niah-multikey's other keys), as a prompt cache serves them; reports the time to first token of both paths");
+  er->add_flag("--trace-needles", ev.ret.trace_needles,
+               "follow the answer's tokens in the needles through every eviction: per layer, the share held until the answer "
+               "and their rank by the policy's score (a table; every sample's layers and heads in the --json record)");
   er->add_option("--json", ev.json_out, "write the result as a JSON record");
   CLI::App* es = e->add_subcommand("sweep", "run a grid from a JSON config; JSON lines out; resumes");
   es->add_option("--config", ev.sweep.config_file, "sweep config (JSON)")->required();
