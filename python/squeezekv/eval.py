@@ -42,10 +42,15 @@ def perplexity(model: Model, text: Union[str, os.PathLike], ctx: int = 1024, pre
 def retrieval(model: Model, task: str = "passkey", ctx: int = 1024,
               depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), samples: int = 4, seed: int = 1,
               haystack: Union[str, os.PathLike, None] = None, max_answer_tokens: int = 24,
-              question_aware: bool = False, kv: Optional[KVConfig] = None, decode_activations: str = "f32") -> dict:
+              question_aware: bool = False, kv: Optional[KVConfig] = None, decode_activations: str = "f32",
+              trace_needles: bool = False) -> dict:
     """Needles at depths in a haystack (filler sentences, or the text file ``haystack``), the question
     after the compressed context, greedy answers, exact match. Returns the record
-    ``squeezekv eval retrieval --json`` writes (``accuracy``, ``by_depth``, ``samples``, ...)."""
+    ``squeezekv eval retrieval --json`` writes (``accuracy``, ``by_depth``, ``samples``, ...).
+    ``trace_needles``: each sample also carries ``needle_trace``, per layer and kv head
+    ``[held, tokens, rank]`` of the answer's tokens in the needles (``--trace-needles``)."""
+    if not isinstance(trace_needles, bool):
+        raise TypeError(f"trace_needles: expected True or False, got {trace_needles!r}")
     run = _run(model, decode_activations)
     if task not in _TASKS:
         raise ValueError(f"task: expected one of {', '.join(_TASKS)}, got {task!r}")
@@ -59,5 +64,5 @@ def retrieval(model: Model, task: str = "passkey", ctx: int = 1024,
     kv = as_config(kv)
     rec = model._m.retrieval(run, kv._native(), task, _check_int("ctx", ctx, 1),
                              [float(d) for d in depths], _check_int("samples", samples, 1), _check_int("seed", seed, 0),
-                             hs, _check_int("max_answer_tokens", max_answer_tokens, 1), bool(question_aware))
+                             hs, _check_int("max_answer_tokens", max_answer_tokens, 1), bool(question_aware), trace_needles)
     return json.loads(rec)

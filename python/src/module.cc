@@ -615,7 +615,7 @@ PYBIND11_MODULE(_core, m) {
       .def("retrieval",
            [](const State& st, const py::dict& run, const CacheConfig& c, const std::string& task, int ctx,
               const std::vector<double>& depths, int samples, uint64_t seed, const std::string& haystack,
-              int max_answer_tokens, bool question_aware) {
+              int max_answer_tokens, bool question_aware, bool trace_needles) {
              SessionOptions so = session_options(run);
              so.cache = c;
              eval::RetrievalOptions o;
@@ -627,6 +627,7 @@ PYBIND11_MODULE(_core, m) {
              o.haystack_file = haystack;
              o.max_answer_tokens = max_answer_tokens;
              o.question_aware = question_aware;
+             o.trace_needles = trace_needles;
              o.progress = false;
              eval::validate(o);
              return locked(*st, [&] {

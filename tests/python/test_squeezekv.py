@@ -234,13 +234,23 @@ def test_perplexity_equals_the_cli(model_f32, tmp_path):
 
 
 def test_retrieval_equals_the_cli(model_f32, tmp_path):
-    r = squeezekv.eval.retrieval(model_f32, ctx=256, depths=[0.5], samples=2, kv=squeezekv.KVConfig(policy="h2o", budget=96))
+    r = squeezekv.eval.retrieval(model_f32, ctx=256, depths=[0.5], samples=2, kv=squeezekv.KVConfig(policy="h2o", budget=96),
+                                 trace_needles=True)
     out = tmp_path / "ret.json"
     cli("eval", "retrieval", "-t", "2", "--ctx", "256", "--depths", "0.5", "--samples", "2", "--kv-policy", "h2o",
-        "--kv-budget", "96", "--json", str(out))
+        "--kv-budget", "96", "--trace-needles", "--json", str(out))
     rec = json.loads(out.read_text())
     assert r["accuracy"] == rec["accuracy"]
     assert [s["answer"] for s in r["samples"]] == [s["answer"] for s in rec["samples"]]
+    # the needle trace: per layer and kv head [held, tokens, rank], the same as the CLI's
+    cfg = model_f32.config
+    for s, c in zip(r["samples"], rec["samples"]):
+        assert s["needle_trace"] == c["needle_trace"]
+        assert len(s["needle_trace"]) == cfg.n_layers
+        for layer in s["needle_trace"]:
+            assert len(layer) == cfg.n_kv_heads
+            for held, tokens, rank in layer:
+                assert 0 <= held <= tokens and tokens >= 1 and (rank == -1 or 0 <= rank <= 1)
 
 
 # ---- dummy weights ------------------------------------------------------------------------------
@@ -303,6 +313,7 @@ def test_wrong_arguments_raise_and_name_the_input(model, tmp_path):
         (lambda: squeezekv.eval.perplexity(model, EMMA, ctx=100, prefix=200), ValueError, "prefix"),
         (lambda: squeezekv.eval.retrieval(model, task="sudoku"), ValueError, "task"),
         (lambda: squeezekv.eval.retrieval("model"), TypeError, "model"),
+        (lambda: squeezekv.eval.retrieval(model, trace_needles="yes"), TypeError, "trace_needles"),
     ]
     for call, exc, text in cases:
         with pytest.raises(exc, match=text):
