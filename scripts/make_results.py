@@ -486,6 +486,20 @@ def kvpress_section(out_dir):
     return out
 
 
+def needle_trace_section(results_dir):
+    """docs/results/needle_trace/ (its run.sh and table.py): where each policy left the pass key's
+    tokens, layer by layer (eval retrieval --trace-needles)."""
+    table = os.path.join(results_dir, "needle_trace", "table.md")
+    if not os.path.exists(table):
+        return []
+    return ["## Where the pass key goes in real text", "",
+            "`docs/results/needle_trace/` (`run.sh`: `eval retrieval --trace-needles`, Emma, 2048 tokens, 20% KV, "
+            "10 samples): the key's digit tokens followed through every eviction until the answer. Per layer and "
+            "policy, over the samples the policy missed: the share of (digit, kv head) pairs held / their median "
+            "rank by the policy's score when it last decided about them (0 the top of the rows held, 1 the "
+            "bottom). What it shows is in that folder's README.", ""] + open(table).read().strip().splitlines() + [""]
+
+
 def window_attention_section(out_dir):
     """bench/window_attention.cc's table: where the question's attention goes, layer by layer."""
     files = sorted(glob.glob(os.path.join(out_dir, "window_attention_*.txt")))
@@ -665,6 +679,7 @@ def report(a):
     lines += kv_types_section(a.kv_types_config, os.path.dirname(os.path.abspath(a.out)))
     lines += kvzip_heads_section(a.kvzip_heads_config)
     lines += kvzip_layers_section(a.kvzip_layers_config)
+    lines += needle_trace_section(os.path.join(os.path.dirname(os.path.abspath(a.out)), "results"))
     lines += kvpress_section(out_dir)
     lines += window_attention_section(out_dir)
     lines.append("## Who wins where")
