@@ -73,7 +73,8 @@ TEST(KvFile, ARestoredCacheContinuesBitForBitUnderEveryPolicy) {
                         {KvPolicy::kSqueeze, 64, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kSqueeze, 64, KvDType::kQ4_0, KvDType::kQ4_1},
                         {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16},
-                        {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16, LayerAlloc::kSqueeze}};
+                        {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16, LayerAlloc::kSqueeze},
+                        {KvPolicy::kSnapKV, 64, KvDType::kF16, KvDType::kF16, LayerAlloc::kSqueeze}};
   for (const Case& c : cases) {
     SessionOptions so = options(c.p, c.budget, c.k, c.v);
     so.cache.layer_alloc = c.layers;

@@ -421,7 +421,69 @@ TEST(Policy, KvzipLayersShareTheTotalBySqueeze) {
   for (int li = 0; li < 2; ++li)
     for (int g = 0; g < kG; ++g) EXPECT_EQ(flat->kept(li, g), uni->kept(li, g)) << "strength 0, layer " << li << " head " << g;
 
-  c.policy = KvPolicy::kH2O;  // only kvzip takes it
+  c.policy = KvPolicy::kH2O;  // only the scorers kvzip and snapkv take it
+  EXPECT_THROW(validate(c), Error);
+}
+
+// --kv-layer-alloc squeeze over SnapKV's scores: at the prompt step that evicts, every layer
+// reports the coverage of its pooled window scores before any compacts; the layer whose scores are
+// spread widest gets more of the total, decode keeps each layer at its own budget, and at
+// strength 0 every layer keeps exactly what uniform snapkv keeps.
+TEST(Policy, SnapKVLayersShareTheTotalBySqueeze) {
+  auto run = [](const CacheConfig& c) {
+    auto d = std::make_unique<Driver>(c, 2, 128);
+    std::normal_distribution<float> nd;
+    std::vector<float> k(80 * kG * kD), v(k.size());
+    for (auto& x : k) x = nd(d->rng);
+    std::vector<int32_t> p(80);
+    std::iota(p.begin(), p.end(), 0);
+    for (size_t li = 0; li < d->sc.layers.size(); ++li) {
+      LayerCache& l = d->sc.layers[li];
+      l.append(k.data(), k.data(), p.data(), 80);
+      for (int g = 0; g < kG; ++g)
+        for (int j = 0; j < 80; ++j) {  // layer 0: a few rows hold most of the score; layer 1: spread
+          const float x = score_of(0, g, j);
+          l.mass_accumulator()[g * l.storage().capacity() + j] = li == 0 ? std::pow(x, 12.0f) : 0.5f + 0.5f * x;
+        }
+    }
+    d->pos = 80;
+    d->sc.end_step(80);
+    return d;
+  };
+  CacheConfig c = config(KvPolicy::kSnapKV, 24, 4);
+  c.snapkv_window = 8;
+  c.pool_kernel = 1;
+  c.layer_alloc = LayerAlloc::kSqueeze;
+  c.squeeze_strength = 1.0;
+  const auto sq = run(c);
+  ASSERT_NE(sq->sc.coordinator, nullptr);
+  ASSERT_TRUE(sq->sc.coordinator->is_finalized());
+  const int b0 = sq->sc.layers[0].stats().budget, b1 = sq->sc.layers[1].stats().budget;
+  EXPECT_LT(b0, 24);
+  EXPECT_GT(b1, 24);
+  EXPECT_EQ(b0 + b1, 48);
+  EXPECT_GT(sq->sc.layers[0].stats().concentration, sq->sc.layers[1].stats().concentration);
+  for (int li = 0; li < 2; ++li)
+    for (int g = 0; g < kG; ++g) {
+      const std::set<int32_t> kept = sq->kept(li, g);
+      const int b = li == 0 ? b0 : b1, w = std::min(8, b - 4);  // the window, within the layer's budget
+      EXPECT_EQ(kept.size(), static_cast<size_t>(b)) << li << " " << g;
+      for (int q = 80 - w; q < 80; ++q) EXPECT_TRUE(kept.count(q)) << "layer " << li << " budget " << b << " window " << q;
+    }
+  for (int t = 0; t < 10; ++t) sq->step(1, 0);  // decode keeps each layer at its own budget
+  EXPECT_EQ(sq->sc.layers[0].storage().count(), b0);
+  EXPECT_EQ(sq->sc.layers[1].storage().count(), b1);
+
+  c.squeeze_strength = 0.0;
+  const auto flat = run(c);
+  CacheConfig u = c;
+  u.layer_alloc = LayerAlloc::kUniform;
+  const auto uni = run(u);
+  EXPECT_EQ(uni->sc.coordinator, nullptr);
+  for (int li = 0; li < 2; ++li)
+    for (int g = 0; g < kG; ++g) EXPECT_EQ(flat->kept(li, g), uni->kept(li, g)) << "strength 0, layer " << li << " head " << g;
+
+  c.policy = KvPolicy::kPyramidKV;  // keeps its own taper
   EXPECT_THROW(validate(c), Error);
 }
 

@@ -17,7 +17,7 @@ void validate(const CacheConfig& c) {
   if (c.head_alloc == HeadAlloc::kAdaptive && !policy_info(c.policy).head_adaptive)
     fail(std::string("--kv-head-alloc: adaptive is for h2o, snapkv, pyramidkv, squeeze and kvzip, not ") + kv_policy_name(c.policy));
   if (c.layer_alloc == LayerAlloc::kSqueeze && !policy_info(c.policy).layer_squeeze)
-    fail(std::string("--kv-layer-alloc: squeeze re-splits kvzip's layer budgets (the squeeze policy always does), not ") +
+    fail(std::string("--kv-layer-alloc: squeeze re-splits kvzip's and snapkv's layer budgets (the squeeze policy always does), not ") +
          kv_policy_name(c.policy) + "'s");
   if (c.policy == KvPolicy::kFull) return;
   if (c.budget < 1)

@@ -95,8 +95,8 @@ const KvOption kOptions[] = {
      [](CacheConfig& c, const std::string& t) { c.head_alloc = parse_head_alloc(t); },
      [](const CacheConfig& c) { return std::string(head_alloc_name(c.head_alloc)); }},
     {"layer_alloc", "--kv-layer-alloc", K::kName,
-     "uniform | squeeze: kvzip's layers keep the average budget each, or the squeeze coordinator re-splits the total over "
-     "them from how much of each layer's scores its average budget holds (--squeeze-strength, --squeeze-alloc, --squeeze-cap apply)",
+     "uniform | squeeze: kvzip's or snapkv's layers keep the average budget each, or the squeeze coordinator re-splits the total "
+     "over them from how much of each layer's scores its average budget holds (--squeeze-strength, --squeeze-alloc, --squeeze-cap apply)",
      [](CacheConfig& c, const std::string& t) { c.layer_alloc = parse_layer_alloc(t); },
      [](const CacheConfig& c) { return std::string(layer_alloc_name(c.layer_alloc)); }, true},
     {"squeeze_cap", "--squeeze-cap", K::kName,

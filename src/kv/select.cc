@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <functional>
 
 namespace squeezekv {
 
@@ -90,6 +91,29 @@ bool select_by_score(const KvStorage& s, bool adaptive, int budget, int sinks, i
                      size_t stride, Eviction& out) {
   if (adaptive) return select_head_adaptive(s, budget, sinks, recent, scores, stride, max_head_rows(true, budget), out);
   return select_uniform(s, budget, sinks, recent, scores, stride, out);
+}
+
+double score_coverage(const KvStorage& s, const float* scores, size_t stride, int budget, bool pooled) {
+  const int G = s.n_kv_heads(), n = s.count();
+  std::vector<float> m;
+  auto share = [&m](int k) {
+    double total = 0.0, top = 0.0;
+    for (float x : m) total += x;
+    k = std::min(k, static_cast<int>(m.size()));
+    if (k <= 0 || total <= 0.0) return 1.0;
+    std::nth_element(m.begin(), m.begin() + (k - 1), m.end(), std::greater<float>());
+    for (int i = 0; i < k; ++i) top += m[i];
+    return top / total;
+  };
+  double sum = 0.0;
+  for (int g = 0; g < G; ++g) {
+    if (!pooled) m.clear();
+    const float* sc = scores + static_cast<size_t>(g) * stride;
+    for (int j = 0; j < n; ++j)
+      if (s.positions(g)[j] != KvStorage::kDeadPos) m.push_back(sc[j]);
+    if (!pooled) sum += share(budget);
+  }
+  return pooled ? share(G * budget) : sum / G;
 }
 
 int recent_window(int budget, int sinks, int recent) {

@@ -57,6 +57,13 @@ bool select_by_score(const KvStorage& s, bool adaptive, int budget, int sinks, i
                      size_t stride, Eviction& out);
 inline int max_head_rows(bool adaptive, int budget) { return adaptive ? 2 * budget : budget; }
 
+// What a layer reports to a squeeze coordinator over a scorer's rows (--kv-layer-alloc squeeze):
+// the share of the held rows' scores that the `budget` highest of each kv head hold, the mean over
+// heads; pooled (head-adaptive): of all the layer's rows, the G x budget highest. 1 when they all
+// fit or nothing scored. Dead slots are skipped. Lower: the scores are spread wider, the layer
+// needs more rows.
+double score_coverage(const KvStorage& s, const float* scores, size_t stride, int budget, bool pooled);
+
 // The recent window a score-based policy keeps at a budget: `recent` when set (>= 0), else
 // budget / 2, and never more than leaves room for the sinks.
 int recent_window(int budget, int sinks, int recent);

@@ -14,7 +14,6 @@
 // per layer), unlike the other policies' budget + chunk.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include "kv/policy.h"
 #include "kv/select.h"
@@ -22,30 +21,6 @@
 
 namespace squeezekv {
 namespace {
-
-// The share of the held rows' scores (mass) that the `budget` highest of each kv head hold, the
-// mean over heads; pooled: of all the layer's rows, the G x budget highest. 1 when they all fit.
-double score_coverage(const KvStorage& s, int budget, bool pooled) {
-  const int G = s.n_kv_heads(), n = s.count();
-  std::vector<float> m;
-  auto share = [&m](int k) {
-    double total = 0.0, top = 0.0;
-    for (float x : m) total += x;
-    k = std::min(k, static_cast<int>(m.size()));
-    if (k <= 0 || total <= 0.0) return 1.0;
-    std::nth_element(m.begin(), m.begin() + (k - 1), m.end(), std::greater<float>());
-    for (int i = 0; i < k; ++i) top += m[i];
-    return top / total;
-  };
-  double sum = 0.0;
-  for (int g = 0; g < G; ++g) {
-    if (!pooled) m.clear();
-    for (int j = 0; j < n; ++j)
-      if (s.positions(g)[j] != KvStorage::kDeadPos) m.push_back(s.mass(g)[j]);
-    if (!pooled) sum += share(budget);
-  }
-  return pooled ? share(G * budget) : sum / G;
-}
 
 class KvzipPolicy final : public EvictionPolicy, public ScoringPass {
  public:
@@ -93,7 +68,7 @@ class KvzipPolicy final : public EvictionPolicy, public ScoringPass {
     phase_ = Phase::kDecode;
     just_scored_ = true;
     if (coord_ == nullptr) return;
-    concentration_ = score_coverage(s, cfg_.budget, adaptive_);
+    concentration_ = score_coverage(s, s.mass(0), static_cast<size_t>(s.capacity()), cfg_.budget, adaptive_);
     if (cfg_.squeeze_cap) coord_->set_token_cap(seen_);  // no layer's budget past the prompt it holds
     coord_->report_concentration(layer_, concentration_);
   }

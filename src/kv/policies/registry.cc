@@ -15,7 +15,7 @@ const PolicyInfo kPolicies[] = {
     {KvPolicy::kFull, "full", "keep every token", false, false, false, make_full_policy, nullptr},
     {KvPolicy::kWindow, "window", "StreamingLLM: sinks + the most recent tokens", false, false, false, make_window_policy, nullptr},
     {KvPolicy::kH2O, "h2o", "H2O: sinks + recent window + heaviest accumulated attention", false, true, false, make_h2o_policy, nullptr},
-    {KvPolicy::kSnapKV, "snapkv", "SnapKV: prompt scored by its last window of queries", false, true, false, make_snapkv_policy,
+    {KvPolicy::kSnapKV, "snapkv", "SnapKV: prompt scored by its last window of queries", false, true, true, make_snapkv_policy,
      validate_snapkv},
     {KvPolicy::kPyramidKV, "pyramidkv", "PyramidKV: snapkv scoring, budgets tapered over layers", false, true, false,
      make_pyramidkv_policy, validate_snapkv},

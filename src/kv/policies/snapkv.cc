@@ -5,6 +5,10 @@
 // sinks and the whole window are kept. Decode tokens are appended; once past the budget the layer
 // evicts by the accumulated scores with the window as its recent part (h2o bookkeeping).
 // PyramidKV: the same scoring with per-layer budgets on a linear taper, decided from the prompt.
+// With --kv-layer-alloc squeeze (snapkv) the layers' budgets come from the sequence's squeeze
+// coordinator (SqueezeAttention's split over SnapKV's scores): at the first step that would evict
+// at the average budget (or the prompt's end) every layer reports the share of its pooled window
+// scores that the average budget's highest hold, before any layer compacts.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -12,30 +16,85 @@
 #include "kv/policy.h"
 #include "kv/select.h"
 #include "squeezekv/error.h"
+#include "squeezekv/squeeze_coordinator.h"
 
 namespace squeezekv {
 namespace {
 
 class SnapKVPolicy : public EvictionPolicy {
  public:
-  explicit SnapKVPolicy(const CacheConfig& c) : cfg_(c), budget_(c.budget), adaptive_(c.head_alloc == HeadAlloc::kAdaptive) {}
+  SnapKVPolicy(const CacheConfig& c, int layer, SqueezeCoordinator* coord)
+      : cfg_(c), budget_(c.budget), adaptive_(c.head_alloc == HeadAlloc::kAdaptive), layer_(layer), coord_(coord) {}
   bool needs_mass() const override { return true; }
   int mass_rows() const override { return cfg_.snapkv_window; }
-  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<SnapKVPolicy>(*this); }
-  int budget() const override { return budget_; }
+  std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator* coordinator) const override {
+    auto p = std::make_unique<SnapKVPolicy>(*this);
+    p->coord_ = coord_ != nullptr ? coordinator : nullptr;
+    return p;
+  }
+  // the coordinator's budget for this layer once every layer has reported, else the average
+  int budget() const override {
+    if (coord_ != nullptr)
+      if (auto b = coord_->resolved_budget(layer_)) return *b;
+    return budget_;
+  }
   int max_head_rows() const override { return squeezekv::max_head_rows(adaptive_, budget()); }
 
   bool select(const KvStorage& s, int step_rows, Eviction& out) override {
     decide_budget(s);
-    const int n = s.count(), G = s.n_kv_heads();
-    if (s.live_total() <= static_cast<int64_t>(G) * budget_) return false;
-    const int w = std::min(cfg_.snapkv_window, budget_ - std::min(cfg_.sinks, budget_));
-    if (step_rows <= 1) {  // decode: h2o bookkeeping on the accumulated window scores
-      return select_by_score(s, adaptive_, budget_, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), out);
+    const int b = budget(), G = s.n_kv_heads();
+    if (s.live_total() <= static_cast<int64_t>(G) * b) return false;
+    const int w = window(b);
+    if (step_rows <= 1)  // decode: h2o bookkeeping on the accumulated window scores
+      return select_by_score(s, adaptive_, b, cfg_.sinks, w, s.mass(0), static_cast<size_t>(s.capacity()), out);
+    pool(s, w);
+    return select_by_score(s, adaptive_, b, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(s.count()), out);
+  }
+  void before_compaction(const KvStorage& s, const StepInfo& step) override {
+    if (coord_ == nullptr || reported_) return;
+    // the first step that would evict at the average budget, or the input's end (a one-row step
+    // ends it too): every layer holds the same rows then, so all report in the same step
+    if (s.live_total() <= static_cast<int64_t>(s.n_kv_heads()) * cfg_.budget && !step.ends_input() && step.rows > 1) return;
+    if (cfg_.squeeze_cap) coord_->set_token_cap(std::max(step.input_end, step.tokens_seen));
+    reported_ = true;
+    if (step.rows <= 1) {
+      concentration_ = score_coverage(s, s.mass(0), static_cast<size_t>(s.capacity()), cfg_.budget, adaptive_);
+    } else {
+      pool(s, window(cfg_.budget));
+      concentration_ = score_coverage(s, pooled_.data(), static_cast<size_t>(s.count()), cfg_.budget, adaptive_);
     }
-    // prompt: pool the prefix scores along positions (zero padding counted, as avg_pool1d does
-    // by default); the window's own rows keep no score, they are kept as the recent part
-    const int k = cfg_.pool_kernel, half = k / 2;
+    coord_->report_concentration(layer_, concentration_);
+  }
+  double concentration() const override { return concentration_; }
+  void reset() override {
+    reported_ = false;
+    concentration_ = 0.0;
+  }
+  // coordinated: (reported, the coverage it reported); otherwise none
+  std::vector<double> state() const override {
+    if (coord_ == nullptr) return {};
+    return {reported_ ? 1.0 : 0.0, concentration_};
+  }
+  bool set_state(std::span<const double> s) override {
+    if (coord_ == nullptr) return s.empty();
+    if (s.size() != 2 || (s[0] != 0 && s[0] != 1) || !std::isfinite(s[1])) return false;
+    reported_ = s[0] == 1;
+    concentration_ = s[1];
+    return true;
+  }
+  const char* unsaveable() const override {
+    return coord_ != nullptr && !reported_ ? "the layers' budgets are still being measured (save once the prompt has run)" : nullptr;
+  }
+
+ protected:
+  virtual void decide_budget(const KvStorage&) {}
+  // the window the prompt's scores come from and decode keeps as its recent part, at budget b
+  int window(int b) const { return std::min(cfg_.snapkv_window, b - std::min(cfg_.sinks, b)); }
+  // pooled_ [G][count]: each head's prefix scores pooled along positions (zero padding counted, as
+  // avg_pool1d does by default); the window's own last w rows keep no score, they are kept as the
+  // recent part
+  void pool(const KvStorage& s, int w) {
+    const int k = cfg_.pool_kernel, half = k / 2, n = s.count(), G = s.n_kv_heads();
     pooled_.assign(static_cast<size_t>(G) * n, 0.0f);
     order_.resize(static_cast<size_t>(n));
     for (int g = 0; g < G; ++g) {
@@ -52,21 +111,21 @@ class SnapKVPolicy : public EvictionPolicy {
         p[order_[r]] = acc / static_cast<float>(k);
       }
     }
-    return select_by_score(s, adaptive_, budget_, cfg_.sinks, w, pooled_.data(), static_cast<size_t>(n), out);
   }
-
- protected:
-  virtual void decide_budget(const KvStorage&) {}
   CacheConfig cfg_;
   int budget_;
   bool adaptive_;
+  int layer_;
+  SqueezeCoordinator* coord_;  // --kv-layer-alloc squeeze (snapkv only), else null
+  bool reported_ = false;
+  double concentration_ = 0.0;
   std::vector<float> pooled_;  // [G][n], reused
   std::vector<int> order_;     // [n] slots sorted by position, reused
 };
 
 class PyramidKVPolicy final : public SnapKVPolicy {
  public:
-  PyramidKVPolicy(const CacheConfig& c, int layer, int n_layers) : SnapKVPolicy(c), layer_(layer), n_layers_(n_layers) {}
+  PyramidKVPolicy(const CacheConfig& c, int layer, int n_layers) : SnapKVPolicy(c, layer, nullptr), n_layers_(n_layers) {}
   // Capacity planning: the tallest layer of the taper.
   int budget() const override { return decided_ ? budget_ : 2 * cfg_.budget; }
   std::unique_ptr<EvictionPolicy> clone(SqueezeCoordinator*) const override { return std::make_unique<PyramidKVPolicy>(*this); }
@@ -96,13 +155,15 @@ class PyramidKVPolicy final : public SnapKVPolicy {
     const double t = static_cast<double>(n_layers_ - 1 - layer_) / (n_layers_ - 1);
     budget_ = std::max(cfg_.sinks + w + 1, static_cast<int>(std::lround(min_b + (max_b - min_b) * t)) + w);
   }
-  int layer_, n_layers_;
+  int n_layers_;
   bool decided_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_snapkv_policy(const PolicyContext& c) { return std::make_unique<SnapKVPolicy>(c.cfg); }
+std::unique_ptr<EvictionPolicy> make_snapkv_policy(const PolicyContext& c) {
+  return std::make_unique<SnapKVPolicy>(c.cfg, c.layer, c.coordinator);
+}
 std::unique_ptr<EvictionPolicy> make_pyramidkv_policy(const PolicyContext& c) {
   return std::make_unique<PyramidKVPolicy>(c.cfg, c.layer, c.n_layers);
 }
