@@ -9,6 +9,8 @@ answer greedily from the compressed cache. Pairs compared:
   window <-> StreamingLLMPress (sinks 4)
   snapkv <-> SnapKVPress (window 32, kernel 5)
   kvzip  <-> KVzipPress (layerwise: one ratio per layer, as squeezekv's per-layer budget)
+  kvzip-adaptive <-> KVzipPress (squeezekv's kvzip with --kv-head-alloc adaptive: one ranking
+           over a layer's heads, as kvpress's layerwise pruning)
 A budget fraction f keeps f x prompt tokens per layer: kvpress's compression_ratio is 1 - f.
 
 A measuring instrument, never run in CI. Set up a throw-away environment first:
@@ -24,14 +26,16 @@ import sys
 import tempfile
 import time
 
-PAIRS = {"full": None, "window": "StreamingLLMPress", "snapkv": "SnapKVPress", "kvzip": "KVzipPress"}
+PAIRS = {"full": None, "window": "StreamingLLMPress", "snapkv": "SnapKVPress", "kvzip": "KVzipPress", "kvzip-adaptive": "KVzipPress"}
+# squeezekv's flags for a label that is not a policy name
+VARIANTS = {"kvzip-adaptive": ["--kv-policy", "kvzip", "--kv-head-alloc", "adaptive"]}
 
 
 def run_squeezekv(args, policy, out):
     budget = 0 if policy == "full" else int(round(args.fraction * args.ctx))
     cmd = [args.squeezekv, "eval", "retrieval", "-m", args.model, "--task", "passkey", "--ctx", str(args.ctx),
            "--depths", *[str(d) for d in args.depths], "--samples", str(args.samples), "--seed", str(args.seed),
-           "--kv-policy", policy, "--kv-budget", str(budget), "-t", str(args.threads), "--json", out]
+           *VARIANTS.get(policy, ["--kv-policy", policy]), "--kv-budget", str(budget), "-t", str(args.threads), "--json", out]
     if args.question_aware:
         cmd.append("--question-aware")
     if args.haystack:
@@ -95,12 +99,15 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--question-aware", action="store_true")
     ap.add_argument("--haystack", help="a text file as the haystack (real prose) instead of the filler sentences")
-    ap.add_argument("--policies", default="full,window,snapkv,kvzip")
+    ap.add_argument("--policies", default="full,window,snapkv,kvzip", help="comma-separated: " + ", ".join(PAIRS))
     ap.add_argument("--answer-tokens", type=int, default=24)
     ap.add_argument("--out", help="write the comparison as JSON")
     ap.add_argument("--kvzip-global", action="store_true",
                     help="KVzipPress with kvpress's default (one ratio over all layers and heads) instead of per layer")
     args = ap.parse_args()
+    for p in args.policies.split(","):
+        if p not in PAIRS:
+            ap.error(f"--policies: unknown '{p}' (expected some of {', '.join(PAIRS)})")
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -148,7 +155,7 @@ def main():
             detail.append({"depth": s["depth"], "expected": s["expected"], "squeezekv": s["answer"], "squeezekv_correct": s["correct"],
                            "kvpress": ans, "kvpress_correct": ok})
         n = len(samples)
-        row = {"policy": policy, "press": (press_name or "none") + (" (global)" if args.kvzip_global and policy == "kvzip" else ""), "ctx": args.ctx, "fraction": args.fraction,
+        row = {"policy": policy, "press": (press_name or "none") + (" (global)" if args.kvzip_global and press_name == "KVzipPress" else ""), "ctx": args.ctx, "fraction": args.fraction,
                "question_aware": args.question_aware, "haystack": args.haystack or "filler", "samples": n, "squeezekv_accuracy": rec["accuracy"],
                "kvpress_accuracy": hits / n, "same_outcome": agree / n, "squeezekv_seconds": sq_s,
                "kvpress_seconds": time.time() - t0, "compression_ratio": ratio, "detail": detail}
