@@ -368,17 +368,11 @@ def kvzip_heads_section(path):
         "multi-key needles, perplexity; a retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.")
 
 
-def kvzip_layers_section(path):
-    """kvzip's total budget split over the layers by the squeeze coordinator (--kv-layer-alloc
-    squeeze, e.g. bench/sweep_smollm2_kvzip_layers.json) against the same count in every layer,
-    and how the two compare cell by cell."""
-    out = policy_table_section(
-        path, "kvzip's split over the layers (SqueezeAttention over KVzip's scores), on real text",
-        "`kvzip-adaptive` keeps the average budget in every layer (its heads ranked together, as above); "
-        "`kvzip-adaptive-squeeze` (`--kv-layer-alloc squeeze`) lets the squeeze coordinator re-split the same total "
-        "over the layers from each layer's report at the end of the scoring pass: the share of its reconstruction "
-        "scores that its average budget's highest hold (lower: more budget; strength 0.5, inverse allocation, "
-        "capped at the prompt). A retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.")
+def layer_split_section(path, title, intro):
+    """A scorer's total budget split over the layers by the squeeze coordinator (--kv-layer-alloc
+    squeeze) against the same count in every layer (a config of two policies, uniform first), and
+    how the two compare cell by cell."""
+    out = policy_table_section(path, title, intro)
     found = sweep_records(path)
     if not out or not found:
         return out
@@ -398,6 +392,29 @@ def kvzip_layers_section(path):
     out[-1:-1] = ["", f"`{labels[1]}` against `{labels[0]}`: better in {cells(better)}, the same in {cells(same)}, "
                       f"worse in {cells(worse)}."]
     return out
+
+
+def kvzip_layers_section(path):
+    """kvzip's split over the layers (e.g. bench/sweep_smollm2_kvzip_layers.json)."""
+    return layer_split_section(
+        path, "kvzip's split over the layers (SqueezeAttention over KVzip's scores), on real text",
+        "`kvzip-adaptive` keeps the average budget in every layer (its heads ranked together, as above); "
+        "`kvzip-adaptive-squeeze` (`--kv-layer-alloc squeeze`) lets the squeeze coordinator re-split the same total "
+        "over the layers from each layer's report at the end of the scoring pass: the share of its reconstruction "
+        "scores that its average budget's highest hold (lower: more budget; strength 0.5, inverse allocation, "
+        "capped at the prompt). A retrieval cell is the accuracy over its samples with the 95% (Wilson) interval.")
+
+
+def snapkv_layers_section(path):
+    """snapkv's split over the layers (e.g. bench/sweep_smollm2_snapkv_layers.json)."""
+    return layer_split_section(
+        path, "snapkv's split over the layers (SqueezeAttention over SnapKV's scores), on real text",
+        "`snapkv` keeps the average budget in every layer; `snapkv-squeeze` (`--kv-layer-alloc squeeze`) lets the "
+        "squeeze coordinator re-split the same total over the layers from each layer's report at its first "
+        "eviction: the share of its pooled window scores that its average budget's highest hold (strength 0.5, "
+        "inverse allocation, capped at the prompt). SnapKV scores the prompt by its last 32 queries, so the "
+        "question-aware rows (the question ends the prompt) are its setting. A retrieval cell is the accuracy over "
+        "its samples with the 95% (Wilson) interval.")
 
 
 def policy_table_section(path, title, intro):
@@ -679,6 +696,7 @@ def report(a):
     lines += kv_types_section(a.kv_types_config, os.path.dirname(os.path.abspath(a.out)))
     lines += kvzip_heads_section(a.kvzip_heads_config)
     lines += kvzip_layers_section(a.kvzip_layers_config)
+    lines += snapkv_layers_section(a.snapkv_layers_config)
     lines += needle_trace_section(os.path.join(os.path.dirname(os.path.abspath(a.out)), "results"))
     lines += kvpress_section(out_dir)
     lines += window_attention_section(out_dir)
@@ -717,6 +735,8 @@ def main():
                    help="kvzip's two splits over the heads on real text (skipped when it has no records)")
     r.add_argument("--kvzip-layers-config", default="bench/sweep_smollm2_kvzip_layers.json",
                    help="kvzip's total split over the layers by the squeeze coordinator (skipped when it has no records)")
+    r.add_argument("--snapkv-layers-config", default="bench/sweep_smollm2_snapkv_layers.json",
+                   help="snapkv's total split over the layers by the squeeze coordinator (skipped when it has no records)")
     a = ap.parse_args()
     shard(a) if a.cmd == "shard" else report(a)
 
