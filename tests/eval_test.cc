@@ -3,6 +3,7 @@
 // sweep resumes without redoing finished runs, and bad inputs fail before model work.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,40 @@ TEST(EvalRetrieval, AnswerMatching) {
   EXPECT_TRUE(eval::answer_matches("1234567, 7654321 and 1111111", {"7654321", "1234567"}));
   EXPECT_FALSE(eval::answer_matches("1234567 only", {"7654321", "1234567"}));
   EXPECT_FALSE(eval::answer_matches("anything", {}));
+  // qa's names: whole words, any case
+  EXPECT_TRUE(eval::answer_matches("The name of the pony was \"Sprocket.\"", {"Sprocket"}));
+  EXPECT_TRUE(eval::answer_matches("SPROCKET", {"Sprocket"}));
+  EXPECT_FALSE(eval::answer_matches("Sprockets everywhere", {"Sprocket"}));
+  EXPECT_FALSE(eval::answer_matches("The pony", {"Sprocket"}));
+}
+
+// qa: a fact told in a sentence of prose, asked as a question whose answer is a name. The full
+// cache answers it (SmolLM2, 384 tokens, the shallow depth it answers for these seeds); a window
+// that evicted the fact does not.
+TEST(EvalRetrieval, QaAnsweredFromTheFactAndMissedWithoutIt) {
+  EXPECT_EQ(eval::parse_task("qa"), eval::RetrievalTask::kQa);
+  EXPECT_STREQ(eval::task_name(eval::RetrievalTask::kQa), "qa");
+  if (test::kSanitized) GTEST_SKIP() << "the model's runs: the release suite's";
+  auto m = Model::load(test::default_model());
+  eval::RetrievalOptions o;
+  o.task = eval::RetrievalTask::kQa;
+  o.ctx = 384;
+  o.depths = {0.1};
+  o.samples = 1;
+  o.seed = 3;
+  o.progress = false;
+  const eval::RetrievalResult full = eval::run_retrieval(*m, SessionOptions{}, o);
+  ASSERT_EQ(full.samples.size(), 1u);
+  EXPECT_TRUE(full.samples[0].needle_kept);
+  EXPECT_TRUE(full.samples[0].correct) << full.samples[0].answer;
+  ASSERT_EQ(full.samples[0].expected.size(), 1u);
+  EXPECT_TRUE(std::isupper(static_cast<unsigned char>(full.samples[0].expected[0][0]))) << "a name: " << full.samples[0].expected[0];
+  SessionOptions window;
+  window.cache.policy = KvPolicy::kWindow;
+  window.cache.budget = 48;
+  const eval::RetrievalResult w = eval::run_retrieval(*m, window, o);
+  EXPECT_FALSE(w.samples[0].needle_kept);
+  EXPECT_FALSE(w.samples[0].correct) << w.samples[0].answer;
 }
 
 // A needle the cache keeps is answered; one the cache evicted is a miss. TinyStories-656K answers

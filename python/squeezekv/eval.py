@@ -11,7 +11,7 @@ from .kv import KVConfig, as_config
 from ._checks import _check_int
 from .model import Model
 
-_TASKS = ("passkey", "niah-multikey", "niah-multivalue")
+_TASKS = ("passkey", "niah-multikey", "niah-multivalue", "qa")
 
 
 def _run(model: Model, decode_activations: str) -> dict:

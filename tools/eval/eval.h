@@ -47,7 +47,9 @@ void validate(const PplOptions& o);
 // (eviction active at every step) and scores every continuation token.
 PplResult run_ppl(const Model& m, const SessionOptions& so, const PplOptions& o);
 
-enum class RetrievalTask { kPasskey, kMultiKey, kMultiValue };
+// kQa: a fact in a sentence of prose (a person's relation kept an animal with a name), asked as a
+// question whose answer is the name: a word, not a number, in a needle that reads like its haystack.
+enum class RetrievalTask { kPasskey, kMultiKey, kMultiValue, kQa };
 RetrievalTask parse_task(const std::string& name);  // throws Error naming --task
 const char* task_name(RetrievalTask t);
 
@@ -132,7 +134,8 @@ struct NeedleLayerSummary {
   int hits = 0, misses = 0;
 };
 std::vector<NeedleLayerSummary> summarize_needle_trace(const RetrievalResult& r);
-// Exact match: every expected value occurs in the answer as a whole number.
+// Exact match: every expected value occurs in the answer as a whole number (a value of digits)
+// or a whole word in any case (qa's names).
 bool answer_matches(const std::string& answer, const std::vector<std::string>& expected);
 
 // Sweep: a grid from a JSON config, one JSON line per run appended to the output file;

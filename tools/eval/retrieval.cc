@@ -2,9 +2,11 @@
 // sentences or real text), needles at stated depths, a question at the end, a greedy answer scored
 // by exact match. The context is prefilled (and compressed) first; the question is run after it.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <sstream>
@@ -20,6 +22,13 @@ namespace {
 const char* kFiller = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 const char* kWords[] = {"apple",  "river",  "castle", "violin", "meadow", "lantern", "harbor", "pepper",
                         "falcon", "marble", "orchid", "canyon", "copper", "willow", "saddle", "thunder"};
+// The qa task's facts: a person's relation kept an animal with a name; the name is the answer.
+const char* kPeople[] = {"Mr. Ashcombe", "Mrs. Pendleton", "Miss Harwood", "Captain Fairleigh", "Dr. Marlow", "Lady Thornbury",
+                         "Mr. Quenby", "Mrs. Ellerby"};
+const char* kRelations[] = {"cousin", "aunt", "uncle", "godmother", "neighbour", "grandfather"};
+const char* kAnimals[] = {"parrot", "spaniel", "pony", "tortoise", "canary", "ferret", "goat", "greyhound"};
+const char* kPetNames[] = {"Juniper", "Biscuit", "Marmalade", "Clover", "Nutmeg", "Pumpkin", "Pebble", "Saffron",
+                           "Bramble", "Cobalt", "Muffin", "Tinder", "Sprocket", "Quill", "Thistle", "Waffle"};
 const char* kPreamble =
     "There is important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you "
     "about the important information there.\n\n";
@@ -86,6 +95,18 @@ Built make_task(RetrievalTask task, double depth, std::mt19937_64& rng) {
       b.answer_prefix = "The special magic numbers for " + words[0] + " mentioned in the provided text are";
       break;
     }
+    case RetrievalTask::kQa: {
+      auto pick = [&rng](const auto& list) {
+        return std::string(list[std::uniform_int_distribution<size_t>(0, std::size(list) - 1)(rng)]);
+      };
+      const std::string who = pick(kPeople), rel = pick(kRelations), animal = pick(kAnimals), name = pick(kPetNames);
+      b.needles.push_back({depth, who + "'s " + rel + " had a " + animal + " called " + name + ". Everyone in the village knew " +
+                                      name + " the " + animal + "."});
+      b.expected = {name};
+      b.question = "What was the name of the " + animal + "?";
+      b.answer_prefix = "The " + animal + " was called";
+      break;
+    }
   }
   return b;
 }
@@ -111,11 +132,18 @@ RetrievalTask parse_task(const std::string& name) {
   if (name == "passkey") return RetrievalTask::kPasskey;
   if (name == "niah-multikey") return RetrievalTask::kMultiKey;
   if (name == "niah-multivalue") return RetrievalTask::kMultiValue;
-  throw Error("--task: unknown task '" + name + "' (expected passkey, niah-multikey or niah-multivalue)");
+  if (name == "qa") return RetrievalTask::kQa;
+  throw Error("--task: unknown task '" + name + "' (expected passkey, niah-multikey, niah-multivalue or qa)");
 }
 
 const char* task_name(RetrievalTask t) {
-  return t == RetrievalTask::kPasskey ? "passkey" : t == RetrievalTask::kMultiKey ? "niah-multikey" : "niah-multivalue";
+  switch (t) {
+    case RetrievalTask::kPasskey: return "passkey";
+    case RetrievalTask::kMultiKey: return "niah-multikey";
+    case RetrievalTask::kMultiValue: return "niah-multivalue";
+    case RetrievalTask::kQa: return "qa";
+  }
+  return "?";
 }
 
 void validate(const RetrievalOptions& o) {
@@ -132,18 +160,27 @@ void validate(const RetrievalOptions& o) {
 }
 
 bool answer_matches(const std::string& answer, const std::vector<std::string>& expected) {
-  std::set<std::string> numbers;
-  std::string cur;
-  for (char c : answer + " ") {
-    if (c >= '0' && c <= '9') {
-      cur += c;
-    } else if (!cur.empty()) {
-      numbers.insert(cur);
-      cur.clear();
+  // the answer's whole runs of digits, and of letters (lower case)
+  std::set<std::string> numbers, words;
+  auto runs = [&answer](std::set<std::string>& out, auto in_run) {
+    std::string cur;
+    for (char c : answer + " ") {
+      if (in_run(c)) {
+        cur += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      } else if (!cur.empty()) {
+        out.insert(cur);
+        cur.clear();
+      }
     }
+  };
+  runs(numbers, [](char c) { return c >= '0' && c <= '9'; });
+  runs(words, [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; });
+  for (const auto& e : expected) {
+    const bool digits = !e.empty() && std::all_of(e.begin(), e.end(), [](char c) { return c >= '0' && c <= '9'; });
+    std::string low = e;
+    for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!(digits ? numbers : words).count(low)) return false;
   }
-  for (const auto& e : expected)
-    if (!numbers.count(e)) return false;
   return !expected.empty();
 }
 
@@ -270,7 +307,9 @@ RetrievalResult run_retrieval(const Model& m, const SessionOptions& so_in, const
       // prompt pieces around the haystack
       std::string needles_text;
       for (const auto& nd : b.needles) needles_text += nd.text + " ";
-      const char* instruction = o.task == RetrievalTask::kMultiValue ? " Answer with the numbers only." : " Answer with the number only.";
+      const char* instruction = o.task == RetrievalTask::kMultiValue ? " Answer with the numbers only."
+                                : o.task == RetrievalTask::kQa         ? " Answer with the name only."
+                                                                       : " Answer with the number only.";
       std::string prefix_text, suffix_text;
       // the prompt around `context` for one question: the context's part (the same for every
       // question) and the question's

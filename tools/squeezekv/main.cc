@@ -508,7 +508,7 @@ int main(int argc, char** argv) {
   ep->add_option("--json", ev.json_out, "write the result as a JSON record");
   CLI::App* er = e->add_subcommand("retrieval", "synthetic retrieval (passkey, multi-key, multi-value needles)");
   add_common(er, common, false);
-  er->add_option("--task", ev.task, "passkey | niah-multikey | niah-multivalue")->capture_default_str();
+  er->add_option("--task", ev.task, "passkey | niah-multikey | niah-multivalue | qa")->capture_default_str();
   er->add_option("--ctx", ev.ret.ctx, "prompt tokens")->capture_default_str();
   er->add_option("--depths", ev.ret.depths, "needle depths in [0, 1]")->delimiter(',');
   er->add_option("--samples", ev.ret.samples, "samples per depth")->capture_default_str();
