@@ -519,8 +519,10 @@ def kvpress_section(out_dir):
                        f"{r['squeezekv_accuracy']:.2f} | {r['kvpress_accuracy']:.2f} | {same}/{n} |")
             if n - same > n / 10:
                 diff = [d for d in r["detail"] if d["squeezekv_correct"] != d["kvpress_correct"]]
-                notes.append(f"- {task}, {r['policy']}: {n - same} of {n} samples differ, e.g. depth {diff[0]['depth']}: "
-                             f"squeezekv \"{diff[0]['squeezekv'].strip()[:60]}\", kvpress \"{diff[0]['kvpress'].strip()[:60]}\".")
+                note = (f"- {task}, {r['policy']} / {r['press']}: {n - same} of {n} samples differ, e.g. depth {diff[0]['depth']}: "
+                        f"squeezekv \"{diff[0]['squeezekv'].strip()[:60]}\", kvpress \"{diff[0]['kvpress'].strip()[:60]}\".")
+                if note not in notes:
+                    notes.append(note)
     out.append("")
     if notes:
         out += ["Where the two differ by more than one sample in ten:", ""] + notes + [""]
