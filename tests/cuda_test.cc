@@ -1427,6 +1427,54 @@ TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
   EXPECT_EQ(q.differ, 0) << "q8_0 batch 8: first at step " << q.first / 1000 << ", sequence " << q.first % 1000;
 }
 
+// A decode step's evictions go out in one launch over a table in device memory, copied when
+// its bytes change: a batch whose members change from step to step (sequences skipping steps and
+// coming back, as a server's do) keeps every sequence's logits and survivors exactly as it has
+// them alone (batch-invariant products), through steps that copy a new table and steps that
+// replay one whose bytes are already there.
+TEST_F(Cuda, DecodeBatchOfChangingMembersIsBatchInvariant) {
+  SessionOptions so;
+  so.device = Device::kCuda;
+  so.batch_invariant = true;
+  auto m = Model::dummy(test::ref_dir() + "/../../bench/configs/small-llama.json");
+  const int B = 12, V = m->config().vocab_size;
+  Engine lone(*m, so, 1), batch(*m, so, B);
+  std::vector<SequenceId> a, b;
+  for (int i = 0; i < B; ++i) {
+    CacheConfig c;
+    c.max_tokens = 400;
+    c.policy = i % 2 ? KvPolicy::kH2O : KvPolicy::kSqueeze;
+    c.budget = 40 + 3 * (i % 4);
+    a.push_back(lone.add_sequence(c)), b.push_back(batch.add_sequence(c));
+  }
+  int differ = 0, rows = 0;
+  for (int t = 0; t < 120; ++t) {
+    // all twelve, then members that change with the step (a phase repeated for a few steps, so
+    // that some steps find their table already on the device)
+    std::vector<SequenceId> ids, alone;
+    std::vector<int> tok;
+    for (int i = 0; i < B; ++i) {
+      if (t >= 40 && (i + t / 4) % 3 == 0) continue;
+      ids.push_back(b[i]), alone.push_back(a[i]), tok.push_back(3 + (t * 31 + i * 17) % (V - 3));
+    }
+    const auto y = batch.decode(ids, tok);
+    const std::vector<float> yb(y.begin(), y.end());
+    for (size_t j = 0; j < ids.size(); ++j) {
+      const auto x = lone.decode(std::span<const SequenceId>(&alone[j], 1), std::span<const int>(&tok[j], 1));
+      differ += !std::equal(x.begin(), x.end(), yb.begin() + static_cast<std::ptrdiff_t>(j) * V);
+      ++rows;
+    }
+  }
+  EXPECT_EQ(differ, 0) << "of " << rows << " sequence steps";
+  for (int i = 0; i < B; ++i) {
+    const auto sa = lone.kv_stats(a[i]), sb = batch.kv_stats(b[i]);
+    for (size_t l = 0; l < sa.size(); ++l) {
+      EXPECT_EQ(sa[l].tokens_kept, sb[l].tokens_kept) << "sequence " << i << " layer " << l;
+      EXPECT_LE(sb[l].tokens_kept, sb[l].budget) << "sequence " << i << " layer " << l;
+    }
+  }
+}
+
 // By default a batch of more than 4 sequences multiplies through cuBLAS (bf16 activations, its
 // own summation order for each batch size): a sequence's logits in a batch stay within bf16's
 // rounding of its lone ones (the tolerance of Bf16ModeWithinItsTolerance) and pick the same

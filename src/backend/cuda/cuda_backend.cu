@@ -91,6 +91,7 @@ class CudaBackend final : public Backend {
         }
       }
     };
+    launcher_->on_flush = [this] { upload_evictions(); };
     check(cublasCreate(&blas_), "cublasCreate");
     check(cublasSetStream(blas_, launcher_->stream()), "cublasSetStream");
     // a workspace of its own, so that a product captured into a graph allocates nothing
@@ -107,6 +108,7 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(launcher_->stream());
     } catch (...) {
     }
+    launcher_->on_flush = nullptr;
     lt_.reset();
     cublasDestroy(blas_);
     stage_.reset();
@@ -148,14 +150,13 @@ class CudaBackend final : public Backend {
     if (bytes == 0) return;
     if (bytes > kStageBytes / 4) return sync_copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload");
     if (!stage_) stage_ = std::make_unique<PinnedBuffer>(kStageBytes);
+    launcher_->flush();  // first: issuing may stage an eviction table (upload_evictions)
     if (stage_used_ + bytes > kStageBytes) {  // full: wait until the device has read it
-      launcher_->flush();
       check(cudaStreamSynchronize(launcher_->stream()), "upload");
       stage_used_ = 0;
     }
     unsigned char* at = stage_->as<unsigned char>() + stage_used_;
     std::memcpy(at, src, bytes);
-    launcher_->flush();
     check(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, launcher_->stream()), "upload");
     stage_used_ += (bytes + 255) / 256 * 256;
   }
@@ -677,13 +678,39 @@ class CudaBackend final : public Backend {
       }
       break;
     }
-    // the layers' evictions at the end of a step come one after another: while the last launch
-    // is this kind's, it is taken back and relaunched with one layer more (one launch a step)
-    if (evicts_.n == 0 || evicts_.n == kEvictBatch || evict_g_ != a.G || !launcher_->take_back(&evicts_))
-      evicts_ = EvictBatch{};  // a new batch (the unused entries zero: the recorded bytes repeat from step to step)
-    evicts_.e[evicts_.n++] = e;
+    // the evictions at the end of a step come one after another, every layer of every sequence:
+    // while the last launch is this kind's, it is taken back and relaunched with one entry more
+    // (one launch a step). The entries go to a table in device memory when the launcher issues
+    // them (upload_evictions), so a relaunch copies two words, not the table.
+    if (evicts_.size() == kEvictTable) launcher_->flush();  // full: issued (and evicts_ emptied)
+    if (!evict_dev_) evict_dev_ = alloc(kEvictTable * sizeof(EvictOne));
+    if (evicts_.size() == evict_first_ || evict_g_ != a.G || !launcher_->take_back(&evicts_)) evict_first_ = evicts_.size();
+    evicts_.push_back(e);
     evict_g_ = a.G;
-    launch_kv_evict(*launcher_, evicts_, a.G);
+    launch_kv_evict(*launcher_, &evicts_, evict_dev_->as<EvictOne>() + evict_first_, static_cast<int>(evicts_.size() - evict_first_), a.G);
+  }
+  // Launcher::on_flush: the evictions recorded since the last issue to evict_dev_[0, n), through
+  // the pinned staging area (no wait), where they differ from what it holds already: a batch's
+  // steps repeat the same table, so a step copies nothing. Stream order puts the copy after the
+  // launches issued before, which read the table's earlier bytes, and before the recorded ones.
+  void upload_evictions() {
+    if (evicts_.empty()) return;
+    const size_t n = evicts_.size(), bytes = n * sizeof(EvictOne);
+    if (evicts_held_.size() < n || std::memcmp(evicts_held_.data(), evicts_.data(), bytes) != 0) {
+      if (!stage_) stage_ = std::make_unique<PinnedBuffer>(kStageBytes);
+      if (stage_used_ + bytes > kStageBytes) {  // full: wait until the device has read it
+        check(cudaStreamSynchronize(launcher_->stream()), "eviction table");
+        stage_used_ = 0;
+      }
+      unsigned char* at = stage_->as<unsigned char>() + stage_used_;
+      std::memcpy(at, evicts_.data(), bytes);
+      check(cudaMemcpyAsync(evict_dev_->data(), at, bytes, cudaMemcpyHostToDevice, launcher_->stream()), "eviction table");
+      stage_used_ += (bytes + 255) / 256 * 256;
+      if (evicts_held_.size() < n) evicts_held_.resize(n);
+      std::copy(evicts_.begin(), evicts_.end(), evicts_held_.begin());
+    }
+    evicts_.clear();
+    evict_first_ = 0;
   }
 
   double copy_bandwidth() override {
@@ -1018,7 +1045,12 @@ class CudaBackend final : public Backend {
 
   CudaOptions opt_;
   KvRowWrite pending_row_;  // the last kv_write, while the decode attention may still take it over
-  EvictBatch evicts_{};     // the evictions of the last launch, while it may take one layer more
+  // a decode step's evictions (kv_evict_one), recorded since the last issue: the last launch
+  // reads [evict_first_, end) of evict_dev_ [kEvictTable], whose bytes are evicts_held_ once issued
+  static constexpr size_t kEvictTable = 32768;  // 256 sequences of 128 layers
+  std::vector<EvictOne> evicts_, evicts_held_;
+  size_t evict_first_ = 0;
+  std::unique_ptr<Buffer> evict_dev_;
   DecodeBatch batch_{};  // a decode batch's table (the launch's argument)
   MmaParts parts_{};     // a prompt batch's table (the launches' argument)
   int evict_g_ = 0;

@@ -90,13 +90,13 @@ __device__ inline unsigned long long evict_key(float m, int32_t p) {
   return (static_cast<unsigned long long>(b) << 32) | ~(static_cast<uint32_t>(p) ^ 0x80000000u);
 }
 
-// grid (G, layers), block kEvictThreads: per layer and head the least-mass slot among positions
-// [keep_below, keep_from) (ties: the newer position goes), then row count - 1 into its hole
-// (cpu_backend.cc's loop, in parallel).
+// grid (G, entries), block kEvictThreads: per entry (a layer of a sequence) and head the least-mass
+// slot among positions [keep_below, keep_from) (ties: the newer position goes), then row count - 1
+// into its hole (cpu_backend.cc's loop, in parallel). table [entries]: uploaded before the launch.
 constexpr int kEvictThreads = 256;
-__global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const __grid_constant__ EvictBatch b) {
+__global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const EvictOne* __restrict__ table) {
   pdl_enter();
-  const EvictOne& e = b.e[blockIdx.y];
+  const EvictOne& e = table[blockIdx.y];
   uint32_t *K = e.K, *V = e.V;
   int32_t* P = e.P;
   float* M = e.M;
@@ -302,8 +302,8 @@ void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* 
            a.row_bytes() / 4, from, to);
 }
 
-void launch_kv_evict(Launcher& L, const EvictBatch& b, int G) {
-  L.launch_tagged(&b, k_kv_evict_one, dim3(static_cast<unsigned>(G), static_cast<unsigned>(b.n)), kEvictThreads, 0, b);
+void launch_kv_evict(Launcher& L, const void* tag, const EvictOne* table, int n, int G) {
+  L.launch_tagged(tag, k_kv_evict_one, dim3(static_cast<unsigned>(G), static_cast<unsigned>(n)), kEvictThreads, 0, table);
 }
 
 }  // namespace squeezekv::cuda

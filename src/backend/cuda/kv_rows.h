@@ -1,5 +1,5 @@
-// A layer's KV rows on the device: new rows written, rows moved (compaction), and a decode step's
-// evictions of every layer in one launch, and a chunk's evictions of any number of rows.
+// A layer's KV rows on the device: new rows written, rows moved (compaction), a decode step's
+// evictions of every layer and sequence in one launch, and a chunk's evictions of any number of rows.
 #pragma once
 #include <cstdint>
 
@@ -22,15 +22,7 @@ struct EvictOne {
   size_t row_words;
   int cap, count, keep_below, keep_from, n_recent, grp, gmax, mass_max;
 };
-// The evictions of consecutive layers at the end of a decode step, one launch for all of them.
-constexpr int kEvictBatch = 32;
-struct EvictBatch {
-  EvictOne e[kEvictBatch];
-  int n;
-  int pad_;
-};
-static_assert(sizeof(EvictOne) == 8 * 8 + 8 * 4 && sizeof(EvictBatch) == kEvictBatch * sizeof(EvictOne) + 8,
-              "EvictBatch: no padding (a recorded kernel argument)");
+static_assert(sizeof(EvictOne) == 8 * 8 + 8 * 4, "EvictOne: no padding (compared as bytes)");
 
 // T rows k, v [T][G][D] f32 (as f16, f32 or Q8_0, a.type; Q8_0 for K and V alike) at slots at.. (or, with a.count_dev, the last
 // T of *count_dev), positions rows_pos [T], mass 0; recorded with launch_tagged(tag) (null: none).
@@ -42,10 +34,10 @@ void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, co
 void launch_kv_dequantize(Launcher& L, KvType to, void* k_out, void* v_out, const KvView& kv);
 // Row from[i] -> to[i] (device arrays [n]) of K, V, positions and mass.
 void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* to, int n);
-// Every layer of b, one block a (kv head, layer): the least-mass row outside the protected
-// positions goes (count - 1 moves into its hole). Tagged with &b: the caller may take the launch
-// back and relaunch it with one layer more.
-void launch_kv_evict(Launcher& L, const EvictBatch& b, int G);
+// The evictions table[0, n) (device memory, n up to 65535), one block a (kv head, entry): the
+// least-mass row outside the protected positions goes (count - 1 moves into its hole). Tagged
+// with tag: the caller may take the launch back and relaunch it with one entry more.
+void launch_kv_evict(Launcher& L, const void* tag, const EvictOne* table, int n, int G);
 
 // Backend::kv_evict_top for every head, one block a head: the n_evict least-mass rows among the
 // positions [keep_below, keep_from) go (moved over, or marked in dead_pos [G][capacity]); scratch:

@@ -27,6 +27,7 @@ void Launcher::flush() {
     Launcher* l;
     ~Clear() { l->recs_.clear(), l->arg_off_.clear(), l->sig_.clear(), l->tag_ = nullptr; }
   } clear{this};
+  if (on_flush) on_flush();
   if (!graphs_on_ || recs_.size() < kMinGraphLaunches) return issue();
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the record's 8-byte words (the tail zero-padded)
   sig_.resize((sig_.size() + 7) / 8 * 8, 0);

@@ -93,6 +93,10 @@ class Launcher {
   int64_t replays() const { return replays_; }
   // Called by a buffer about to be freed (its bytes): the backend drops work it still owes there.
   std::function<void(const void*, size_t)> on_free;
+  // Called by flush before it issues what was recorded: the backend queues the copies of the
+  // tables in device memory that the recorded launches read (stream order puts them first).
+  // It may queue work on the stream directly; it must not record or flush.
+  std::function<void()> on_flush;
 
  private:
   static constexpr size_t kMinGraphLaunches = 6;  // a decode layer of one sequence is about 8
