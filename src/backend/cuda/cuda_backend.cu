@@ -149,15 +149,20 @@ class CudaBackend final : public Backend {
     flush_mass();
     if (bytes == 0) return;
     if (bytes > kStageBytes / 4) return sync_copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload");
-    if (!stage_) stage_ = std::make_unique<PinnedBuffer>(kStageBytes);
     launcher_->flush();  // first: issuing may stage an eviction table (upload_evictions)
+    staged_upload(dst, src, bytes, "upload");
+  }
+  // bytes (at most kStageBytes) copied into the pinned staging area and their copy to dst queued
+  // on the stream, after whatever was issued; the area starts over once the device has read it.
+  void staged_upload(void* dst, const void* src, size_t bytes, const char* what) {
+    if (!stage_) stage_ = std::make_unique<PinnedBuffer>(kStageBytes);
     if (stage_used_ + bytes > kStageBytes) {  // full: wait until the device has read it
-      check(cudaStreamSynchronize(launcher_->stream()), "upload");
+      check(cudaStreamSynchronize(launcher_->stream()), what);
       stage_used_ = 0;
     }
     unsigned char* at = stage_->as<unsigned char>() + stage_used_;
     std::memcpy(at, src, bytes);
-    check(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, launcher_->stream()), "upload");
+    check(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, launcher_->stream()), what);
     stage_used_ += (bytes + 255) / 256 * 256;
   }
   void download(void* dst, const void* src, size_t bytes) override {
@@ -697,15 +702,7 @@ class CudaBackend final : public Backend {
     if (evicts_.empty()) return;
     const size_t n = evicts_.size(), bytes = n * sizeof(EvictOne);
     if (evicts_held_.size() < n || std::memcmp(evicts_held_.data(), evicts_.data(), bytes) != 0) {
-      if (!stage_) stage_ = std::make_unique<PinnedBuffer>(kStageBytes);
-      if (stage_used_ + bytes > kStageBytes) {  // full: wait until the device has read it
-        check(cudaStreamSynchronize(launcher_->stream()), "eviction table");
-        stage_used_ = 0;
-      }
-      unsigned char* at = stage_->as<unsigned char>() + stage_used_;
-      std::memcpy(at, evicts_.data(), bytes);
-      check(cudaMemcpyAsync(evict_dev_->data(), at, bytes, cudaMemcpyHostToDevice, launcher_->stream()), "eviction table");
-      stage_used_ += (bytes + 255) / 256 * 256;
+      staged_upload(evict_dev_->data(), evicts_.data(), bytes, "eviction table");
       if (evicts_held_.size() < n) evicts_held_.resize(n);
       std::copy(evicts_.begin(), evicts_.end(), evicts_held_.begin());
     }
@@ -1050,10 +1047,10 @@ class CudaBackend final : public Backend {
   static constexpr size_t kEvictTable = 32768;  // 256 sequences of 128 layers
   std::vector<EvictOne> evicts_, evicts_held_;
   size_t evict_first_ = 0;
+  int evict_g_ = 0;  // the kv heads of the last launch's entries
   std::unique_ptr<Buffer> evict_dev_;
   DecodeBatch batch_{};  // a decode batch's table (the launch's argument)
   MmaParts parts_{};     // a prompt batch's table (the launches' argument)
-  int evict_g_ = 0;
   std::vector<PendingMass> pending_mass_;
   // per layer (its mass array) while masses are deferred: the kept scores and the max/sum
   struct LayerScratch {
