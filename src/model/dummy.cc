@@ -71,14 +71,17 @@ const Preset& find_preset(const std::string& name) {
 bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 // The type preset p gives a matrix (name without "blk.N.", its layer or -1, its columns), as
-// llama.cpp's quantizer picks it: output.weight Q6_K (Q8_0 stays Q8_0); with k_mix attn_v and
-// ffn_down Q6_K where more_bits; a K type on columns that are not whole 256-blocks falls back as
-// llama.cpp's does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0).
-DType preset_type(const Preset& p, const std::string& name, int layer, int n_layers, int64_t cols) {
+// llama.cpp's quantizer (llama_tensor_get_type) picks it: output.weight, and token_embd.weight
+// where the two are tied, Q6_K (Q8_0 stays Q8_0); with k_mix attn_v and ffn_down Q6_K where
+// more_bits; a 70B-shaped llama (80 layers, grouped kv heads: is_70b) its other attn_v Q4_K ->
+// Q5_K; a K type on columns that are not whole 256-blocks falls back as llama.cpp's does (Q4_K ->
+// Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0).
+DType preset_type(const Preset& p, const std::string& name, int layer, int n_layers, int64_t cols, bool tied, bool is_70b) {
   DType t = p.base;
   if (t == DType::BF16) return t;
-  if (name == "output.weight" && t != DType::Q8_0) t = DType::Q6_K;
+  if ((name == "output.weight" || (tied && name == "token_embd.weight")) && t != DType::Q8_0) t = DType::Q6_K;
   if (p.k_mix && (name == "attn_v.weight" || name == "ffn_down.weight") && more_bits(layer, n_layers)) t = DType::Q6_K;
+  if (is_70b && name == "attn_v.weight" && t == DType::Q4_K) t = DType::Q5_K;
   if (cols % 256 != 0) {
     if (t == DType::Q4_K) t = DType::Q5_0;
     if (t == DType::Q5_K) t = DType::Q5_1;
@@ -111,6 +114,8 @@ std::vector<Spec> dummy_specs(const ModelConfig& c, bool tied, const Preset& pre
     specs.push_back({p + "ffn_up.weight", {F, E}});
     specs.push_back({p + "ffn_down.weight", {E, F}});
   }
+  // as llama-quantize infers LLM_TYPE_70B, the one size its type choices look at
+  const bool is_70b = c.arch == Arch::kLlama && c.n_layers == 80 && c.n_kv_heads != c.n_heads;
   for (Spec& s : specs) {
     if (s.norm || s.shape.size() != 2) continue;
     int layer = -1;
@@ -120,7 +125,7 @@ std::vector<Spec> dummy_specs(const ModelConfig& c, bool tied, const Preset& pre
       layer = std::stoi(s.name.substr(4, dot - 4));
       base = s.name.substr(dot + 1);
     }
-    s.type = preset_type(preset, base, layer, c.n_layers, s.shape[1]);
+    s.type = preset_type(preset, base, layer, c.n_layers, s.shape[1], tied, is_70b);
   }
   return specs;
 }
