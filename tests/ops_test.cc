@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "squeezekv/error.h"
 
+#include "backend/cpu/cpu_topology.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/tile8.h"
@@ -1152,6 +1154,36 @@ TEST(Sampler, RejectsBadSettings) {
   c = {};
   c.min_p = 1.5f;
   EXPECT_THROW(validate(c), Error);
+}
+
+// The default thread count: a core's SMT siblings count once, cores of two packages with the same
+// core_id apart, CPUs outside the list not at all, and a CPU without topology files as one core;
+// on this machine between 1 and the usable CPUs.
+TEST(CpuTopology, CountsPhysicalCoresOfTheUsableCpus) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("squeezekv_topology_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  // cpu0-3: package 0, cores 0 and 1, two threads each; cpu4-5: package 1, core 0, two threads;
+  // cpu6: no topology files
+  const int package[] = {0, 0, 0, 0, 1, 1}, core[] = {0, 1, 0, 1, 0, 0};
+  for (int c = 0; c < 6; ++c) {
+    const fs::path t = root / ("cpu" + std::to_string(c)) / "topology";
+    fs::create_directories(t);
+    std::ofstream(t / "physical_package_id") << package[c] << "\n";
+    std::ofstream(t / "core_id") << core[c] << "\n";
+  }
+  fs::create_directories(root / "cpu6");
+  const std::string dir = root.string();
+  EXPECT_EQ(cpu::count_physical_cores({0, 1, 2, 3, 4, 5}, dir), 3);
+  EXPECT_EQ(cpu::count_physical_cores({0, 2}, dir), 1);  // SMT siblings
+  EXPECT_EQ(cpu::count_physical_cores({0, 4}, dir), 2);  // same core_id, two packages
+  EXPECT_EQ(cpu::count_physical_cores({0, 1, 2, 3, 4, 5, 6}, dir), 4);
+  EXPECT_EQ(cpu::count_physical_cores({}, dir), 1);
+  fs::remove_all(root);
+  const int n = cpu::default_threads();
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, static_cast<int>(cpu::usable_cpus().size()));
+  EXPECT_EQ(default_cpu_threads(), n);
 }
 
 }  // namespace

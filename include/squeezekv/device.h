@@ -11,6 +11,9 @@ Device parse_device(const std::string& name);
 const char* device_name(Device d);
 // Whether this build has the device's backend.
 bool device_available(Device d);
+// The CPU threads a session runs when it asks for none (threads = 0): one per physical core this
+// process may run on (its affinity mask), SMT siblings counted once.
+int default_cpu_threads();
 
 // How a device (--device cuda) holds the weight matrices.
 enum class DeviceWeightFormat : uint8_t {

@@ -29,7 +29,7 @@ const char* decode_activations_name(DecodeActivations a);  // "f32" | "int8"
 
 struct SessionOptions {
   Device device = Device::kCpu;
-  int threads = 0;            // CPU threads (0: all cores)
+  int threads = 0;            // CPU threads (0: one per physical core this process may use)
   DeviceWeightFormat device_weights = DeviceWeightFormat::kNative;  // --device-weights (--device cuda)
   bool cuda_graphs = true;    // --device cuda: a repeated step (decode) replayed as one CUDA graph
   // --batch-invariant (--device cuda): a sequence decoded in a batch gets the bits it gets alone

@@ -379,7 +379,7 @@ def load(path: Union[str, os.PathLike, None] = None, device: str = "cpu", thread
     """Loads a model: a GGUF file, a Hugging Face directory, or a llama2.c checkpoint (with
     ``tokenizer``); ``dummy``: random weights of a config.json's shape instead (``dummy_type``:
     BF16 or a llama.cpp preset such as ``"Q4_K_M"``, as ``--dummy-type``). ``path=None``:
-    the default model, found as the CLI finds it. ``threads=0``: all cores. The other options are
+    the default model, found as the CLI finds it. ``threads=0``: one thread per physical core. The other options are
     the CLI's flags of the same names; ``decode_activations="int8"`` as ``squeezekv generate``."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")

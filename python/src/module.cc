@@ -121,7 +121,7 @@ SessionOptions session_options(const py::dict& d) {
   }
   if (!device_available(so.device))
     throw Error("device 'cuda': this build of squeezekv has no CUDA backend (build with the CUDA toolkit present)");
-  if (so.threads < 0) throw Error("threads: must be >= 0 (0: all cores), got " + std::to_string(so.threads));
+  if (so.threads < 0) throw Error("threads: must be >= 0 (0: one per physical core), got " + std::to_string(so.threads));
   return so;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backend/cpu/cpu_topology.h"
 #include "core/enum_table.h"
 #include "squeezekv/error.h"
 #if SQUEEZEKV_CUDA
@@ -55,6 +56,8 @@ const EnumName<DeviceWeightFormat> kWeightFormats[] = {
 }  // namespace
 DeviceWeightFormat parse_device_weights(const std::string& s) { return parse_enum("--device-weights", s, kWeightFormats); }
 const char* device_weights_name(DeviceWeightFormat f) { return enum_name(f, kWeightFormats); }
+
+int default_cpu_threads() { return cpu::default_threads(); }
 
 bool device_available(Device d) {
 #if SQUEEZEKV_CUDA

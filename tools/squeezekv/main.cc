@@ -88,7 +88,7 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true, bool with_th
                   "--dummy's weights: BF16 (default) | Q8_0 | Q6_K | Q5_K_M | Q4_K_M | Q5_1 | Q5_0 | Q4_1 | Q4_0, the "
                   "tensor types mixed as llama.cpp's quantizer mixes them (output.weight Q6_K except in Q8_0; the _M "
                   "presets' attn_v and ffn_down Q6_K on the first and last eighth of the layers and every third between)");
-  if (with_threads) app->add_option("-t,--threads", a.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  if (with_threads) app->add_option("-t,--threads", a.threads, "CPU threads (default: one per physical core this process may use)")->check(CLI::Range(1, 1024));
   app->add_option("--device", a.device,
                   "cpu | cuda (an NVIDIA GPU; needs a build with the CUDA toolkit)");
   app->add_option("--device-weights", a.device_weights,
@@ -211,7 +211,7 @@ SessionOptions session_options(const CommonArgs& a) {
   if (!device_available(so.device))
     throw Error("--device cuda: this build of squeezekv has no CUDA backend (configure with -DSQUEEZEKV_CUDA=ON on a "
                 "machine with the CUDA toolkit)");
-  so.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  so.threads = a.threads > 0 ? a.threads : default_cpu_threads();
   so.prefill_chunk = a.prefill_chunk;
   so.decode_activations = parse_decode_activations(a.decode_activations);
   so.cache.max_tokens = a.ctx;
@@ -428,7 +428,7 @@ int run_eval_retrieval(const CommonArgs& a, EvalArgs& e) {
 
 struct BenchArgs {
   bench::BenchOptions opt;
-  std::vector<int> threads;  // -t: each thread count's tests in turn (empty: all cores)
+  std::vector<int> threads;  // -t: each thread count's tests in turn (empty: one per physical core)
   std::string json_out;
   bool no_warmup = false;
 };
@@ -531,7 +531,7 @@ int main(int argc, char** argv) {
   CLI::App* b = app.add_subcommand("bench", "prompt and generation tokens/s at given cache depths (llama-bench style)");
   add_common(b, common, true, false);
   b->add_option("-t,--threads", bench_args.threads,
-                "CPU threads (comma list: every test at each count in turn, a table each; default: all cores)")
+                "CPU threads (comma list: every test at each count in turn, a table each; default: one per physical core this process may use)")
       ->delimiter(',')->check(CLI::Range(1, 1024));
   b->add_option("-p,--n-prompt", bench_args.opt.prompt_tokens, "prompt tokens per pp test (comma list; 0: none)")
       ->delimiter(',')->capture_default_str();
@@ -581,7 +581,7 @@ int main(int argc, char** argv) {
     if (ep->parsed()) return run_eval_ppl(common, ev);
     if (er->parsed()) return run_eval_retrieval(common, ev);
     if (es->parsed()) {
-      eval::run_sweep(ev.sweep, common.threads > 0 ? common.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      eval::run_sweep(ev.sweep, common.threads > 0 ? common.threads : default_cpu_threads());
       return 0;
     }
     return run_chat(common, gen);

@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/tile8.h"
+#include "backend/cpu/cpu_topology.h"
 #include "core/sample.h"
 #include "core/kv_rows.h"
 #include "core/quant.h"
@@ -55,7 +55,7 @@ class HostBuffer final : public Buffer {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, bool tile8_weights)
-      : threads_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
+      : threads_(threads > 0 ? threads : cpu::default_threads()),
         tile8_(tile8_weights) {}
 
   Device kind() const override { return Device::kCpu; }

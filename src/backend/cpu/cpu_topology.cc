@@ -1,0 +1,60 @@
+// The CPU backend's default thread count from the machine's core topology (cpu_topology.h).
+#include "backend/cpu/cpu_topology.h"
+
+#include <sched.h>
+
+#include <fstream>
+#include <set>
+#include <thread>
+#include <utility>
+
+namespace squeezekv::cpu {
+namespace {
+
+// The integer in a one-line sysfs file, or -1.
+long read_id(const std::string& path) {
+  std::ifstream f(path);
+  long v = -1;
+  if (!(f >> v)) return -1;
+  return v;
+}
+
+}  // namespace
+
+int count_physical_cores(const std::vector<int>& cpus, const std::string& sysfs_cpu_dir) {
+  std::set<std::pair<long, long>> cores;
+  int unknown = 0;
+  for (int c : cpus) {
+    const std::string dir = sysfs_cpu_dir + "/cpu" + std::to_string(c) + "/topology/";
+    const long package = read_id(dir + "physical_package_id"), core = read_id(dir + "core_id");
+    if (package < 0 || core < 0) {
+      ++unknown;
+      continue;
+    }
+    cores.insert({package, core});
+  }
+  const int n = static_cast<int>(cores.size()) + unknown;
+  return n > 0 ? n : 1;
+}
+
+std::vector<int> usable_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  if (cpus.empty()) {
+    const unsigned n = std::thread::hardware_concurrency();
+    for (unsigned c = 0; c < (n > 0 ? n : 1); ++c) cpus.push_back(static_cast<int>(c));
+  }
+  return cpus;
+}
+
+int default_threads() {
+  static const int n = count_physical_cores(usable_cpus(), "/sys/devices/system/cpu");
+  return n;
+}
+
+}  // namespace squeezekv::cpu
