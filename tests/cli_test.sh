@@ -153,12 +153,19 @@ then ok; else bad "kv stats json malformed"; fi
 bj="$(mktemp)"
 out="$("$bin" bench -m "$m" --tokenizer "$tok" -p 24 -n 8 -d 0,40 -r 2 -t 2 --json "$bj" 2>&1)"; rc=$?
 [ $rc -eq 0 ] && ok || bad "bench failed: $out"
-case "$out" in *"| pp24 @ d40 |"*"| tg8 @ d40 |"*"peak RSS"*) ok ;; *) bad "bench table incomplete: $out" ;; esac
+case "$out" in *"copy bandwidth "*" GB/s (measured, cpu, 2 threads)"*"| pp24 @ d40 |"*"| tg8 @ d40 |"*"peak RSS"*) ok ;; *) bad "bench table incomplete: $out" ;; esac
 if python3 - "$bj" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 t = {(x["test"], x["depth"]): x for x in d["tests"]}
 assert set(t) == {("pp", 0), ("tg", 0), ("pp", 40), ("tg", 40)}, t
+# the host's copy bandwidth, and each decode test's share of what it bounds: matrices + held KV
+# read a step at that bandwidth
+bw = d["copy_bandwidth_bytes_s"]
+assert 1e8 < bw < 1e13, bw
+for k in (("tg", 0), ("tg", 40)):
+    x = t[k]
+    assert abs(x["roofline_fraction"] - x["median"] * (d["device_matrix_bytes"] + x["kv_kept_bytes"]) / bw) < 1e-6 * max(1.0, x["roofline_fraction"]), x
 assert all(len(x["tok_s"]) == 2 and min(x["tok_s"]) > 0 for x in t.values())
 assert all(min(x["tok_s"]) <= x["median"] <= max(x["tok_s"]) for x in t.values())
 assert t[("pp", 40)]["kv_full_bytes"] == (40 + 24) * 640 == t[("pp", 40)]["kv_kept_bytes"], t[("pp", 40)]

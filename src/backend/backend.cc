@@ -58,6 +58,7 @@ DeviceWeightFormat parse_device_weights(const std::string& s) { return parse_enu
 const char* device_weights_name(DeviceWeightFormat f) { return enum_name(f, kWeightFormats); }
 
 int default_cpu_threads() { return cpu::default_threads(); }
+double host_copy_bandwidth(int threads) { return cpu::copy_bandwidth(threads); }
 
 bool device_available(Device d) {
 #if SQUEEZEKV_CUDA

@@ -249,9 +249,16 @@ class CpuBackend final : public Backend {
   }
   bool host_visible() const override { return true; }
 
+  // A copy by this backend's threads (cpu_topology.h), measured at the first call.
+  double copy_bandwidth() override {
+    if (bandwidth_ <= 0) bandwidth_ = cpu::copy_bandwidth(threads_);
+    return bandwidth_;
+  }
+
  private:
   void use_threads() const { omp_set_num_threads(threads_); }
   int threads_;
+  double bandwidth_ = 0.0;      // copy_bandwidth(), once measured
   bool tile8_;                  // int8 decode: Q4_0/Q4_1/Q8_0/IQ4_NL matrices as 8-row tiles
   std::vector<float> scratch_;  // attention
   std::vector<float> rotated_;  // a key row on its way into a rotated type [D]

@@ -1,7 +1,14 @@
-// The CPU backend's default thread count from the machine's core topology (cpu_topology.h).
+// The CPU backend's default thread count from the machine's core topology, and the memory's copy
+// bandwidth (cpu_topology.h).
 #include "backend/cpu/cpu_topology.h"
 
+#include <omp.h>
 #include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
 
 #include <fstream>
 #include <set>
@@ -55,6 +62,27 @@ std::vector<int> usable_cpus() {
 int default_threads() {
   static const int n = count_physical_cores(usable_cpus(), "/sys/devices/system/cpu");
   return n;
+}
+
+double copy_bandwidth(int threads) {
+  constexpr size_t kBytes = size_t{512} << 20;
+  std::vector<uint8_t> a(kBytes, 1), b(kBytes, 0);  // touched: the pages exist before timing
+  const int n_threads = threads > 0 ? threads : default_threads();
+  std::vector<double> s;
+  for (int i = 0; i < 6; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(n_threads)
+    {
+      const size_t n = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
+      const size_t lo = kBytes * t / n, hi = kBytes * (t + 1) / n;
+      std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) s.push_back(dt);
+    a[static_cast<size_t>(i)] = b[kBytes - 1 - static_cast<size_t>(i)];  // each copy's result is read
+  }
+  std::sort(s.begin(), s.end());
+  return 2.0 * static_cast<double>(kBytes) / s[s.size() / 2];
 }
 
 }  // namespace squeezekv::cpu

@@ -1,10 +1,12 @@
-// How many threads the CPU backend runs when none is asked for: one per physical core this
+// The machine the CPU backend runs on: how many threads it runs when none is asked for: one per physical core this
 // process may run on (its affinity mask: taskset, a container's cpuset), a core's SMT siblings
 // counted once, as llama.cpp's default does: the matrix kernels keep a core's vector units busy
 // from one thread, and a second hardware thread on the same core only splits them (and its
 // share of the memory bandwidth). Read from Linux's sysfs topology; where that is missing, every
-// CPU of the mask counts.
-// Thread safety: default_threads() computes once (a function-local static); the others are pure.
+// CPU of the mask counts. And the memory's copy bandwidth, which bounds a decode step (every
+// weight read once a token): the bench's roofline.
+// Thread safety: default_threads() computes once (a function-local static); copy_bandwidth runs
+// OpenMP threads of its own; the others are pure.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,5 +23,11 @@ std::vector<int> usable_cpus();
 
 // count_physical_cores(usable_cpus(), "/sys/devices/system/cpu"), computed once.
 int default_threads();
+
+// Read + written bytes/s of a copy by `threads` OpenMP threads (0: default_threads()), each
+// copying its slice of 512 MiB (past the last-level cache of the CPUs people run this on; a
+// 16-core Xeon has 300 MiB): the median of 5 timed copies after one untimed, about a second.
+// Its 1 GiB of buffers counts in the process's peak RSS: callers that report one read it first.
+double copy_bandwidth(int threads);
 
 }  // namespace squeezekv::cpu
