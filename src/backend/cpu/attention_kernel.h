@@ -191,12 +191,19 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     tok[r] = t;
     tile_max = qp[r] > tile_max ? qp[r] : tile_max;
   }
-  // key quads later than every query of the tile (the causal triangle of a prefill chunk)
+  // key quads later than every query of the tile (the causal triangle of a prefill chunk), and
+  // the segment's latest position: a row at or past it sees every key (every decode row)
+  int32_t last = INT32_MIN;
   for (int c = c0; c < c1; ++c) {
-    int32_t first = pos[4 * c];
-    for (int i = 1; i < 4; ++i) first = pos[4 * c + i] < first ? pos[4 * c + i] : first;
+    int32_t first = pos[4 * c], latest = pos[4 * c];
+    for (int i = 1; i < 4; ++i) {
+      first = pos[4 * c + i] < first ? pos[4 * c + i] : first;
+      latest = pos[4 * c + i] > latest ? pos[4 * c + i] : latest;
+    }
     skip[c] = first > tile_max;
+    last = latest > last ? latest : last;
   }
+  for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) last = pos[n] > last ? pos[n] : last;
   // scores, key quad outer so each quad is loaded once for the whole tile
   for (int c = c0; c < c1; ++c) {
     if (skip[c]) {
@@ -227,10 +234,13 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
   // causal mask by position, softmax over the segment, probes
   for (int r = 0; r < job.rows; ++r) {
     float* sr = s + r * Ns;
-    int visible = 0;
-    for (int n = n0; n < n1; ++n) {
-      if (pos[n] > qp[r]) sr[n] = -INFINITY;
-      else ++visible;
+    int visible = n1 - n0;
+    if (qp[r] < last) {  // some key of the segment is later than this row
+      visible = 0;
+      for (int n = n0; n < n1; ++n) {
+        if (pos[n] > qp[r]) sr[n] = -INFINITY;
+        else ++visible;
+      }
     }
     typename V::Reg mv = V::set1(-INFINITY);
     int n = n0;
@@ -263,11 +273,29 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
       part->visible[r] = visible;
       continue;
     }
+    // p = e / sum, and the mass it adds in the same pass (the same arithmetic as two passes)
     const float inv_sum = 1.0f / sum;
     const typename V::Reg inv = V::set1(inv_sum);
-    for (n = n0; n + V::kW <= n1; n += V::kW) V::store(sr + n, V::mul(V::load(sr + n), inv));
+    const bool mass = a.want_mass && tok[r] >= a.mass_from;
+    n = n0;
+    if (mass && a.mass_max) {
+      for (; n + V::kW <= n1; n += V::kW) {
+        const typename V::Reg p = V::mul(V::load(sr + n), inv);
+        V::store(sr + n, p);
+        V::store(job.mass + n, V::max(V::load(job.mass + n), p));
+      }
+    } else if (mass) {
+      for (; n + V::kW <= n1; n += V::kW) {
+        const typename V::Reg p = V::mul(V::load(sr + n), inv);
+        V::store(sr + n, p);
+        V::store(job.mass + n, V::add(V::load(job.mass + n), p));
+      }
+    } else {
+      for (; n + V::kW <= n1; n += V::kW) V::store(sr + n, V::mul(V::load(sr + n), inv));
+    }
+    const int tail = n;
     for (; n < n1; ++n) sr[n] *= inv_sum;
-    if (a.want_mass && tok[r] >= a.mass_from) add_mass_to(job.mass, sr, n0, n1, a.mass_max);
+    if (mass) add_mass_to(job.mass, sr, tail, n1, a.mass_max);
     if (a.entropy && visible >= 2) {
       const double h = __builtin_log(static_cast<double>(sum)) - static_cast<double>(ex) / sum;
       job.entropy_sum += h / __builtin_log(static_cast<double>(visible));
