@@ -1,15 +1,16 @@
 """A GGUF file of a Hugging Face config's shape with random weights, for peers that cannot read
 our `--dummy CONFIG` (llama.cpp's llama-bench and llama-batched-bench on a GPU machine that
-downloads nothing). Same tensor shapes as `squeezekv --dummy`: every matrix BF16, the norms F32.
+downloads nothing). Same tensor shapes as `squeezekv --dummy`: by default every matrix BF16, the
+norms F32.
 
 `--type PRESET` writes random blocks of a quantized preset instead (as `squeezekv --dummy-type`
 does, src/model/dummy.cc): each matrix in the type llama.cpp's quantizer gives it for that preset
-(its llama_tensor_get_type: output.weight, and token_embd.weight where tied, Q6_K unless Q8_0; in the _M presets attn_v and ffn_down
-Q6_K on the "more bits" layers; a 70B-shaped llama (80 layers, grouped kv heads) its other attn_v
-in Q5_K; K types on columns that are not whole 256-blocks fall back to Q5_0/Q5_1/Q8_0), each
-block's bytes random and its f16 scales set so that scale x quant reaches about 0.035. For shapes
-whose BF16 source does not fit the GPU machine's disk (70B: 141 GB), where llama-quantize cannot
-run; speed does not depend on the values.
+(its llama_tensor_get_type: output.weight, and token_embd.weight where tied, Q6_K unless Q8_0; in
+the _M presets attn_v and ffn_down Q6_K on the "more bits" layers; a 70B-shaped llama (80 layers,
+grouped kv heads) its other attn_v in Q5_K; K types on columns that are not whole 256-blocks fall
+back to Q5_0/Q5_1/Q8_0), each block's bytes random and its f16 scales set so that scale x quant
+reaches about 0.035. For shapes whose BF16 source does not fit the GPU machine's disk (70B: 141
+GB), where llama-quantize cannot run; speed does not depend on the values.
 
 The weights are views into one pool of random values (or blocks) per type at random offsets, so
 writing an 8B shape needs a few hundred MB of memory, not 16 GB. The
