@@ -224,8 +224,9 @@ class Backend {
   }
 };
 
-// The CPU backend with `threads` OpenMP threads (0: one per physical core, cpu_topology.h). The threads belong to the object:
-// two backends with different counts may run side by side on different host threads.
+// The CPU backend with `threads` OpenMP threads (0: one per physical core, cpu_topology.h). The
+// threads belong to the object: two backends with different counts may run side by side on
+// different host threads.
 // tile8_weights: Q4_0/Q4_1/Q8_0/IQ4_NL matrices are laid out as 8-row tiles for the int8 kernels
 // (backend/cpu/tile8.h; a copy of the same size), as sessions with 8-bit decode activations want.
 std::unique_ptr<Backend> make_cpu_backend(int threads, bool tile8_weights = false);

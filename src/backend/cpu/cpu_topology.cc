@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-
 #include <fstream>
 #include <set>
 #include <thread>
