@@ -2,9 +2,9 @@
 // physical core this process may run on (its affinity mask: taskset, a container's cpuset), a
 // core's SMT siblings counted once, as llama.cpp's default does: the matrix kernels keep a core's
 // vector units busy from one thread, and a second hardware thread on the same core only splits
-// them (and its share of the memory bandwidth). Read from Linux's sysfs topology; where that is missing, every
-// CPU of the mask counts. And the memory's copy bandwidth, which bounds a decode step (every
-// weight read once a token): the bench's roofline.
+// them (and its share of the memory bandwidth). Read from Linux's sysfs topology; where that is
+// missing, every CPU of the mask counts. And the memory's copy bandwidth, which bounds a decode
+// step (every weight read once a token): the bench's roofline.
 // Thread safety: default_threads() computes once (a function-local static); copy_bandwidth runs
 // OpenMP threads of its own; the others are pure.
 #pragma once
