@@ -36,6 +36,11 @@ struct V {
     if (high) b = _mm_srli_epi16(b, 4);
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F))));
   }
+  static Reg set1_f16(const uint8_t* p) {  // the f16 at p in every lane
+    uint16_t h;
+    __builtin_memcpy(&h, p, 2);
+    return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+  }
   static void store(float* p, Reg x) { _mm512_storeu_ps(p, x); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }

@@ -8,7 +8,8 @@
 // (most registers of dims per value pass), zero, set1, load(float*), load(uint16_t* f16),
 // load_i8 (kW int8 as floats), load_u4 (kW nibbles, the low or the high ones of kW bytes, as
 // floats), store, add, sub, mul, max, fmadd, exp_nonpositive (x <= 0; x < -87 gives 0), hsum,
-// hmax, sum4 (the horizontal sums of four registers, as one __m128), scalar (one f16 as a float).
+// hmax, sum4 (the horizontal sums of four registers, as one __m128), scalar (one f16 as a float),
+// set1_f16 (the f16 at a pointer in every lane).
 //
 // K and V rows are read through a row format (RowF32, RowF16, RowQ8_0, RowQ4_0, RowQ4_1: the
 // KvType layouts of core/kv_view.h), which turns the kW values at a dim into a register, so the
@@ -30,11 +31,18 @@ inline uint16_t u16_at(const uint8_t* p) {
   return h;
 }
 
-// Row formats: bytes(D) of a row; load(row, d): the kW values from dim d (a multiple of kW);
+// Row formats: bytes(D) of a row; kBlock, the dims that share one block's scales (0: none);
+// scale(row, d): the scales of the block holding dim d, as registers (once per block, not per
+// register: a decode step is bound by these instructions, not by the bytes, for the block types);
+// load(row, d, scale): the kW values from dim d (a multiple of kW) given its block's scales;
 // scalar(row, d): one value.
+struct NoScale {};
 struct RowF32 {
+  static constexpr int kBlock = 0;
+  using Scale = NoScale;
   static int64_t bytes(int D) { return 4 * static_cast<int64_t>(D); }
-  static typename V::Reg load(const uint8_t* r, int d) { return V::load(reinterpret_cast<const float*>(r) + d); }
+  static Scale scale(const uint8_t*, int) { return {}; }
+  static typename V::Reg load(const uint8_t* r, int d, Scale) { return V::load(reinterpret_cast<const float*>(r) + d); }
   static float scalar(const uint8_t* r, int d) {
     float x;
     __builtin_memcpy(&x, r + 4 * d, 4);
@@ -42,30 +50,43 @@ struct RowF32 {
   }
 };
 struct RowF16 {
+  static constexpr int kBlock = 0;
+  using Scale = NoScale;
   static int64_t bytes(int D) { return 2 * static_cast<int64_t>(D); }
-  static typename V::Reg load(const uint8_t* r, int d) { return V::load(reinterpret_cast<const uint16_t*>(r) + d); }
+  static Scale scale(const uint8_t*, int) { return {}; }
+  static typename V::Reg load(const uint8_t* r, int d, Scale) { return V::load(reinterpret_cast<const uint16_t*>(r) + d); }
   static float scalar(const uint8_t* r, int d) { return V::scalar(u16_at(r + 2 * d)); }
 };
 // blocks of 32: [f16 scale][32 int8]; value scale * q
 struct RowQ8_0 {
+  static constexpr int kBlock = 32;
+  struct Scale {
+    typename V::Reg s;
+  };
   static int64_t bytes(int D) { return static_cast<int64_t>(D) / 32 * 34; }
-  static typename V::Reg load(const uint8_t* r, int d) {
-    const uint8_t* b = r + (d >> 5) * 34;
-    return V::mul(V::load_i8(b + 2 + (d & 31)), V::set1(V::scalar(u16_at(b))));
-  }
+  static Scale scale(const uint8_t* r, int d) { return {V::set1_f16(r + (d >> 5) * 34)}; }
+  static typename V::Reg load(const uint8_t* r, int d, Scale sc) { return V::mul(V::load_i8(r + (d >> 5) * 34 + 2 + (d & 31)), sc.s); }
   static float scalar(const uint8_t* r, int d) {
     const uint8_t* b = r + (d >> 5) * 34;
     return V::scalar(u16_at(b)) * static_cast<float>(static_cast<int8_t>(b[2 + (d & 31)]));
   }
 };
 // blocks of 32: [f16 scale][16 bytes: value i in the low nibble of byte i, i + 16 in its high];
-// value (q - 8) * scale
+// value (q - 8) * scale, formed as q * scale + (-8 scale): the same float (both products exact,
+// one rounding of the same sum)
 struct RowQ4_0 {
+  static constexpr int kBlock = 32;
+  struct Scale {
+    typename V::Reg s, m;
+  };
   static int64_t bytes(int D) { return static_cast<int64_t>(D) / 32 * 18; }
-  static typename V::Reg load(const uint8_t* r, int d) {
-    const uint8_t* b = r + (d >> 5) * 18;
+  static Scale scale(const uint8_t* r, int d) {
+    const typename V::Reg s = V::set1_f16(r + (d >> 5) * 18);
+    return {s, V::mul(s, V::set1(-8.0f))};
+  }
+  static typename V::Reg load(const uint8_t* r, int d, Scale sc) {
     const int i = d & 31;
-    return V::mul(V::sub(V::load_u4(b + 2 + (i & 15), i >= 16), V::set1(8.0f)), V::set1(V::scalar(u16_at(b))));
+    return V::fmadd(V::load_u4(r + (d >> 5) * 18 + 2 + (i & 15), i >= 16), sc.s, sc.m);
   }
   static float scalar(const uint8_t* r, int d) {
     const uint8_t* b = r + (d >> 5) * 18;
@@ -75,11 +96,18 @@ struct RowQ4_0 {
 };
 // blocks of 32: [f16 scale][f16 minimum][16 bytes as Q4_0's]; value q * scale + minimum
 struct RowQ4_1 {
+  static constexpr int kBlock = 32;
+  struct Scale {
+    typename V::Reg s, m;
+  };
   static int64_t bytes(int D) { return static_cast<int64_t>(D) / 32 * 20; }
-  static typename V::Reg load(const uint8_t* r, int d) {
+  static Scale scale(const uint8_t* r, int d) {
     const uint8_t* b = r + (d >> 5) * 20;
+    return {V::set1_f16(b), V::set1_f16(b + 2)};
+  }
+  static typename V::Reg load(const uint8_t* r, int d, Scale sc) {
     const int i = d & 31;
-    return V::fmadd(V::load_u4(b + 4 + (i & 15), i >= 16), V::set1(V::scalar(u16_at(b))), V::set1(V::scalar(u16_at(b + 2))));
+    return V::fmadd(V::load_u4(r + (d >> 5) * 20 + 4 + (i & 15), i >= 16), sc.s, sc.m);
   }
   static float scalar(const uint8_t* r, int d) {
     const uint8_t* b = r + (d >> 5) * 20;
@@ -94,15 +122,21 @@ inline void score_tile(float* s, int64_t s_stride, const float* const* q, const 
   typename V::Reg a[R][4];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < 4; ++c) a[r][c] = V::zero();
-  for (int d = 0; d < D; d += V::kW) {
-    const typename V::Reg k0 = KR::load(k, d), k1 = KR::load(k + kb, d), k2 = KR::load(k + 2 * kb, d),
-                          k3 = KR::load(k + 3 * kb, d);
-    for (int r = 0; r < R; ++r) {
-      const typename V::Reg qr = V::load(q[r] + d);
-      a[r][0] = V::fmadd(qr, k0, a[r][0]);
-      a[r][1] = V::fmadd(qr, k1, a[r][1]);
-      a[r][2] = V::fmadd(qr, k2, a[r][2]);
-      a[r][3] = V::fmadd(qr, k3, a[r][3]);
+  // dims a block of scales at a time (kW for rows without scales)
+  constexpr int kSpan = KR::kBlock > V::kW ? KR::kBlock : V::kW;
+  for (int d0 = 0; d0 < D; d0 += kSpan) {
+    const typename KR::Scale c0 = KR::scale(k, d0), c1 = KR::scale(k + kb, d0), c2 = KR::scale(k + 2 * kb, d0),
+                             c3 = KR::scale(k + 3 * kb, d0);
+    for (int d = d0; d < d0 + kSpan; d += V::kW) {
+      const typename V::Reg k0 = KR::load(k, d, c0), k1 = KR::load(k + kb, d, c1), k2 = KR::load(k + 2 * kb, d, c2),
+                            k3 = KR::load(k + 3 * kb, d, c3);
+      for (int r = 0; r < R; ++r) {
+        const typename V::Reg qr = V::load(q[r] + d);
+        a[r][0] = V::fmadd(qr, k0, a[r][0]);
+        a[r][1] = V::fmadd(qr, k1, a[r][1]);
+        a[r][2] = V::fmadd(qr, k2, a[r][2]);
+        a[r][3] = V::fmadd(qr, k3, a[r][3]);
+      }
     }
   }
   for (int r = 0; r < R; ++r) _mm_storeu_ps(s + r * s_stride, _mm_mul_ps(V::sum4(a[r][0], a[r][1], a[r][2], a[r][3]), _mm_set1_ps(scale)));
@@ -126,8 +160,15 @@ inline void value_tile(float* const* out, const float* p, int64_t p_stride, cons
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) a[r][j] = V::zero();
   auto key = [&](int n) {
+    const uint8_t* row = v + static_cast<int64_t>(n) * vb;
     typename V::Reg vj[NV];
-    for (int j = 0; j < NV; ++j) vj[j] = VR::load(v + static_cast<int64_t>(n) * vb, d0 + j * V::kW);
+    typename VR::Scale sc{};
+    for (int j = 0; j < NV; ++j) {
+      // d0 is a multiple of NV kW: a pass of at least a block starts blocks at multiples of
+      // kBlock, a shorter one lies within one block
+      if (j == 0 || (VR::kBlock > 0 && (j * V::kW) % VR::kBlock == 0)) sc = VR::scale(row, d0 + j * V::kW);
+      vj[j] = VR::load(row, d0 + j * V::kW, sc);
+    }
     for (int r = 0; r < R; ++r) {
       const typename V::Reg b = V::set1(p[r * p_stride + n]);
       for (int j = 0; j < NV; ++j) a[r][j] = V::fmadd(b, vj[j], a[r][j]);
