@@ -6,7 +6,8 @@
 # table (medians over the rounds).
 #   bench/cpu_threads.sh OUT SQUEEZEKV LLAMA_BENCH "1 2 4 8 16" ROUNDS FILE...
 # Environment: P (512), N (128), TIMEOUT (300 s a run), D (0: both engines start each test from an empty cache; above 0
-# the decode alone, after a prompt of D tokens).
+# the decode alone, after a prompt of D tokens), FIRST_ROUND (1: the first round's number, so that
+# rounds run by separate calls land in one OUT).
 # llama.cpp is a measuring instrument built by the caller (from the llama-cpp-python sdist, as
 # bench/compare_llamacpp.py says); nothing of it is kept.
 set -u
@@ -14,7 +15,8 @@ out=$1 sq=$2 lb=$3 threads=$4 rounds=$5
 shift 5
 P=${P:-512} N=${N:-128} D=${D:-0}
 mkdir -p "$out"
-for r in $(seq 1 "$rounds"); do
+first=${FIRST_ROUND:-1}
+for r in $(seq "$first" $((first + rounds - 1))); do
   for t in $threads; do
     for f in "$@"; do
       tag="$(basename "$f" .gguf)_t${t}_d${D}_r${r}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # squeezekv_bench_ops on the CPU at a small shape: one row per op (the decode products at 1 and 4
-# rows, a decode batch of 4 sequences' attention with and without mass), each with a positive time and bandwidth; a wrong
-# flag, value or config is refused naming it.
+# rows, a decode batch of 4 sequences' attention with and without mass), each with a positive time and bandwidth; the
+# attention and KV rows over q8_0 and q4_1 rows likewise; a wrong flag, value or config is refused naming it.
 set -euo pipefail
 bin="$1"; src="$2"
 pass=0; fail=0
@@ -10,6 +10,14 @@ echo "$out"
 rows="$(grep -cE '^\| (gemv|gemm|rmsnorm|add\+rmsnorm|rope|silu_mul|attn|kv_)' <<<"$out" || true)"
 bad="$(awk -F'|' '/^\| (gemv|gemm|rms|add|rope|silu|attn|kv_)/ { if (!($4 + 0 > 0) || !($6 + 0 > 0)) print }' <<<"$out")"
 if [ "$rows" -eq 39 ] && [ -z "$bad" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $rows op rows (expected 39); rows without a time or bandwidth: $bad"; fi
+for t in q8_0 q4_1; do
+  out="$("$bin" --config "$src/bench/configs/small-llama.json" --depths 512 --chunk 64 --rounds 1 -t 2 --kv-type $t --filter attn)"
+  rows="$(grep -cE '^\| attn' <<<"$out" || true)"
+  bad="$(awk -F'|' '/^\| attn/ { if (!($4 + 0 > 0) || !($6 + 0 > 0)) print }' <<<"$out")"
+  if [ "$rows" -eq 6 ] && [ -z "$bad" ] && grep -q "$t KV" <<<"$out"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: --kv-type $t: $rows attention rows (expected 6): $out"; fi
+done
+if err="$("$bin" --kv-type q5_0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --kv-type q5_0 accepted"
+elif grep -q -- "--kv-type: expected f16, q8_0, q4_0 or q4_1, got 'q5_0'" <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --depths 0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --depths 0 accepted"
 elif grep -q -- '--depths: expected positive integers' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --batch 1,600 --chunk 512 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --batch 600 over --chunk 512 accepted"
