@@ -4,7 +4,8 @@
 # BF16 weights (bench/make_dummy_gguf.py) and llama-quantize's Q4_0, Q4_K_M, Q8_0 of it, and the
 # Llama-3.2-1B shape in Q8_0; bench/cpu_threads.sh one round at a time under a deadline (1, 2 and
 # 16 threads for the small shape, 16 for the 1B), then squeezekv's decode with threads bound to
-# cores against unbound. One device call with no GPU work in it (the device tool sets OUT):
+# cores (close, spread) and spinning between parallel regions (OMP_WAIT_POLICY=active) against
+# libgomp's defaults. One device call with no GPU work in it (the device tool sets OUT):
 #   carry out/dev.tar.xz (bench/cuda/stage_device.sh's build, packed as xz: dev/squeezekv, dev/lib),
 #   out/sys, out/peer/llama-src.tar.xz and out/peer/gguf-py (stage_device.sh --peer);
 #   OUT=DIR bash bench/cpu_threads_device.sh
@@ -45,9 +46,12 @@ done
 # squeezekv alone, decode of the 1B shape and the Q8_0 SmolLM2 shape at 16 and 8 threads
 for r in 1 2; do
   [ $(( $(date +%s) - T0 )) -lt 540 ] || break
-  for f in llama-3.2-1b.Q8_0 smollm2-135m.Q8_0; do for t in 16 8; do for bind in none close spread; do
-    if [ $bind = none ]; then env -u OMP_PROC_BIND -u OMP_PLACES $W/sq bench -m $W/gguf/$f.gguf -t $t -p 0 -n 64 -r 2 2>/dev/null | grep -E "^\| tg" | sed "s/^/$r $f t$t $bind /"
-    else OMP_PROC_BIND=$bind OMP_PLACES=cores $W/sq bench -m $W/gguf/$f.gguf -t $t -p 0 -n 64 -r 2 2>/dev/null | grep -E "^\| tg" | sed "s/^/$r $f t$t $bind /"; fi
+  for f in llama-3.2-1b.Q8_0 smollm2-135m.Q8_0; do for t in 16 8; do for bind in none close spread active; do
+    case $bind in
+      none) env -u OMP_PROC_BIND -u OMP_PLACES -u OMP_WAIT_POLICY $W/sq bench -m $W/gguf/$f.gguf -t $t -p 0 -n 64 -r 2 ;;
+      active) OMP_WAIT_POLICY=active $W/sq bench -m $W/gguf/$f.gguf -t $t -p 0 -n 64 -r 2 ;;  # threads spin between regions
+      *) OMP_PROC_BIND=$bind OMP_PLACES=cores $W/sq bench -m $W/gguf/$f.gguf -t $t -p 0 -n 64 -r 2 ;;
+    esac 2>/dev/null | grep -E "^\| tg" | sed "s/^/$r $f t$t $bind /"
   done; done; done | tee -a $OUT/bind.txt
 done
 python3 bench/cpu_threads_report.py $OUT/runs > $OUT/table.md; cat $OUT/steps.txt $OUT/table.md
