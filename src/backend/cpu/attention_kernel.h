@@ -256,10 +256,12 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     // the quad's values are read after the softmax: fetched now, while the scores are formed
     // (a decode step's tiles read short runs of rows, which the hardware prefetcher misses)
     const char* vc = reinterpret_cast<const char*>(v + static_cast<int64_t>(4 * c) * vb);
+#pragma GCC unroll 8
     for (int64_t b = 0; b < 4 * vb; b += 64) _mm_prefetch(vc + b, _MM_HINT_T0);
     // and the keys a few quads ahead
     const char* kn = reinterpret_cast<const char*>(k + static_cast<int64_t>(4 * (c + kKeyAhead)) * kb);
     if (c + kKeyAhead < c1)
+#pragma GCC unroll 8
       for (int64_t b = 0; b < 4 * kb; b += 64) _mm_prefetch(kn + b, _MM_HINT_T0);
     int r = 0;
     for (; r + V::kScoreRows <= job.rows; r += V::kScoreRows)
