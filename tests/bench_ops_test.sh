@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # squeezekv_bench_ops on the CPU at a small shape: one row per op (the decode products at 1 and 4
 # rows, a decode batch of 4 sequences' attention with and without mass), each with a positive time and bandwidth; the
-# attention and KV rows over q8_0 and q4_1 rows likewise; a wrong flag, value or config is refused naming it.
+# attention rows over q8_0 and q4_1 rows (--kv-type) likewise; a wrong flag, value or config is refused naming it.
 set -euo pipefail
 bin="$1"; src="$2"
 pass=0; fail=0
