@@ -4,8 +4,8 @@
 # out/peer/llama.tar.xz (~41 MB: llama/bin/llama-bench, llama/lib/*.so.0), so that a device call
 # whose own compile time it cannot spare (bench/cuda/compare_70b.sh) carries it beside squeezekv's
 # build. 18 minutes on this project's 2-core machine (2026-12-06). There is no libcuda here, so
-# the executable is linked with --allow-shlib-undefined; the device's driver supplies it. A measuring instrument: nothing of it
-# enters this repository.
+# the executable is linked with --allow-shlib-undefined; the device's driver supplies it. A
+# measuring instrument: nothing of it enters this repository.
 #   bench/cuda/build_llamacpp_cuda.sh [WORKDIR]      (default /tmp/llama-cuda)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
