@@ -8,7 +8,7 @@
 //
 //   squeezekv_bench_ops [--device cpu|cuda] [--config bench/configs/llama-3.1-8b.json]
 //                       [--depths 512,4096,32768] [--chunk 512] [--rounds 5] [--filter TEXT] [-t THREADS]
-//                       [--kv-type f16|q8_0|q4_0|q4_1]
+//                       [--kv-type f16|f32|q8_0|q4_0|q4_1]
 //
 // Times are wall-clock over `reps` back-to-back calls of one op, closed by a copy back (which
 // waits for the device); on CUDA the identical launches are replayed as one CUDA graph from their
@@ -30,8 +30,10 @@
 #include "core/half.h"
 #include "core/kv_rows.h"
 #include "core/random.h"
+#include "kv/layer_cache.h"
 #include "model/loaders.h"
 #include "squeezekv/error.h"
+#include "squeezekv/kv_cache.h"
 
 namespace {
 
@@ -46,7 +48,7 @@ struct Args {
   int threads = 0;
   std::vector<int> batch{1, 4};  // rows of the decode products; sequences of a decode batch's attention (past 1)
   std::string filter;
-  KvType kv_type = KvType::kF16;  // the attention rows' K and V type
+  KvDType kv_type = KvDType::kF16;  // the attention rows' K and V type
 };
 
 std::vector<int> int_list(const std::string& flag, const std::string& s) {
@@ -97,16 +99,11 @@ Args parse(int argc, char** argv) {
     } else if (f == "--filter") {
       a.filter = value();
     } else if (f == "--kv-type") {
-      const std::string t = value();
-      if (t == "f16") a.kv_type = KvType::kF16;
-      else if (t == "q8_0") a.kv_type = KvType::kQ8_0;
-      else if (t == "q4_0") a.kv_type = KvType::kQ4_0;
-      else if (t == "q4_1") a.kv_type = KvType::kQ4_1;
-      else throw Error("--kv-type: expected f16, q8_0, q4_0 or q4_1, got '" + t + "'");
+      a.kv_type = parse_kv_dtype(value());
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "usage: squeezekv_bench_ops [--device cpu|cuda] [--config CONFIG.json] [--depths N,N,..] [--chunk T] [--rounds R]\n"
-          "                           [--batch B,B,..] [--filter TEXT] [-t THREADS] [--kv-type f16|q8_0|q4_0|q4_1]\n"
+          "                           [--batch B,B,..] [--filter TEXT] [-t THREADS] [--kv-type f16|f32|q8_0|q4_0|q4_1]\n"
           "Times every backend op alone at the config's shapes (Hugging Face config.json). --batch: the rows of\n"
           "the decode products and, past 1, the sequences of a decode batch's attention (default 1,4; at most --chunk).\n"
           "--kv-type: the attention's K and V rows (default f16).\n");
@@ -221,9 +218,9 @@ int run(const Args& args) {
   Bench bench(b, args);
   const double bw = b.copy_bandwidth();
   const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim, V = c.vocab_size, Tc = args.chunk;
-  const char* kv_name = args.kv_type == KvType::kQ8_0 ? "q8_0" : args.kv_type == KvType::kQ4_0 ? "q4_0" : args.kv_type == KvType::kQ4_1 ? "q4_1" : "f16";
+  const KvType kv_type = kv_type_of(args.kv_type);
   std::printf("# %s; %s: E %d, H %d, G %d, D %d, F %d, V %d; bf16 weights, %s KV\n", b.describe().c_str(), args.config.c_str(), E, H, G,
-              D, F, V, kv_name);
+              D, F, V, kv_dtype_name(args.kv_type));
   if (bw > 0) std::printf("# copy bandwidth %.0f GB/s (read + written); %% = the row's bytes over it\n", bw / 1e9);
   std::printf("| %-24s | %-26s | %9s | %-19s | %8s | %6s | %7s |\n", "op", "shape", "us", "min-max us", "GB/s", "% bw", "GFLOP/s");
   std::printf("|---|---|---:|---|---:|---:|---:|\n");
@@ -313,14 +310,14 @@ int run(const Args& args) {
   // ---- attention and KV rows at each depth: one layer's cache of depth + chunk rows
   for (int N : args.depths) {
     const int cap = N + Tc;
-    const size_t row = kv_row_bytes(args.kv_type, D);
+    const size_t row = kv_row_bytes(kv_type, D);
     const size_t kv_bytes = static_cast<size_t>(G) * cap * row;
     std::vector<uint8_t> kh(kv_bytes);
     uint64_t s = 7;
     std::vector<float> xr(static_cast<size_t>(D));
     for (size_t r = 0; r < static_cast<size_t>(G) * cap; ++r) {
       for (float& v : xr) v = uniform(s);
-      kv_quantize_row(args.kv_type, xr.data(), kh.data() + r * row, D);
+      kv_quantize_row(kv_type, xr.data(), kh.data() + r * row, D);
     }
     auto K = b.alloc(kv_bytes), Vb = b.alloc(kv_bytes);
     b.upload(K->data(), kh.data(), kv_bytes);
@@ -332,7 +329,7 @@ int run(const Args& args) {
     auto M = b.alloc(static_cast<size_t>(G) * cap * sizeof(float));
     KvView kv;
     kv.k = K->data(), kv.v = Vb->data(), kv.pos = P->as<int32_t>(), kv.count = N, kv.capacity = cap, kv.n_kv_heads = G, kv.head_dim = D;
-    kv.type = kv.v_type = args.kv_type;
+    kv.type = kv.v_type = kv_type;
     std::vector<int32_t> qp1{N - 1};
     auto qpos1 = bench.ints(qp1);
     const std::string depth = std::to_string(N);
@@ -396,7 +393,7 @@ int run(const Args& args) {
     // arrays; the backend batches consecutive layers' evictions into one launch)
     KvArrays a;
     a.k = K->data(), a.v = Vb->data(), a.pos = P->as<int32_t>(), a.mass = M->as<float>(), a.G = G, a.D = D, a.capacity = cap;
-    a.type = a.v_type = args.kv_type;
+    a.type = a.v_type = kv_type;
     bench.time("kv_write T=1 N=" + depth, dims({1, G, D}), 2.0 * G * row + 8.0 * G * D, 0,
                [&] { b.kv_write(a, N, op, op2, pos->as<int32_t>(), 1); });
     const int layers = std::min(c.n_layers, 32);

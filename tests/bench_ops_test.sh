@@ -17,7 +17,7 @@ for t in q8_0 q4_1; do
   if [ "$rows" -eq 6 ] && [ -z "$bad" ] && grep -q "$t KV" <<<"$out"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: --kv-type $t: $rows attention rows (expected 6): $out"; fi
 done
 if err="$("$bin" --kv-type q5_0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --kv-type q5_0 accepted"
-elif grep -q -- "--kv-type: expected f16, q8_0, q4_0 or q4_1, got 'q5_0'" <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
+elif grep -q -- "--kv-type: unknown value 'q5_0' (expected one of: f16, f32, q8_0, q4_0, q4_1)" <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --depths 0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --depths 0 accepted"
 elif grep -q -- '--depths: expected positive integers' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --batch 1,600 --chunk 512 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --batch 600 over --chunk 512 accepted"
