@@ -68,7 +68,7 @@ class Session {
   const Model& model() const;
   // The device the session runs on and its settings ("cpu, 2 threads").
   std::string device_description() const;
-  // The device's copy bandwidth in bytes/s (read + written; on the CPU by this Session's threads),
+  // The device's copy bandwidth in bytes/s (read + written; on the CPU by the threads it runs on),
   // measured at the first call, and the bytes of matrices one decode step reads from its memory.
   double device_copy_bandwidth();
   int64_t device_matrix_bytes() const;
