@@ -17,6 +17,10 @@ int default_cpu_threads();
 // Read + written bytes/s of a 512 MiB copy by `threads` CPU threads (0: the default count),
 // measured now (about a second; 1 GiB of buffers, which count in the peak RSS).
 double host_copy_bandwidth(int threads);
+// Bytes/s that `threads` CPU threads (0: the default count) read from a 1 GiB buffer, nothing
+// written: what bounds a CPU decode step, which reads every weight once (about half a second; the
+// buffer counts in the peak RSS).
+double host_read_bandwidth(int threads);
 
 // How a device (--device cuda) holds the weight matrices.
 enum class DeviceWeightFormat : uint8_t {

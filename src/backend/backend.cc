@@ -59,6 +59,7 @@ const char* device_weights_name(DeviceWeightFormat f) { return enum_name(f, kWei
 
 int default_cpu_threads() { return cpu::default_threads(); }
 double host_copy_bandwidth(int threads) { return cpu::copy_bandwidth(threads); }
+double host_read_bandwidth(int threads) { return cpu::read_bandwidth(threads); }
 
 bool device_available(Device d) {
 #if SQUEEZEKV_CUDA

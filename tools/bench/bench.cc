@@ -102,14 +102,14 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
   }
   BenchReport report;
   report.device = session->device_description();
-  // a GPU's copy is timed before the tests fill its memory; the CPU's after them, once the peak
-  // RSS is read, so that its 1 GiB of buffers is not counted as the model's
-  const bool host_copy = so.device == Device::kCpu;
-  if (!host_copy) report.copy_bandwidth = session->device_copy_bandwidth();
+  // a GPU's copy is timed before the tests fill its memory; the CPU's read stream after them, once
+  // the peak RSS is read, so that its 1 GiB buffer is not counted as the model's
+  const bool host = so.device == Device::kCpu;
+  if (!host) report.bandwidth = session->device_copy_bandwidth();
   report.device_matrix_bytes = session->device_matrix_bytes();
   auto roofline = [&](TestResult& r) {
-    if (r.kind == "tg" && report.copy_bandwidth > 0)  // the bytes a step reads: every matrix once and the held KV
-      r.roofline = r.median / (r.batch * report.copy_bandwidth / static_cast<double>(report.device_matrix_bytes + r.kv_kept_bytes));
+    if (r.kind == "tg" && report.bandwidth > 0)  // the bytes a step reads: every matrix once and the held KV
+      r.roofline = r.median / (r.batch * report.bandwidth / static_cast<double>(report.device_matrix_bytes + r.kv_kept_bytes));
   };
   auto done = [&](TestResult& r, const std::vector<LayerStats>& kv) {
     finish(r, kv);
@@ -243,8 +243,8 @@ BenchReport run(const Model& model, const SessionOptions& so, const BenchOptions
         }
   }
   report.peak_rss_bytes = peak_rss_bytes();
-  if (host_copy) {
-    report.copy_bandwidth = host_copy_bandwidth(so.threads);
+  if (host) {
+    report.bandwidth = host_read_bandwidth(so.threads), report.bandwidth_kind = "read";
     for (TestResult& r : report.tests) roofline(r);
   }
   return report;
@@ -268,16 +268,16 @@ std::string report_table(const Model& model, const SessionOptions& so, const Ben
   std::snprintf(line, sizeof line, "device: %s (host: %s) | decode: %s | kv: %s\n\n", r.device.c_str(), cpu_name().c_str(),
                 decode_activations_name(so.decode_activations), kv_desc(so).c_str());
   out += line;
-  if (r.copy_bandwidth > 0) {
-    if (r.copy_bandwidth >= 1e12)
-      std::snprintf(line, sizeof line, "copy bandwidth %.2f TB/s (measured); matrices on the device %.2f GB\n\n",
-                    r.copy_bandwidth / 1e12, static_cast<double>(r.device_matrix_bytes) / 1e9);
+  if (r.bandwidth > 0) {
+    if (r.bandwidth >= 1e12)
+      std::snprintf(line, sizeof line, "%s bandwidth %.2f TB/s (measured); matrices on the device %.2f GB\n\n", r.bandwidth_kind,
+                    r.bandwidth / 1e12, static_cast<double>(r.device_matrix_bytes) / 1e9);
     else
-      std::snprintf(line, sizeof line, "copy bandwidth %.1f GB/s (measured, %s); matrices %.3f GB\n\n", r.copy_bandwidth / 1e9,
-                    r.device.c_str(), static_cast<double>(r.device_matrix_bytes) / 1e9);
+      std::snprintf(line, sizeof line, "%s bandwidth %.1f GB/s (measured, %s); matrices %.3f GB\n\n", r.bandwidth_kind,
+                    r.bandwidth / 1e9, r.device.c_str(), static_cast<double>(r.device_matrix_bytes) / 1e9);
     out += line;
   }
-  const bool roof = r.copy_bandwidth > 0;
+  const bool roof = r.bandwidth > 0;
   out += std::string("| test | tok/s (median) | stddev | min | max | runs | KV held MiB | KV full MiB | ms/step |") +
          (roof ? " roofline |" : "") + "\n";
   out += std::string("|---|---:|---:|---:|---:|---:|---:|---:|---:|") + (roof ? "---:|" : "") + "\n";
@@ -324,7 +324,7 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
       {"prefill_chunk", so.prefill_chunk},
       {"repetitions", o.repetitions},
       {"peak_rss_bytes", r.peak_rss_bytes},
-      {"copy_bandwidth_bytes_s", r.copy_bandwidth},
+      {std::string(r.bandwidth_kind) + "_bandwidth_bytes_s", r.bandwidth},
       {"device_matrix_bytes", r.device_matrix_bytes},
       {"tests", tests},
   };

@@ -41,12 +41,15 @@ struct TestResult {
   double median = 0.0, mean = 0.0, stddev = 0.0;
   int64_t kv_kept_bytes = 0;  // KV bytes held after the last repetition's timed part (all B sequences)
   int64_t kv_full_bytes = 0;  // the same with no eviction (f16)
-  double roofline = 0.0;      // tg on a device: median / (B x copy bandwidth / (matrix + KV bytes a step))
+  double roofline = 0.0;      // tg: median / (B x bandwidth / (matrix + KV bytes a step))
 };
 
 struct BenchReport {
   std::string device;  // the session's device description
-  double copy_bandwidth = 0.0;     // device bytes/s (read + written), measured by the bench; 0 on the CPU
+  // bytes/s that bound a decode step, measured by the bench: a GPU's copy (read + written) or the
+  // CPU threads' read stream (bandwidth_kind "copy" or "read")
+  double bandwidth = 0.0;
+  const char* bandwidth_kind = "copy";
   int64_t device_matrix_bytes = 0; // matrix bytes a decode step reads, as the device stores them
   std::vector<TestResult> tests;
   int64_t peak_rss_bytes = 0;  // of the whole process, after every test

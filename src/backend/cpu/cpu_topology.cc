@@ -1,7 +1,8 @@
 // The CPU backend's default thread count from the machine's core topology, and the memory's copy
-// bandwidth (cpu_topology.h).
+// and read bandwidths (cpu_topology.h).
 #include "backend/cpu/cpu_topology.h"
 
+#include <emmintrin.h>
 #include <omp.h>
 #include <sched.h>
 
@@ -82,6 +83,41 @@ double copy_bandwidth(int threads) {
   }
   std::sort(s.begin(), s.end());
   return 2.0 * static_cast<double>(kBytes) / s[s.size() / 2];
+}
+
+double read_bandwidth(int threads) {
+  constexpr size_t kBytes = size_t{1} << 30;
+  std::vector<uint8_t> a(kBytes, 1);  // touched: the pages exist before timing
+  const int n_threads = threads > 0 ? threads : default_threads();
+  std::vector<double> s;
+  uint64_t seen = 0;
+  for (int i = 0; i < 6; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t x = 0;
+#pragma omp parallel num_threads(n_threads) reduction(^ : x)
+    {
+      // this thread's slice in whole 64-byte lines, four 16-byte loads a line (SSE2: every x86-64),
+      // folded by XOR into four independent registers so the loads, not a chain, set the pace
+      const size_t n = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
+      const size_t lo = kBytes / 64 * t / n * 64, hi = kBytes / 64 * (t + 1) / n * 64;
+      __m128i x0 = _mm_setzero_si128(), x1 = x0, x2 = x0, x3 = x0;
+      for (size_t o = lo; o < hi; o += 64) {
+        const __m128i* p = reinterpret_cast<const __m128i*>(a.data() + o);
+        x0 = _mm_xor_si128(x0, _mm_load_si128(p));
+        x1 = _mm_xor_si128(x1, _mm_load_si128(p + 1));
+        x2 = _mm_xor_si128(x2, _mm_load_si128(p + 2));
+        x3 = _mm_xor_si128(x3, _mm_load_si128(p + 3));
+      }
+      const __m128i y = _mm_xor_si128(_mm_xor_si128(x0, x1), _mm_xor_si128(x2, x3));
+      x ^= static_cast<uint64_t>(_mm_cvtsi128_si64(y)) ^ static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(y, y)));
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) s.push_back(dt);
+    seen ^= x;
+    a[static_cast<size_t>(i) * 4096] = static_cast<uint8_t>(seen);  // each read's result is used
+  }
+  std::sort(s.begin(), s.end());
+  return static_cast<double>(kBytes) / s[s.size() / 2];
 }
 
 }  // namespace squeezekv::cpu
