@@ -113,7 +113,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // SQUEEZEKV_CUDA_JOIN=0 multiplies q, k, v (gate, up) one matrix at a time, SQUEEZEKV_CUDA_QMMA=0
   // multiplies a decode batch over packed weights as a prompt chunk (dequantized to bf16, cuBLAS),
   // SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS=N makes a decode split take N keys at least (default 128),
-  // SQUEEZEKV_CUDA_ROWS_STEP=64|128 sets gemm_rows.h's step
+  // SQUEEZEKV_CUDA_ROWS_STEP=64|128 sets gemm_rows.h's step, SQUEEZEKV_CUDA_ATTN_BF16=0 converts a
+  // prompt chunk's attention output to bf16 in its own launch
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";
@@ -127,6 +128,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   co.batch_attention = !off("SQUEEZEKV_CUDA_BATCH_ATTN");
   co.layer_submit = !off("SQUEEZEKV_CUDA_LAYER_SUBMIT");
   co.join_products = !off("SQUEEZEKV_CUDA_JOIN");
+  co.attn_bf16_out = !off("SQUEEZEKV_CUDA_ATTN_BF16");
   co.packed_mma = !off("SQUEEZEKV_CUDA_QMMA");
   if (const char* e = std::getenv("SQUEEZEKV_CUDA_QGEMV_ROWS")) {  // the packed GEMV's most rows, for measurements
     char* end = nullptr;

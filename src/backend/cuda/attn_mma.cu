@@ -74,8 +74,8 @@ __device__ inline void mma_load_q(uint32_t (&qa)[D / 16][4], __half* sq, const f
 // The block of kv head g whose query rows start at token t0 (k_attn_mma: one chunk's; k_attn_mma_parts:
 // one part's of a batch).
 template <int D>
-__device__ __forceinline__ void mma_attend(float* out, float* ml, const float* q, const int32_t* q_pos, const KvView& kv,
-                                           const AttnShape& a, int g, int t0) {
+__device__ __forceinline__ void mma_attend(float* out, __nv_bfloat16* ob, float* ml, const float* q, const int32_t* q_pos,
+                                           const KvView& kv, const AttnShape& a, int g, int t0) {
   constexpr int LD = D + 8;  // row pitch in halves: 8 rows of an ldmatrix fall on different banks
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char msm[];
@@ -177,16 +177,19 @@ __device__ __forceinline__ void mma_attend(float* out, float* ml, const float* q
     const size_t row = static_cast<size_t>(t) * a.H + g * grp + r % grp;
     const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
 #pragma unroll
-    for (int nd = 0; nd < D / 8; ++nd)
-      *reinterpret_cast<float2*>(out + row * D + nd * 8 + (lane % 4) * 2) = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
+    for (int nd = 0; nd < D / 8; ++nd) {
+      const float2 y = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
+      *reinterpret_cast<float2*>(out + row * D + nd * 8 + (lane % 4) * 2) = y;
+      if (ob != nullptr) *reinterpret_cast<__nv_bfloat162*>(ob + row * D + nd * 8 + (lane % 4) * 2) = __floats2bfloat162_rn(y.x, y.y);
+    }
     if (lane % 4 == 0) ml[2 * row] = m[i] == -INFINITY ? -INFINITY : m[i] / kLog2e, ml[2 * row + 1] = l[i];
   }
 }
 template <int D>
-__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, float* ml, const float* q, const int32_t* q_pos, KvView kv,
-                                                             AttnShape a) {
+__global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma(float* out, __nv_bfloat16* ob, float* ml, const float* q,
+                                                             const int32_t* q_pos, KvView kv, AttnShape a) {
   pdl_enter();
-  mma_attend<D>(out, ml, q, q_pos, kv, a, blockIdx.x, blockIdx.y * a.qt);
+  mma_attend<D>(out, ob, ml, q, q_pos, kv, a, blockIdx.x, blockIdx.y * a.qt);
 }
 
 // Part z's view and shape in a batch (its keys, its T and N; q, out, ml and q_pos from its row).
@@ -206,7 +209,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) k_attn_mma_parts(float* out, f
   a.T = p.T, a.N = p.n;
   if (static_cast<int>(blockIdx.y) * a.qt >= a.T) return;
   const size_t row = p.row;
-  mma_attend<D>(out + row * a.H * D, ml + row * a.H * 2, q + row * a.H * D, q_pos + row, part_view(p, a), a, blockIdx.x,
+  mma_attend<D>(out + row * a.H * D, nullptr, ml + row * a.H * 2, q + row * a.H * D, q_pos + row, part_view(p, a), a, blockIdx.x,
                 blockIdx.y * a.qt);
 }
 
@@ -345,8 +348,9 @@ void launch_smem(Launcher& L, dim3 grid, size_t smem, const char* what, const A&
 }
 
 template <int D>
-void launch_mma(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a) {
-  launch_smem<k_attn_mma<D>>(L, grid, mma_smem_bytes<D>(), "mma attention smem", out, ml, q, q_pos, kv, a);
+void launch_mma(Launcher& L, dim3 grid, float* out, __nv_bfloat16* ob, float* ml, const float* q, const int32_t* q_pos, const KvView& kv,
+                const AttnShape& a) {
+  launch_smem<k_attn_mma<D>>(L, grid, mma_smem_bytes<D>(), "mma attention smem", out, ob, ml, q, q_pos, kv, a);
 }
 
 template <int D>
@@ -382,10 +386,10 @@ void launch_attn_mma_mass_parts(Launcher& L, dim3 grid, const float* ml, const f
   else launch_mma_mass_parts<128>(L, grid, ml, q, q_pos, b, a, splits);
 }
 
-void launch_attn_mma(Launcher& L, dim3 grid, float* out, float* ml, const float* q, const int32_t* q_pos, const KvView& kv,
-                     const AttnShape& a) {
-  if (a.D == 64) launch_mma<64>(L, grid, out, ml, q, q_pos, kv, a);
-  else launch_mma<128>(L, grid, out, ml, q, q_pos, kv, a);
+void launch_attn_mma(Launcher& L, dim3 grid, float* out, __nv_bfloat16* ob, float* ml, const float* q, const int32_t* q_pos,
+                     const KvView& kv, const AttnShape& a) {
+  if (a.D == 64) launch_mma<64>(L, grid, out, ob, ml, q, q_pos, kv, a);
+  else launch_mma<128>(L, grid, out, ob, ml, q, q_pos, kv, a);
 }
 
 void launch_attn_mma_mass(Launcher& L, dim3 grid, float* mass, int64_t mass_stride, int64_t row_begin, const float* ml, const float* q,

@@ -334,11 +334,17 @@ class CudaBackend final : public Backend {
     float* part_ml = a.direct ? nullptr : part_ml_->as<float>();
     float* part_acc = a.direct ? nullptr : part_acc_->as<float>();
     Launcher& L = *launcher_;
-    const bool mma = attention_mma(out, q, q_pos, kv, a);
+    // the tensor-core kernel writes the output's bf16 twin too, which the output product reads
+    // (marked after the mass passes, which leave both alone)
+    __nv_bfloat16* ob = opt_.attn_bf16_out ? bf16_twin(a.T, static_cast<int64_t>(H) * a.D) : nullptr;
+    const bool mma = attention_mma(out, ob, q, q_pos, kv, a);
     if (!mma) launch_attn_tiles(L, grid, out, ml_->as<float>(), part_acc, part_ml, q, q_pos, kv, a);
+    auto twin_written = [&] {
+      if (mma && ob != nullptr) bf16_written(out, static_cast<int64_t>(rows) * a.D);
+    };
     float* mass = probe != nullptr ? probe->mass : nullptr;
     const bool ent = probe != nullptr && probe->entropy;
-    if (mass == nullptr && !ent) return;  // no second pass unless a policy needs it
+    if (mass == nullptr && !ent) return twin_written();  // no second pass unless a policy needs it
     const int64_t stride = probe->mass_stride > 0 ? probe->mass_stride : view.count;
     float* e = nullptr;
     if (ent) {
@@ -350,7 +356,7 @@ class CudaBackend final : public Backend {
     const bool mass_max = probe->reduce == MassReduce::kMax;
     if (mma && !ent && !mass_max && opt_.mma_mass) {
       mass_mma(mass, stride, probe->mass_row_begin, q, q_pos, kv, a);
-      return;
+      return twin_written();
     }
     // without the entropy, the query tiles before the first row that adds mass are left out
     const int tile0 = ent ? 0 : first_mass_tile(probe->mass_row_begin, a.qt, qtiles);
@@ -362,6 +368,7 @@ class CudaBackend final : public Backend {
       for (size_t r = 0; r < rows; ++r)
         if (h[2 * r + 1] >= 2.0f) probe->entropy_sum += h[2 * r] / std::log(h[2 * r + 1]), ++probe->entropy_rows;
     }
+    twin_written();
   }
 
   // A decode batch (one row per sequence, the rows of the step in order, as the forward pass
@@ -503,8 +510,9 @@ class CudaBackend final : public Backend {
   // A prompt chunk's attention on the tensor cores (k_attn_mma) where it serves the shape: KV f16,
   // head dim 64 or 128, up to 16 query heads per kv head (a block takes 64 / grp whole tokens; with
   // a grp that does not divide 64 its last rows stay empty), and enough blocks to fill half the SMs
-  // without splitting the keys (fewer rows: the general kernel splits them). Writes out and ml_.
-  bool attention_mma(float* out, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& general) {
+  // without splitting the keys (fewer rows: the general kernel splits them). Writes out and ml_,
+  // and where ob is not null out in bf16 there (the output product's operand: no conversion).
+  bool attention_mma(float* out, __nv_bfloat16* ob, const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& general) {
     const int grp = general.grp, D = general.D;
     if (!opt_.mma_attention || kv.type != KvType::kF16 || (D != 64 && D != 128) || grp < 1 || grp > 16) return false;
     AttnShape a = general;
@@ -512,7 +520,7 @@ class CudaBackend final : public Backend {
     const int qtiles = (a.T + a.qt - 1) / a.qt;
     if (a.G * qtiles < sms_ / 2) return false;
     const dim3 grid(a.G, qtiles);
-    launch_attn_mma(*launcher_, grid, out, ml_->as<float>(), q, q_pos, kv, a);
+    launch_attn_mma(*launcher_, grid, out, ob, ml_->as<float>(), q, q_pos, kv, a);
     return true;
   }
   // The first of qtiles query tiles (qt tokens each) holding a row t >= row_begin, the first
