@@ -114,7 +114,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // multiplies a decode batch over packed weights as a prompt chunk (dequantized to bf16, cuBLAS),
   // SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS=N makes a decode split take N keys at least (default 128),
   // SQUEEZEKV_CUDA_ROWS_STEP=64|128 sets gemm_rows.h's step, SQUEEZEKV_CUDA_ATTN_BF16=0 converts a
-  // prompt chunk's attention output to bf16 in its own launch
+  // prompt chunk's or a decode batch's attention output to bf16 in its own launch
   auto off = [](const char* name) {
     const char* e = std::getenv(name);
     return e != nullptr && std::string(e) == "0";

@@ -483,8 +483,8 @@ void launch_decode_type(Launcher& L, int lpk, dim3 grid, float* out, float* ml, 
 // weights exp(m_s - M) are formed once in shared memory, then each thread sums its output values
 // over the splits with several loads in flight (the partials sit in L2).
 constexpr int kMergeThreads = 128;
-__device__ __forceinline__ void merge_row(float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, int row,
-                                          int splits, int D) {
+__device__ __forceinline__ void merge_row(float* out, __nv_bfloat16* ob, float* ml_out, const float* part_acc, const float* part_ml,
+                                          int rows, int row, int splits, int D) {
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
   float mx = -INFINITY;
@@ -509,13 +509,14 @@ __device__ __forceinline__ void merge_row(float* out, float* ml_out, const float
 #pragma unroll 8
     for (int s = 0; s < splits; ++s) o += part_acc[(static_cast<size_t>(s) * rows + row) * D + d] * w[s];
     out[static_cast<size_t>(row) * D + d] = o * inv;
+    if (ob != nullptr) ob[static_cast<size_t>(row) * D + d] = __float2bfloat16(o * inv);
   }
   if (threadIdx.x == 0) ml_out[2 * row] = M, ml_out[2 * row + 1] = L;
 }
 __global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
                                                               int rows, KvView kv, AttnShape a) {
   pdl_enter();
-  merge_row(out, ml_out, part_acc, part_ml, rows, blockIdx.x, key_range(kv, a).splits, a.D);
+  merge_row(out, nullptr, ml_out, part_acc, part_ml, rows, blockIdx.x, key_range(kv, a).splits, a.D);
 }
 // grid (H, rows of the batch): head x of row y, where its sequence's keys took more than one split.
 __global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r, AttnShape a) {
@@ -525,7 +526,7 @@ __global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r
   const int splits = key_range(in.N, in.splits, a.min_keys).splits;
   if (splits == 1) return;  // written directly
   const size_t HD = static_cast<size_t>(a.H) * a.D;
-  merge_row(r.out + row * HD, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride, r.part_ml + row * r.part_ml_stride, a.H,
+  merge_row(r.out + row * HD, r.out_bf16 != nullptr ? r.out_bf16 + row * HD : nullptr, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride, r.part_ml + row * r.part_ml_stride, a.H,
             blockIdx.x, splits, a.D);
 }
 

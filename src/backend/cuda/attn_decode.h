@@ -1,6 +1,7 @@
 // Attention of one query token (a decode step) over a layer's kept rows: flash-decoding splits,
 // their merge, and the policies' mass from the step's kept scores.
 #pragma once
+#include <cuda_bf16.h>
 #include <cstdint>
 
 #include "backend/cuda/attn_common.cuh"
@@ -60,8 +61,11 @@ struct DecodeRows {
   const float* k_new;     // [rows][G][D] f32 rows to write first, or null
   const float* v_new;
   int64_t part_stride, part_ml_stride, score_stride;
+  // [rows][H][D]: out rounded to bf16 too (the output product's operand), or null; only the
+  // tensor-core kernel (attn_decode_mma.h) and the merge write it
+  __nv_bfloat16* out_bf16;
 };
-static_assert(sizeof(DecodeRows) == 13 * 8, "DecodeRows: no padding (a recorded kernel argument)");
+static_assert(sizeof(DecodeRows) == 14 * 8, "DecodeRows: no padding (a recorded kernel argument)");
 
 // What block (x, y, z) of a batch launch needs of its sequence b.s[z] (its layer's arrays, the
 // step's row s.row of r): its view, its shape (its own splits), its new row to write, and where
@@ -71,6 +75,7 @@ struct BatchBlock {
   AttnShape a;
   KvRowWrite w;
   float *out, *ml, *part_acc, *part_ml, *scores;
+  __nv_bfloat16* out_bf16;  // null: none
   const float* q;
   const int32_t* q_pos;
 };
@@ -91,6 +96,7 @@ __device__ inline BatchBlock batch_block(const DecodeBatch& b, const DecodeRows&
   k.out = r.out + row * HD, k.ml = r.ml + row * 2 * a.H, k.part_acc = r.part_acc + row * r.part_stride;
   k.part_ml = r.part_ml + row * r.part_ml_stride, k.scores = s.add_mass ? r.scores + row * r.score_stride : nullptr;
   k.q = r.q + row * HD, k.q_pos = r.q_pos + row;
+  k.out_bf16 = r.out_bf16 != nullptr ? r.out_bf16 + row * HD : nullptr;
   return k;
 }
 

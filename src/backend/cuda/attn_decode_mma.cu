@@ -33,7 +33,7 @@ __host__ __device__ constexpr size_t mma_dec_smem_bytes() {
 }
 
 template <int D, int GMAX>
-__device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
+__device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
                                                 const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w,
                                                 int g, int split0, int nsplit, unsigned char* smem) {
   constexpr int LD = D + 8;  // row pitch in halves
@@ -218,8 +218,11 @@ __device__ __forceinline__ void decode_mma_warp(float* out, float* ml, float* pa
       if (kr.splits == 1) {
         const float inv = L > 0.0f ? 1.0f / L : 0.0f;
 #pragma unroll
-        for (int nd = 0; nd < D / 8; ++nd)
-          *reinterpret_cast<float2*>(out + h * D + nd * 8 + c0) = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
+        for (int nd = 0; nd < D / 8; ++nd) {
+          const float2 y = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
+          *reinterpret_cast<float2*>(out + h * D + nd * 8 + c0) = y;
+          if (ob != nullptr) *reinterpret_cast<__nv_bfloat162*>(ob + h * D + nd * 8 + c0) = __floats2bfloat162_rn(y.x, y.y);
+        }
         if (c0 == 0) ml[2 * h] = m[i], ml[2 * h + 1] = L;
       } else {
         const size_t prow = static_cast<size_t>(split) * a.H + h;
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(32, kMmaDecBlocksPerSm) k_attn_decode_mma(floa
                                                                           AttnShape a, KvRowWrite w) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
-  decode_mma_warp<D, GMAX>(out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, 1, dsm);
+  decode_mma_warp<D, GMAX>(out, nullptr, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, 1, dsm);
 }
 
 template <int D, int GMAX>
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(32, kMmaDecBlocksPerSm) k_attn_decode_mma_batc
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
   const BatchBlock k = batch_block(b, r, a);
-  decode_mma_warp<D, GMAX>(k.out, k.ml, k.part_acc, k.part_ml, k.scores, k.q, k.q_pos, k.kv, k.a, k.w, blockIdx.x, blockIdx.y * per_block,
+  decode_mma_warp<D, GMAX>(k.out, k.out_bf16, k.ml, k.part_acc, k.part_ml, k.scores, k.q, k.q_pos, k.kv, k.a, k.w, blockIdx.x, blockIdx.y * per_block,
                            per_block, dsm);
 }
 

@@ -495,15 +495,20 @@ class CudaBackend final : public Backend {
     grow(batch_pml_, static_cast<size_t>(n) * part_ml_stride * sizeof(float));
     grow(batch_info_, static_cast<size_t>(n) * sizeof(DecodeInfo));
     if (any_mass) grow(batch_scores_, static_cast<size_t>(n) * score_stride * sizeof(float));
+    // the tensor-core kernel and the merge write the rows in bf16 too, the output product's operand
+    // (noted after the mass pass, which touches neither copy)
+    const bool mma = mma_decode(c0.kv, a.grp);
+    __nv_bfloat16* ob = mma && opt_.attn_bf16_out ? bf16_twin(n, static_cast<int64_t>(HD)) : nullptr;
     const DecodeRows r{c0.out, batch_ml_->as<float>(), batch_acc_->as<float>(), batch_pml_->as<float>(),
                        any_mass ? batch_scores_->as<float>() : nullptr, batch_info_->as<DecodeInfo>(), c0.q, c0.q_pos,
-                       writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride};
+                       writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride, ob};
     Launcher& L = *launcher_;
     std::fill(batch_.s + n, batch_.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
-    if (mma_decode(c0.kv, a.grp)) launch_attn_decode_mma_batch(L, gmax, most, n, sms_, batch_, r, a);
+    if (mma) launch_attn_decode_mma_batch(L, gmax, most, n, sms_, batch_, r, a);
     else launch_attn_decode_batch(L, type, lpk, gmax, most, n, sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
     if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, (cap_max + kMassBlockKeys - 1) / kMassBlockKeys, n), mass_max, r, a);
+    if (ob != nullptr) bf16_written(c0.out, static_cast<int64_t>(n) * static_cast<int64_t>(HD));
     return true;
   }
 

@@ -53,8 +53,9 @@ struct CudaOptions {
   // products over matrices laid out together (prepare_weights: q, k, v; gate, up) as one product
   // for a decode batch or a prompt chunk, split after; off: one product per matrix
   bool join_products = true;
-  // a prompt chunk's tensor-core attention writes its output in bf16 too, the output product's
-  // operand (no conversion launch a layer); off: converted before that product
+  // a prompt chunk's and a decode batch's tensor-core attention (and the splits' merge) write the
+  // output in bf16 too, the output product's operand (no conversion launch a layer); off:
+  // converted before that product
   bool attn_bf16_out = true;
 };
 
