@@ -10,9 +10,12 @@
 #   out/sys, out/peer/llama-src.tar.xz and out/peer/gguf-py (stage_device.sh --peer);
 #   OUT=DIR bash bench/cpu_threads_device.sh
 # Results: steps.txt, table.md (bench/cpu_threads_report.py), bind.txt, runs.tgz (every JSON).
+# Environment: THREADS ("1 2 16", the small shape's counts), BIG_THREADS ("16", the 1B's), TYPES
+# ("BF16 Q4_0 Q4_K_M Q8_0", the small shape's files), ROUNDS (3), BIND (1: the binding runs),
+# LIMIT (560: seconds after which no new step starts).
 set -u
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.txt; }
-[ -x out/dev/squeezekv ] || tar xJf out/dev.tar.xz -C out
+[ -x out/dev/squeezekv ] || tar xJf out/dev.tar.xz -C out  # may hold sys/ and peer/gguf-py too
 W=/tmp/cpu32; mkdir -p $W/gguf
 { lscpu; nproc; free -g; } > $OUT/machine.txt 2>&1
 ( if [ ! -x $W/build/bin/llama-bench ]; then
@@ -34,18 +37,20 @@ cat > $W/sq <<EOS
 exec env LD_LIBRARY_PATH=$PWD/out/dev/lib:$PWD/out/sys/lib $PWD/out/dev/squeezekv "\$@"
 EOS
 chmod +x $W/sq
-small="$W/gguf/smollm2-135m.BF16.gguf $W/gguf/smollm2-135m.Q4_0.gguf $W/gguf/smollm2-135m.Q4_K_M.gguf $W/gguf/smollm2-135m.Q8_0.gguf"
-for r in 1 2 3; do
-  [ $(( $(date +%s) - T0 )) -lt 400 ] || break
-  FIRST_ROUND=$r bash bench/cpu_threads.sh $OUT/runs $W/sq $W/build/bin/llama-bench "1 2 16" 1 $small
-  [ $(( $(date +%s) - T0 )) -lt 470 ] || break
-  FIRST_ROUND=$r bash bench/cpu_threads.sh $OUT/runs $W/sq $W/build/bin/llama-bench "16" 1 $W/gguf/llama-3.2-1b.Q8_0.gguf
+small=""
+for t in ${TYPES:-BF16 Q4_0 Q4_K_M Q8_0}; do small="$small $W/gguf/smollm2-135m.$t.gguf"; done
+L=${LIMIT:-560}
+for r in $(seq 1 ${ROUNDS:-3}); do
+  [ $(( $(date +%s) - T0 )) -lt $((L - 160)) ] || break
+  FIRST_ROUND=$r bash bench/cpu_threads.sh $OUT/runs $W/sq $W/build/bin/llama-bench "${THREADS:-1 2 16}" 1 $small
+  [ $(( $(date +%s) - T0 )) -lt $((L - 90)) ] || break
+  FIRST_ROUND=$r bash bench/cpu_threads.sh $OUT/runs $W/sq $W/build/bin/llama-bench "${BIG_THREADS:-16}" 1 $W/gguf/llama-3.2-1b.Q8_0.gguf
   el "round $r done"
 done
 # threads bound to cores (libgomp's OMP_PROC_BIND / OMP_PLACES, read at its start) against unbound,
 # squeezekv alone, decode of the 1B shape and the Q8_0 SmolLM2 shape at 16 and 8 threads
 for r in 1 2; do
-  [ $(( $(date +%s) - T0 )) -lt 540 ] || break
+  [ "${BIND:-1}" = 1 ] && [ $(( $(date +%s) - T0 )) -lt $((L - 20)) ] || break
   for f in llama-3.2-1b.Q8_0 smollm2-135m.Q8_0; do for t in 16 8; do for bind in none close spread active; do
     case $bind in
       none) env -u OMP_PROC_BIND -u OMP_PLACES -u OMP_WAIT_POLICY $W/sq bench -m $W/gguf/$f.gguf -t $t -p 0 -n 64 -r 2 ;;

@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu_topology.h"
 
 #include <emmintrin.h>
+#include <xmmintrin.h>
 #include <omp.h>
 #include <sched.h>
 
@@ -97,11 +98,15 @@ double read_bandwidth(int threads) {
 #pragma omp parallel num_threads(n_threads) reduction(^ : x)
     {
       // this thread's slice in whole 64-byte lines, four 16-byte loads a line (SSE2: every x86-64),
-      // folded by XOR into four independent registers so the loads, not a chain, set the pace
+      // folded by XOR into four independent registers so the loads, not a chain, set the pace; the
+      // line 4 KiB ahead prefetched, as the decode kernels prefetch their weights (one core's
+      // hardware prefetcher alone keeps too few lines in flight: 32 against 38 GB/s on an EPYC)
       const size_t n = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
       const size_t lo = kBytes / 64 * t / n * 64, hi = kBytes / 64 * (t + 1) / n * 64;
+      constexpr size_t kAhead = 4096;
       __m128i x0 = _mm_setzero_si128(), x1 = x0, x2 = x0, x3 = x0;
       for (size_t o = lo; o < hi; o += 64) {
+        if (o + kAhead < hi) _mm_prefetch(reinterpret_cast<const char*>(a.data() + o + kAhead), _MM_HINT_T0);
         const __m128i* p = reinterpret_cast<const __m128i*>(a.data() + o);
         x0 = _mm_xor_si128(x0, _mm_load_si128(p));
         x1 = _mm_xor_si128(x1, _mm_load_si128(p + 1));
