@@ -2,6 +2,7 @@
 // fast paths against the scalar reference over sweeps of odd sizes, attention (and its H2O mass)
 // against a double-precision textbook implementation, f16 conversion exhaustively, the sampler.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <unistd.h>
@@ -497,6 +498,42 @@ TEST(Group16, ProductsKeepOneOrderAndTheRoundingBound) {
     cpu::matmul(b.data(), x.data(), w, 7, nullptr, cpu::Activations::kInt8, cpu::RowMode::kChunk);
     ASSERT_EQ(0, std::memcmp(a.data(), b.data(), b.size() * sizeof(float))) << dtype_info(t).name;
   }
+}
+
+// A prompt chunk whose blocks of weight rows are fewer than four jobs a thread also splits its
+// input rows into runs (ops.cc, for many cores): every row summed exactly as in the unsplit chunk.
+// 256 rows make 8 or 16 blocks: one thread takes the chunk whole, eight split 250 rows into two
+// runs; every type, rows and 8-row tiles, 8-bit and f32 activations, a bias, the bits compared.
+TEST(Matmul, PromptChunkSplitIntoRunsForThreadsKeepsTheBits) {
+  std::mt19937 rng(71);
+  std::normal_distribution<float> nd;
+  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16};
+  types.insert(types.end(), kBlockTypes.begin(), kBlockTypes.end());
+  const int saved = omp_get_max_threads();
+  const int64_t C = 256, R = 256, T = 250;
+  std::vector<float> x(T * C), bias(R), one(T * R), many(T * R);
+  for (auto& v : x) v = nd(rng);
+  for (auto& v : bias) v = nd(rng);
+  for (DType t : types) {
+    auto data = random_rows(t, R, C, rng);
+    const WeightMatrix w{t, data.data(), R, C, dtype_bytes(t, C)};
+    std::vector<uint8_t> tiled_bytes;
+    std::vector<WeightMatrix> layouts = {w};
+    if (cpu::can_tile8(w)) {
+      tiled_bytes.resize(cpu::tile8_bytes(w));
+      layouts.push_back(cpu::make_tile8(w, tiled_bytes.data()));
+    }
+    for (const WeightMatrix& m : layouts)
+      for (cpu::Activations act : {cpu::Activations::kInt8, cpu::Activations::kF32}) {
+        omp_set_num_threads(1);
+        cpu::matmul(one.data(), x.data(), m, T, bias.data(), act, cpu::RowMode::kChunk);
+        omp_set_num_threads(8);
+        cpu::matmul(many.data(), x.data(), m, T, bias.data(), act, cpu::RowMode::kChunk);
+        ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+            << dtype_info(t).name << (m.layout == WeightLayout::kTiles8 ? " tiles" : " rows") << " act " << static_cast<int>(act);
+      }
+  }
+  omp_set_num_threads(saved);
 }
 
 // BF16 weights' prompt chunks with 8-bit-mode activations: on CPUs with AVX-512 BF16 the

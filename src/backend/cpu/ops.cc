@@ -1,5 +1,7 @@
 #include "backend/cpu/ops.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -429,12 +431,30 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
   (void)any_bf16;
 #endif
   const int64_t total = first_block[n];
+  // A prompt chunk whose blocks of weight rows are too few to keep every thread busy (a small
+  // model's 576-row matrices: 18 blocks of 32, against 16 threads) splits its input rows too, into
+  // runs of kRunRows (the last one taking the rest), every block of every run one job. kRunRows is
+  // a multiple of every kernel's group of input rows (12, 6, 4, 3) and a run has at least kRunRows,
+  // so each row is summed exactly as in the whole chunk: the results do not depend on the threads.
+  constexpr int64_t kRunRows = 96;
+  const int64_t jobs_wanted = 4 * static_cast<int64_t>(omp_get_max_threads());
+  const int64_t runs = decode || total >= jobs_wanted ? 1 : std::max<int64_t>(1, std::min(T / kRunRows, (jobs_wanted + total - 1) / total));
 #pragma omp parallel for schedule(static)
-  for (int64_t g = 0; g < total; ++g) {
+  for (int64_t g = 0; g < total * runs; ++g) {
+    const int64_t b = g / runs, run = g % runs;
     int i = 0;
-    while (g >= first_block[i + 1]) ++i;
-    const int64_t r0 = (g - first_block[i]) * plan[i].block;
-    part_block(parts[i], plan[i], x, xq, xb, T, decode, r0, std::min(plan[i].block, parts[i].w->rows - r0));
+    while (b >= first_block[i + 1]) ++i;
+    const int64_t r0 = (b - first_block[i]) * plan[i].block, nr = std::min(plan[i].block, parts[i].w->rows - r0);
+    if (runs == 1) {
+      part_block(parts[i], plan[i], x, xq, xb, T, decode, r0, nr);
+      continue;
+    }
+    // input rows [t0, t1): the part's output, x and its roundings moved along by t0 rows
+    const int64_t t0 = run * kRunRows, t1 = run + 1 == runs ? T : t0 + kRunRows, C = parts[i].w->cols;
+    MatmulPart at = parts[i];
+    at.out = parts[i].out + t0 * parts[i].w->rows;
+    part_block(at, plan[i], x + t0 * C, xq != nullptr ? xq + t0 * (C / 32) : nullptr, xb != nullptr ? xb + t0 * (C / 2) : nullptr, t1 - t0,
+               decode, r0, nr);
   }
 }
 
