@@ -33,10 +33,10 @@ double copy_bandwidth(int threads);
 
 // Bytes/s read by `threads` OpenMP threads (0: default_threads()), each streaming its slice of one
 // 1 GiB buffer once (16-byte loads, each line prefetched 4 KiB ahead, nothing stored): the
-// median of 5 timed passes after one untimed, well under a second. A copy's figure can understate what reads alone reach (on a
-// 16-core Xeon a decode step read its weights at up to 1.5x the copy's read + written bytes/s,
-// 2026-12-06: its stores cost more than their count), so this one bounds a decode step. Its
-// buffer counts in the process's peak RSS like the copy's.
+// median of 5 timed passes after one untimed, well under a second. A copy's figure can understate
+// what reads alone reach (on a 16-core Xeon a decode step read its weights at up to 1.5x the
+// copy's read + written bytes/s, 2026-12-06: its stores cost more than their count), so this one
+// bounds a decode step. Its buffer counts in the process's peak RSS like the copy's.
 double read_bandwidth(int threads);
 
 }  // namespace squeezekv::cpu

@@ -438,7 +438,8 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
   // so each row is summed exactly as in the whole chunk: the results do not depend on the threads.
   constexpr int64_t kRunRows = 96;
   const int64_t jobs_wanted = 4 * static_cast<int64_t>(omp_get_max_threads());
-  const int64_t runs = decode || total >= jobs_wanted ? 1 : std::max<int64_t>(1, std::min(T / kRunRows, (jobs_wanted + total - 1) / total));
+  const int64_t runs =
+      decode || total >= jobs_wanted ? 1 : std::max<int64_t>(1, std::min(T / kRunRows, (jobs_wanted + total - 1) / total));
 #pragma omp parallel for schedule(static)
   for (int64_t g = 0; g < total * runs; ++g) {
     const int64_t b = g / runs, run = g % runs;
@@ -453,8 +454,9 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
     const int64_t t0 = run * kRunRows, t1 = run + 1 == runs ? T : t0 + kRunRows, C = parts[i].w->cols;
     MatmulPart at = parts[i];
     at.out = parts[i].out + t0 * parts[i].w->rows;
-    part_block(at, plan[i], x + t0 * C, xq != nullptr ? xq + t0 * (C / 32) : nullptr, xb != nullptr ? xb + t0 * (C / 2) : nullptr, t1 - t0,
-               decode, r0, nr);
+    const Q8Block* xq_at = xq != nullptr ? xq + t0 * (C / 32) : nullptr;
+    const uint32_t* xb_at = xb != nullptr ? xb + t0 * (C / 2) : nullptr;
+    part_block(at, plan[i], x + t0 * C, xq_at, xb_at, t1 - t0, decode, r0, nr);
   }
 }
 

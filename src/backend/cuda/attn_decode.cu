@@ -526,7 +526,8 @@ __global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r
   const int splits = key_range(in.N, in.splits, a.min_keys).splits;
   if (splits == 1) return;  // written directly
   const size_t HD = static_cast<size_t>(a.H) * a.D;
-  merge_row(r.out + row * HD, r.out_bf16 != nullptr ? r.out_bf16 + row * HD : nullptr, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride, r.part_ml + row * r.part_ml_stride, a.H,
+  __nv_bfloat16* ob = r.out_bf16 != nullptr ? r.out_bf16 + row * HD : nullptr;
+  merge_row(r.out + row * HD, ob, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride, r.part_ml + row * r.part_ml_stride, a.H,
             blockIdx.x, splits, a.D);
 }
 

@@ -33,8 +33,8 @@ __host__ __device__ constexpr size_t mma_dec_smem_bytes() {
 }
 
 template <int D, int GMAX>
-__device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
-                                                const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w,
+__device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, float* ml, float* part_acc, float* part_ml, float* scores,
+                                                const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w,
                                                 int g, int split0, int nsplit, unsigned char* smem) {
   constexpr int LD = D + 8;  // row pitch in halves
   __half* sk = reinterpret_cast<__half*>(smem);                                 // [stage][16][LD]
@@ -250,8 +250,8 @@ __global__ void __launch_bounds__(32, kMmaDecBlocksPerSm) k_attn_decode_mma_batc
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
   const BatchBlock k = batch_block(b, r, a);
-  decode_mma_warp<D, GMAX>(k.out, k.out_bf16, k.ml, k.part_acc, k.part_ml, k.scores, k.q, k.q_pos, k.kv, k.a, k.w, blockIdx.x, blockIdx.y * per_block,
-                           per_block, dsm);
+  decode_mma_warp<D, GMAX>(k.out, k.out_bf16, k.ml, k.part_acc, k.part_ml, k.scores, k.q, k.q_pos, k.kv, k.a, k.w, blockIdx.x,
+                           blockIdx.y * per_block, per_block, dsm);
 }
 
 template <class F>
