@@ -65,35 +65,46 @@ int default_threads() {
   return n;
 }
 
+namespace {
+
+// The median seconds of pass(i) for i = 1..5, after an untimed pass(0) (the bandwidths' timing).
+template <class F>
+double median_pass_seconds(F&& pass) {
+  std::vector<double> s;
+  for (int i = 0; i < 6; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pass(i);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) s.push_back(dt);
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+}  // namespace
+
 double copy_bandwidth(int threads) {
   constexpr size_t kBytes = size_t{512} << 20;
   std::vector<uint8_t> a(kBytes, 1), b(kBytes, 0);  // touched: the pages exist before timing
   const int n_threads = threads > 0 ? threads : default_threads();
-  std::vector<double> s;
-  for (int i = 0; i < 6; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+  const double sec = median_pass_seconds([&](int i) {
 #pragma omp parallel num_threads(n_threads)
     {
       const size_t n = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
       const size_t lo = kBytes * t / n, hi = kBytes * (t + 1) / n;
       std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
     }
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) s.push_back(dt);
     a[static_cast<size_t>(i)] = b[kBytes - 1 - static_cast<size_t>(i)];  // each copy's result is read
-  }
-  std::sort(s.begin(), s.end());
-  return 2.0 * static_cast<double>(kBytes) / s[s.size() / 2];
+  });
+  return 2.0 * static_cast<double>(kBytes) / sec;
 }
 
 double read_bandwidth(int threads) {
   constexpr size_t kBytes = size_t{1} << 30;
   std::vector<uint8_t> a(kBytes, 1);  // touched: the pages exist before timing
   const int n_threads = threads > 0 ? threads : default_threads();
-  std::vector<double> s;
   uint64_t seen = 0;
-  for (int i = 0; i < 6; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+  const double sec = median_pass_seconds([&](int i) {
     uint64_t x = 0;
 #pragma omp parallel num_threads(n_threads) reduction(^ : x)
     {
@@ -116,13 +127,10 @@ double read_bandwidth(int threads) {
       const __m128i y = _mm_xor_si128(_mm_xor_si128(x0, x1), _mm_xor_si128(x2, x3));
       x ^= static_cast<uint64_t>(_mm_cvtsi128_si64(y)) ^ static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(y, y)));
     }
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) s.push_back(dt);
     seen ^= x;
     a[static_cast<size_t>(i) * 4096] = static_cast<uint8_t>(seen);  // each read's result is used
-  }
-  std::sort(s.begin(), s.end());
-  return static_cast<double>(kBytes) / s[s.size() / 2];
+  });
+  return static_cast<double>(kBytes) / sec;
 }
 
 }  // namespace squeezekv::cpu
