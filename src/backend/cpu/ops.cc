@@ -446,11 +446,8 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
     int i = 0;
     while (b >= first_block[i + 1]) ++i;
     const int64_t r0 = (b - first_block[i]) * plan[i].block, nr = std::min(plan[i].block, parts[i].w->rows - r0);
-    if (runs == 1) {
-      part_block(parts[i], plan[i], x, xq, xb, T, decode, r0, nr);
-      continue;
-    }
-    // input rows [t0, t1): the part's output, x and its roundings moved along by t0 rows
+    // input rows [t0, t1) (all T where runs is 1): the part's output, x and its roundings moved
+    // along by t0 rows
     const int64_t t0 = run * kRunRows, t1 = run + 1 == runs ? T : t0 + kRunRows, C = parts[i].w->cols;
     MatmulPart at = parts[i];
     at.out = parts[i].out + t0 * parts[i].w->rows;
