@@ -113,6 +113,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // SQUEEZEKV_CUDA_JOIN=0 multiplies q, k, v (gate, up) one matrix at a time, SQUEEZEKV_CUDA_QMMA=0
   // multiplies a decode batch over packed weights as a prompt chunk (dequantized to bf16, cuBLAS),
   // SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS=N makes a decode split take N keys at least (default 128),
+  // SQUEEZEKV_CUDA_DECODE_BLOCKS=N splits a sequence's decode attention into up to N blocks an SM (0, the default: the kernel's own),
   // SQUEEZEKV_CUDA_ROWS_STEP=64|128 sets gemm_rows.h's step, SQUEEZEKV_CUDA_ATTN_BF16=0 converts a
   // prompt chunk's or a decode batch's attention output to bf16 in its own launch
   auto off = [](const char* name) {
@@ -148,6 +149,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   count("SQUEEZEKV_CUDA_LT_ALGOS", 1, 256, co.lt_algos);
   count("SQUEEZEKV_CUDA_LT_RUNS", 1, 50, co.lt_runs);
   count("SQUEEZEKV_CUDA_DECODE_SPLIT_KEYS", 32, 4096, co.decode_split_keys);  // for measurements
+  count("SQUEEZEKV_CUDA_DECODE_BLOCKS", 0, 16, co.decode_blocks_per_sm);     // for measurements
   count("SQUEEZEKV_CUDA_ROWS_STEP", 64, 128, co.gemm_rows_step);  // for measurements
   if (co.gemm_rows_step != 64 && co.gemm_rows_step != 128)
     throw Error("SQUEEZEKV_CUDA_ROWS_STEP: expected 64 or 128, got " + std::to_string(co.gemm_rows_step));

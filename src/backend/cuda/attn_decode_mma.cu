@@ -1,7 +1,7 @@
 // Decode attention on the tensor cores (attn_decode_mma.h). A block is one warp: kv head g of one
 // sequence, splits [split0, split0 + nsplit) of its keys one after another. The warp's 16 rows are
 // the grp query heads of g (rows past grp are zeros and are never written); K and V stream
-// through shared memory in tiles of 16 keys, kMmaDecStages deep (cp.async, the warp's own
+// through shared memory in tiles of 16 keys, a row format's stages deep (cp.async, the warp's own
 // copies: no block barrier), and per tile S = Q K^T and O += P V run as mma.sync m16n8k16 (f16
 // in, f32 accumulate: q rounded to f16 once, p to f16 for P V, as the prompt kernel k_attn_mma),
 // with an online softmax per row in registers. At a split's end the warp writes the output and
@@ -10,115 +10,335 @@
 // a split with 4 warps reducing each dot product by shuffles; here one warp's two instructions do
 // 16 keys' scores, which left the CUDA-core kernel's batches at 25-40% of the copy bandwidth bound
 // by their own instructions (docs/raw/2026-12-01-h200-batch-step/).
+//
+// The row formats (F16Rows, Q8Rows) are what differs: how a tile is copied, and how the mma
+// operands come from it. Q8_0 rows (kv_q8.cuh) are copied as they are stored, half the bytes of
+// f16, and each lane makes its own B operands from the int8 bytes: one PRMT turns two bytes into
+// two exact f16 values (1024 + q + 128, 0x64 as the high byte), one HSUB2 and one HMUL2 make them
+// q * d. For that a lane reads contiguous bytes: in S = Q K^T the head dims of a k-step are
+// permuted (the same permutation on Q's columns, so the sum is the same); in O += P V an n tile's
+// 8 columns are head dims 4 apart, and the output's columns are mapped back when it is stored.
 #include "backend/cuda/attn_decode_mma.h"
 
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/mma.cuh"
 
 namespace squeezekv::cuda {
 namespace {
 
-constexpr int kMmaDecKeys = 16;    // keys a tile
-constexpr int kMmaDecStages = 3;   // tiles in shared memory (two in flight while one is used)
+constexpr int kMmaDecKeys = 16;        // keys a tile
 constexpr int kMmaDecBlocksPerSm = 8;  // 8 x 26 KB of shared memory (head dim 128)
 
-template <int D>
-__host__ __device__ constexpr size_t mma_dec_smem_bytes() {
-  return static_cast<size_t>(kMmaDecStages) * (2 * kMmaDecKeys * (D + 8) * sizeof(__half) + kMmaDecKeys * sizeof(int32_t));
+// One 4-, 8- or 16-byte cp.async of which the first `src` bytes come from global memory and the
+// rest are zeros (src 0: nothing is read).
+template <int P>
+__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, int bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (P == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(P), "r"(bytes) : "memory");
 }
 
-template <int D, int GMAX>
+// f16 rows: a tile is [16][D + 8] halves (padded so that an ldmatrix's 8 rows fall on different
+// banks); the operands come by ldmatrix.
+template <int D>
+struct F16Rows {
+  static constexpr int kStages = 3;  // two tiles in flight while one is used
+  static constexpr int LD = D + 8;   // row pitch in halves
+  static constexpr int kTileBytes = kMmaDecKeys * LD * 2;
+  // A lane copies the same 16-byte piece of rows rl, rl + RPP, ... of every tile, so its
+  // addresses move by the tile's offset alone.
+  static constexpr int CH = D / 8;  // 16-byte pieces of a row
+  static constexpr int RPP = 32 / CH;
+  static constexpr int PASSES = kMmaDecKeys / RPP;
+  const __half* K;  // kv head g's rows [capacity][D]
+  const __half* V;
+  int lane, rl, piece;
+
+  __device__ F16Rows(const KvView& kv, int g, int lane_)
+      : K(static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D),
+        V(static_cast<const __half*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D),
+        lane(lane_), rl(lane_ / CH), piece(lane_ % CH) {}
+
+  // rows j0 .. j0 + 15 into the tiles dk, dv; rows from `valid` on: zeros
+  __device__ __forceinline__ void copy(unsigned char* dk, unsigned char* dv, int j0, int valid) const {
+    __half* tk = reinterpret_cast<__half*>(dk) + rl * LD + piece * 8;
+    __half* tv = reinterpret_cast<__half*>(dv) + rl * LD + piece * 8;
+    const size_t go = (static_cast<size_t>(j0) + rl) * D + piece * 8;
+    if (valid == kMmaDecKeys) {
+#pragma unroll
+      for (int p = 0; p < PASSES; ++p) {
+        __pipeline_memcpy_async(tk + p * RPP * LD, K + go + p * RPP * D, 16);
+        __pipeline_memcpy_async(tv + p * RPP * LD, V + go + p * RPP * D, 16);
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < PASSES; ++p) {
+        const bool in = rl + p * RPP < valid;
+        cp_async_zfill<16>(tk + p * RPP * LD, in ? K + go + p * RPP * D : K, in ? 16 : 0);
+        cp_async_zfill<16>(tv + p * RPP * LD, in ? V + go + p * RPP * D : V, in ? 16 : 0);
+      }
+    }
+  }
+  // The A operands of rows r0 = lane / 4 and r0 + 8 of q [16][D] (rows from grp on: zeros), times scale.
+  __device__ __forceinline__ void load_q(uint32_t (&qa)[D / 16][4], const float* q, int grp, float scale) const {
+    const int r0 = lane / 4, c0 = (lane % 4) * 2;
+    auto qrow = [&](int r, int d) -> float2 {
+      return r < grp ? *reinterpret_cast<const float2*>(q + static_cast<size_t>(r) * D + d) : make_float2(0.0f, 0.0f);
+    };
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const float2 x0 = qrow(r0, ks * 16 + c0), x1 = qrow(r0 + 8, ks * 16 + c0), x2 = qrow(r0, ks * 16 + 8 + c0),
+                   x3 = qrow(r0 + 8, ks * 16 + 8 + c0);
+      qa[ks][0] = pack_half2(x0.x * scale, x0.y * scale);
+      qa[ks][1] = pack_half2(x1.x * scale, x1.y * scale);
+      qa[ks][2] = pack_half2(x2.x * scale, x2.y * scale);
+      qa[ks][3] = pack_half2(x3.x * scale, x3.y * scale);
+    }
+  }
+  // s[nt] = the 16 rows against keys nt * 8 .. nt * 8 + 7 of the K tile
+  __device__ __forceinline__ void scores(float (&s)[2][4], const uint32_t (&qa)[D / 16][4], const unsigned char* kt) const {
+    mma_scores<D>(s[0], qa, reinterpret_cast<const __half*>(kt), 0, lane);
+    mma_scores<D>(s[1], qa, reinterpret_cast<const __half*>(kt), 1, lane);
+  }
+  // o[nd] += P (A operands pa) times the V tile's columns nd * 8 .. nd * 8 + 7
+  __device__ __forceinline__ void pv(float (&o)[D / 8][4], const uint32_t (&pa)[4], const unsigned char* vt) const {
+    const __half* v = reinterpret_cast<const __half*>(vt);
+    const int mi = lane / 8, rr = lane % 8;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t b[4];  // b[0..1]: d tile nd, b[2..3]: nd + 1
+      ldsm_x4_trans(b, v + (rr + (mi & 1) * 8) * LD + nd * 8 + (mi >> 1) * 8);
+      mma_f16(o[nd], pa, b);
+      mma_f16(o[nd + 1], pa, b + 2);
+    }
+  }
+  // Row i (r0 + 8 i) of this lane's outputs, times f, into dst [D] (and ob [D] in bf16 unless null):
+  // o[nd][2 i + e] is column nd * 8 + c0 + e.
+  __device__ __forceinline__ void store(float* dst, __nv_bfloat16* ob, const float (&o)[D / 8][4], int i, float f) const {
+    const int c0 = (lane % 4) * 2;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      const float2 y = make_float2(o[nd][2 * i] * f, o[nd][2 * i + 1] * f);
+      *reinterpret_cast<float2*>(dst + nd * 8 + c0) = y;
+      if (ob != nullptr) *reinterpret_cast<__nv_bfloat162*>(ob + nd * 8 + c0) = __floats2bfloat162_rn(y.x, y.y);
+    }
+  }
+  // The step's new row of kv head g (w.k, w.v) into slot.
+  __device__ __forceinline__ void write_row(const KvRowWrite& w, size_t slot, int g) const {
+    __half* Kw = static_cast<__half*>(w.K) + slot * D;
+    __half* Vw = static_cast<__half*>(w.V) + slot * D;
+    for (int d = lane; d < D; d += 32) Kw[d] = __float2half_rn(w.k[g * D + d]), Vw[d] = __float2half_rn(w.v[g * D + d]);
+  }
+};
+
+// The 32-bit word at p, 2-byte aligned; at2: p lies 2 bytes past a 4-byte boundary (two aligned
+// words and one PRMT).
+__device__ __forceinline__ uint32_t lds_u32(const unsigned char* p, bool at2) {
+  if (!at2) return *reinterpret_cast<const uint32_t*>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(p - 2);
+  return __byte_perm(w[0], w[1], 0x5432);
+}
+// Bytes 0, 1 (sel 0x4140) or 2, 3 (0x4342) of x, each a Q8_0 value q XOR 0x80 (q + 128), as
+// q * d in two f16: 0x64 above a byte is the f16 1024 + byte, exact, less 1152.
+__device__ __forceinline__ uint32_t q8_half2(uint32_t x, unsigned sel, __half2 d) {
+  const uint32_t e = __byte_perm(x, 0x64646464u, sel);
+  const __half2 h = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&e), __float2half2_rn(1152.0f)), d);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Q8_0 rows: a tile is the 16 rows' bytes as stored, [16][RB]; a lane makes its B operands from
+// the bytes (see the file's opening).
+template <int D>
+struct Q8Rows {
+  static constexpr int RB = D / kQ8Block * kQ8BlockBytes;  // bytes a row
+  static constexpr int kStages = 6;                      // as many bytes in shared memory as F16Rows' 3
+  static constexpr int kTileBytes = kMmaDecKeys * RB;    // a multiple of 16
+  const unsigned char* K;  // kv head g's rows [capacity][RB]
+  const unsigned char* V;
+  int lane, piece;  // piece: the largest copy (16, 8 or 4 bytes) the rows' alignment allows
+
+  __device__ Q8Rows(const KvView& kv, int g, int lane_)
+      : K(static_cast<const unsigned char*>(kv.k) + static_cast<size_t>(g) * kv.capacity * RB),
+        V(static_cast<const unsigned char*>(kv.v) + static_cast<size_t>(g) * kv.capacity * RB), lane(lane_) {
+    // a tile starts at a multiple of 16 rows (16 RB bytes, a multiple of 16) past K, V
+    const unsigned at = static_cast<unsigned>(reinterpret_cast<uintptr_t>(K) | reinterpret_cast<uintptr_t>(V));
+    piece = (at & 15) == 0 ? 16 : (at & 7) == 0 ? 8 : 4;
+  }
+
+  template <int P>
+  __device__ __forceinline__ void copy_pieces(unsigned char* dk, unsigned char* dv, int j0, int bytes) const {
+    const unsigned char* ks = K + static_cast<size_t>(j0) * RB;
+    const unsigned char* vs = V + static_cast<size_t>(j0) * RB;
+    for (int o = lane * P; o < kTileBytes; o += 32 * P) {
+      const int n = min(P, max(0, bytes - o));
+      cp_async_zfill<P>(dk + o, n > 0 ? ks + o : K, n);
+      cp_async_zfill<P>(dv + o, n > 0 ? vs + o : V, n);
+    }
+  }
+  __device__ __forceinline__ void copy(unsigned char* dk, unsigned char* dv, int j0, int valid) const {
+    const int bytes = valid * RB;  // a multiple of 4
+    if (piece == 16) copy_pieces<16>(dk, dv, j0, bytes);
+    else if (piece == 8) copy_pieces<8>(dk, dv, j0, bytes);
+    else copy_pieces<4>(dk, dv, j0, bytes);
+  }
+  // k-step 2b + h of block b is head dims 32 b + 8 i + 4 h + {0, 1, 2, 3} for lane i = lane % 4
+  // (A's columns 2 i, 2 i + 1, 2 i + 8, 2 i + 9 in that order): rows r0, r0 + 8 read 8 floats each.
+  __device__ __forceinline__ void load_q(uint32_t (&qa)[D / 16][4], const float* q, int grp, float scale) const {
+    const int r0 = lane / 4, c = (lane % 4) * 8;
+#pragma unroll
+    for (int b = 0; b < D / 32; ++b)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = r0 + 8 * i;
+        const float* x = q + static_cast<size_t>(r) * D + 32 * b + c;
+        const float4 lo = r < grp ? *reinterpret_cast<const float4*>(x) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 hi = r < grp ? *reinterpret_cast<const float4*>(x + 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        qa[2 * b][i] = pack_half2(lo.x * scale, lo.y * scale);
+        qa[2 * b][2 + i] = pack_half2(lo.z * scale, lo.w * scale);
+        qa[2 * b + 1][i] = pack_half2(hi.x * scale, hi.y * scale);
+        qa[2 * b + 1][2 + i] = pack_half2(hi.z * scale, hi.w * scale);
+      }
+  }
+  // A lane's B operands of key nt * 8 + lane / 4: 8 bytes of each block at 2 + 8 i (2 bytes past a
+  // 4-byte boundary in even blocks), its scale for all of them.
+  __device__ __forceinline__ void scores(float (&s)[2][4], const uint32_t (&qa)[D / 16][4], const unsigned char* kt) const {
+    const int i = lane % 4, j = lane / 4;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const unsigned char* row = kt + (nt * 8 + j) * RB;
+#pragma unroll
+      for (int b = 0; b < D / 32; ++b) {
+        const unsigned char* blk = row + b * kQ8BlockBytes;
+        const __half2 d = __half2half2(*reinterpret_cast<const __half*>(blk));
+        const bool at2 = b % 2 == 0;
+        const uint32_t w0 = lds_u32(blk + 2 + 8 * i, at2) ^ 0x80808080u, w1 = lds_u32(blk + 6 + 8 * i, at2) ^ 0x80808080u;
+        const uint32_t b0[2] = {q8_half2(w0, 0x4140, d), q8_half2(w0, 0x4342, d)};
+        const uint32_t b1[2] = {q8_half2(w1, 0x4140, d), q8_half2(w1, 0x4342, d)};
+        mma_f16(s[nt], qa[2 * b], b0);
+        mma_f16(s[nt], qa[2 * b + 1], b1);
+      }
+    }
+  }
+  // n tile 4 u + t, column n is head dim 32 u + 4 n + t: lane (i = lane % 4, n = lane / 4) reads
+  // 4 bytes at 2 + 4 n of block u from rows 2 i, 2 i + 1 (k 2 i, 2 i + 1: b[0]) and 2 i + 8,
+  // 2 i + 9 (b[1]), and makes the B operands of the block's 4 n tiles from them.
+  __device__ __forceinline__ void pv(float (&o)[D / 8][4], const uint32_t (&pa)[4], const unsigned char* vt) const {
+    const int i = lane % 4, n = lane / 4;
+    const unsigned char* ra = vt + 2 * i * RB;  // rows 2 i, + 1, + 8, + 9
+#pragma unroll
+    for (int u = 0; u < D / 32; ++u) {
+      const int at = u * kQ8BlockBytes;
+      const bool at2 = u % 2 == 0;
+      auto scale = [&](int r) { return *reinterpret_cast<const __half*>(ra + r * RB + at); };
+      auto word = [&](int r) { return lds_u32(ra + r * RB + at + 2 + 4 * n, at2) ^ 0x80808080u; };
+      const __half2 d01 = __halves2half2(scale(0), scale(1)), d89 = __halves2half2(scale(8), scale(9));
+      const uint32_t wa = word(0), wb = word(1), wc = word(8), wd = word(9);
+      const uint32_t x01 = __byte_perm(wa, wb, 0x5140), y01 = __byte_perm(wa, wb, 0x7362);  // bytes 0, 1 and 2, 3 of both rows
+      const uint32_t x89 = __byte_perm(wc, wd, 0x5140), y89 = __byte_perm(wc, wd, 0x7362);
+      const uint32_t b0[2] = {q8_half2(x01, 0x4140, d01), q8_half2(x89, 0x4140, d89)};
+      const uint32_t b1[2] = {q8_half2(x01, 0x4342, d01), q8_half2(x89, 0x4342, d89)};
+      const uint32_t b2[2] = {q8_half2(y01, 0x4140, d01), q8_half2(y89, 0x4140, d89)};
+      const uint32_t b3[2] = {q8_half2(y01, 0x4342, d01), q8_half2(y89, 0x4342, d89)};
+      mma_f16(o[4 * u], pa, b0);
+      mma_f16(o[4 * u + 1], pa, b1);
+      mma_f16(o[4 * u + 2], pa, b2);
+      mma_f16(o[4 * u + 3], pa, b3);
+    }
+  }
+  // As F16Rows::store; o[4 u + t][2 i + e] is column 32 u + 8 (lane % 4) + 4 e + t.
+  __device__ __forceinline__ void store(float* dst, __nv_bfloat16* ob, const float (&o)[D / 8][4], int i, float f) const {
+    const int c = (lane % 4) * 8;
+#pragma unroll
+    for (int u = 0; u < D / 32; ++u)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float4 y = make_float4(o[4 * u][2 * i + e] * f, o[4 * u + 1][2 * i + e] * f, o[4 * u + 2][2 * i + e] * f,
+                                     o[4 * u + 3][2 * i + e] * f);
+        const int d = 32 * u + c + 4 * e;
+        *reinterpret_cast<float4*>(dst + d) = y;
+        if (ob != nullptr) {
+          const __nv_bfloat162 p0 = __floats2bfloat162_rn(y.x, y.y), p1 = __floats2bfloat162_rn(y.z, y.w);
+          uint2 pk;
+          pk.x = *reinterpret_cast<const uint32_t*>(&p0), pk.y = *reinterpret_cast<const uint32_t*>(&p1);
+          *reinterpret_cast<uint2*>(ob + d) = pk;
+        }
+      }
+  }
+  // The step's new row quantized by the warp, block by block, as the CPU's kv_rows.cc does.
+  __device__ __forceinline__ void write_row(const KvRowWrite& w, size_t slot, int g) const {
+    unsigned char* Kw = static_cast<unsigned char*>(w.K) + slot * RB;
+    unsigned char* Vw = static_cast<unsigned char*>(w.V) + slot * RB;
+#pragma unroll
+    for (int b = 0; b < D / kQ8Block; ++b) {
+      q8_store_block(w.k[g * D + b * kQ8Block + lane], Kw + b * kQ8BlockBytes, lane);
+      q8_store_block(w.v[g * D + b * kQ8Block + lane], Vw + b * kQ8BlockBytes, lane);
+    }
+  }
+};
+
+template <KvType T, int D>
+using MmaRows = std::conditional_t<T == KvType::kQ8_0, Q8Rows<D>, F16Rows<D>>;
+
+// A stage: the K tile, the V tile, the 16 keys' positions.
+template <KvType T, int D>
+__host__ __device__ constexpr size_t mma_dec_smem_bytes() {
+  using R = MmaRows<T, D>;
+  return static_cast<size_t>(R::kStages) * (2 * R::kTileBytes + kMmaDecKeys * sizeof(int32_t));
+}
+
+template <KvType T, int D, int GMAX>
 __device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, float* ml, float* part_acc, float* part_ml, float* scores,
                                                 const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w,
                                                 int g, int split0, int nsplit, unsigned char* smem) {
-  constexpr int LD = D + 8;  // row pitch in halves
-  __half* sk = reinterpret_cast<__half*>(smem);                                 // [stage][16][LD]
-  __half* sv = sk + kMmaDecStages * kMmaDecKeys * LD;                            // [stage][16][LD]
-  int32_t* sp = reinterpret_cast<int32_t*>(sv + kMmaDecStages * kMmaDecKeys * LD);  // [stage][16]
+  using R = MmaRows<T, D>;
+  constexpr int kStages = R::kStages;
+  constexpr size_t kStageBytes = 2 * R::kTileBytes + kMmaDecKeys * sizeof(int32_t);
   const int lane = threadIdx.x, grp = a.grp;
   const KeyRange kr = key_range(kv, a);
   if (split0 >= kr.splits) return;
   const int split_end = min(kr.splits, split0 + nsplit);
-  const __half* Kg = static_cast<const __half*>(kv.k) + static_cast<size_t>(g) * kv.capacity * D;
-  const __half* Vg = static_cast<const __half*>(kv.v) + static_cast<size_t>(g) * kv.capacity * D;
+  const R rows(kv, g, lane);
   const int32_t* Pg = kv.pos + static_cast<size_t>(g) * kv.capacity;
   if (w.k != nullptr && split_end == kr.splits) {  // the last split holds the new row: it goes in first
     const size_t slot = static_cast<size_t>(g) * kv.capacity + kr.N - 1;
-    __half* K = static_cast<__half*>(w.K);
-    __half* V = static_cast<__half*>(w.V);
-    for (int d = lane; d < D; d += 32) {
-      K[slot * D + d] = __float2half_rn(w.k[g * D + d]);
-      V[slot * D + d] = __float2half_rn(w.v[g * D + d]);
-    }
+    rows.write_row(w, slot, g);
     if (lane == 0) w.P[slot] = w.pos[0], w.M[slot] = 0.0f;
     __threadfence_block();
     __syncwarp();  // the warp's copies below read the row
   }
   // Tiles run split by split, 16 keys each, the last of a split cut at its end (the rest: zeros,
   // position INT_MAX: masked). The issue and the use of tiles each keep their split and tile by
-  // counting (no division a tile). A lane copies the same 16-byte piece of rows rl, rl + RPP, ...
-  // of every tile, so its addresses move by the tile's offset alone.
-  constexpr int CH = D / 8;                     // 16-byte pieces of a row
-  constexpr int RPP = 32 / CH;                  // rows a pass of the warp's copies
-  constexpr int PASSES = kMmaDecKeys / RPP;
-  const int piece = lane % CH, rl = lane / CH;
-  const __half* kl = Kg + rl * D + piece * 8;
-  const __half* vl = Vg + rl * D + piece * 8;
-  const int sl = rl * LD + piece * 8;
+  // counting (no division a tile).
   int is = split0, it = 0, ist = 0;  // the next tile to issue: split, tile in it, stage
   auto issue = [&]() {
     if (is < split_end) {
       const int j0 = is * kr.chunk + it * kMmaDecKeys, end = min(kr.N, (is + 1) * kr.chunk);
-      __half* dk = sk + ist * kMmaDecKeys * LD + sl;
-      __half* dv = sv + ist * kMmaDecKeys * LD + sl;
-      const size_t go = static_cast<size_t>(j0) * D;
-      if (j0 + kMmaDecKeys <= end) {
-#pragma unroll
-        for (int p = 0; p < PASSES; ++p) {
-          __pipeline_memcpy_async(dk + p * RPP * LD, kl + go + p * RPP * D, 16);
-          __pipeline_memcpy_async(dv + p * RPP * LD, vl + go + p * RPP * D, 16);
-        }
-      } else {
-#pragma unroll
-        for (int p = 0; p < PASSES; ++p) {
-          const bool in = j0 + rl + p * RPP < end;
-          __pipeline_memcpy_async(dk + p * RPP * LD, in ? kl + go + p * RPP * D : Kg, 16, in ? 0 : 16);
-          __pipeline_memcpy_async(dv + p * RPP * LD, in ? vl + go + p * RPP * D : Vg, 16, in ? 0 : 16);
-        }
-      }
+      unsigned char* st = smem + ist * kStageBytes;
+      rows.copy(st, st + R::kTileBytes, j0, min(kMmaDecKeys, end - j0));
+      int32_t* sp = reinterpret_cast<int32_t*>(st + 2 * R::kTileBytes);
       if (lane < kMmaDecKeys) {
-        if (j0 + lane < end) __pipeline_memcpy_async(sp + ist * kMmaDecKeys + lane, Pg + j0 + lane, 4);
-        else sp[ist * kMmaDecKeys + lane] = INT_MAX;
+        if (j0 + lane < end) __pipeline_memcpy_async(sp + lane, Pg + j0 + lane, 4);
+        else sp[lane] = INT_MAX;
       }
       if (j0 + kMmaDecKeys >= end) ++is, it = 0;
       else ++it;
-      ist = ist + 1 == kMmaDecStages ? 0 : ist + 1;
+      ist = ist + 1 == kStages ? 0 : ist + 1;
     }
     __pipeline_commit();  // an empty group past the last tile keeps the counting uniform
   };
-  for (int t = 0; t < kMmaDecStages - 1; ++t) issue();
+  for (int t = 0; t < kStages - 1; ++t) issue();
   // the A operands: rows r0 = lane / 4 and r0 + 8 (heads g * grp + r; zero past grp), scaled q as f16
   const int r0 = lane / 4, c0 = (lane % 4) * 2;
   uint32_t qa[D / 16][4];
-  {
-    auto qrow = [&](int r, int d) -> float2 {
-      return r < grp ? *reinterpret_cast<const float2*>(q + static_cast<size_t>(g * grp + r) * D + d) : make_float2(0.0f, 0.0f);
-    };
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const float2 x0 = qrow(r0, ks * 16 + c0), x1 = qrow(r0 + 8, ks * 16 + c0), x2 = qrow(r0, ks * 16 + 8 + c0),
-                   x3 = qrow(r0 + 8, ks * 16 + 8 + c0);
-      qa[ks][0] = pack_half2(x0.x * a.scale, x0.y * a.scale);
-      qa[ks][1] = pack_half2(x1.x * a.scale, x1.y * a.scale);
-      qa[ks][2] = pack_half2(x2.x * a.scale, x2.y * a.scale);
-      qa[ks][3] = pack_half2(x3.x * a.scale, x3.y * a.scale);
-    }
-  }
+  rows.load_q(qa, q + static_cast<size_t>(g) * grp * D, grp, a.scale);
   // this lane's rows of the kept scores (null: no mass, or a row past grp)
   float* srow[2];
 #pragma unroll
@@ -134,15 +354,13 @@ __device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, f
       for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
     }
     issue();
-    __pipeline_wait_prior(kMmaDecStages - 1);  // this lane's copies of the tile in use have landed
-    __syncwarp();                               // and every lane's
+    __pipeline_wait_prior(kStages - 1);  // this lane's copies of the tile in use have landed
+    __syncwarp();                        // and every lane's
     const int j0 = cs * kr.chunk + ct * kMmaDecKeys, end = min(kr.N, (cs + 1) * kr.chunk);
-    const __half* kt = sk + cst * kMmaDecKeys * LD;
-    const __half* vt = sv + cst * kMmaDecKeys * LD;
-    const int32_t* pt = sp + cst * kMmaDecKeys;
+    const unsigned char* st = smem + cst * kStageBytes;
+    const int32_t* pt = reinterpret_cast<const int32_t*>(st + 2 * R::kTileBytes);
     float s[2][4];
-    mma_scores<D>(s[0], qa, kt, 0, lane);
-    mma_scores<D>(s[1], qa, kt, 1, lane);
+    rows.scores(s, qa, st);
     // mask (and keep the scores for the mass), then the online softmax of rows r0 and r0 + 8
     int kp[2][2];  // positions of this lane's keys nt * 8 + c0 + e
 #pragma unroll
@@ -190,16 +408,9 @@ __device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, f
     pa[1] = pack_half2(s[0][2], s[0][3]);
     pa[2] = pack_half2(s[1][0], s[1][1]);
     pa[3] = pack_half2(s[1][2], s[1][3]);
-#pragma unroll
-    for (int nd = 0; nd < D / 8; nd += 2) {
-      uint32_t b[4];  // b[0..1]: d tile nd, b[2..3]: nd + 1
-      const int mi = lane / 8, rr = lane % 8;
-      ldsm_x4_trans(b, vt + (rr + (mi & 1) * 8) * LD + nd * 8 + (mi >> 1) * 8);
-      mma_f16(o[nd], pa, b);
-      mma_f16(o[nd + 1], pa, b + 2);
-    }
+    rows.pv(o, pa, st + R::kTileBytes);
     __syncwarp();  // the stage is refilled by a later issue()
-    cst = cst + 1 == kMmaDecStages ? 0 : cst + 1;
+    cst = cst + 1 == kStages ? 0 : cst + 1;
     if (j0 + kMmaDecKeys < end) {
       ++ct;
       continue;
@@ -216,42 +427,34 @@ __device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, f
       if (r >= grp) continue;
       const size_t h = static_cast<size_t>(g) * grp + r;  // rows: T * H with T = 1
       if (kr.splits == 1) {
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-#pragma unroll
-        for (int nd = 0; nd < D / 8; ++nd) {
-          const float2 y = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
-          *reinterpret_cast<float2*>(out + h * D + nd * 8 + c0) = y;
-          if (ob != nullptr) *reinterpret_cast<__nv_bfloat162*>(ob + h * D + nd * 8 + c0) = __floats2bfloat162_rn(y.x, y.y);
-        }
+        rows.store(out + h * D, ob != nullptr ? ob + h * D : nullptr, o, i, L > 0.0f ? 1.0f / L : 0.0f);
         if (c0 == 0) ml[2 * h] = m[i], ml[2 * h + 1] = L;
       } else {
         const size_t prow = static_cast<size_t>(split) * a.H + h;
-#pragma unroll
-        for (int nd = 0; nd < D / 8; ++nd)
-          *reinterpret_cast<float2*>(part_acc + prow * D + nd * 8 + c0) = make_float2(o[nd][2 * i], o[nd][2 * i + 1]);
+        rows.store(part_acc + prow * D, nullptr, o, i, 1.0f);
         if (c0 == 0) part_ml[2 * prow] = m[i], part_ml[2 * prow + 1] = L;
       }
     }
   }
 }
 
-template <int D, int GMAX>
+template <KvType T, int D, int GMAX>
 __global__ void __launch_bounds__(32, kMmaDecBlocksPerSm) k_attn_decode_mma(float* out, float* ml, float* part_acc, float* part_ml,
                                                                           float* scores, const float* q, const int32_t* q_pos, KvView kv,
                                                                           AttnShape a, KvRowWrite w) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
-  decode_mma_warp<D, GMAX>(out, nullptr, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, 1, dsm);
+  decode_mma_warp<T, D, GMAX>(out, nullptr, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w, blockIdx.x, blockIdx.y, 1, dsm);
 }
 
-template <int D, int GMAX>
+template <KvType T, int D, int GMAX>
 __global__ void __launch_bounds__(32, kMmaDecBlocksPerSm) k_attn_decode_mma_batch(DecodeBatch b, DecodeRows r, AttnShape a,
                                                                                 int per_block) {
   pdl_enter();
   extern __shared__ __align__(16) unsigned char dsm[];
   const BatchBlock k = batch_block(b, r, a);
-  decode_mma_warp<D, GMAX>(k.out, k.out_bf16, k.ml, k.part_acc, k.part_ml, k.scores, k.q, k.q_pos, k.kv, k.a, k.w, blockIdx.x,
-                           blockIdx.y * per_block, per_block, dsm);
+  decode_mma_warp<T, D, GMAX>(k.out, k.out_bf16, k.ml, k.part_acc, k.part_ml, k.scores, k.q, k.q_pos, k.kv, k.a, k.w, blockIdx.x,
+                              blockIdx.y * per_block, per_block, dsm);
 }
 
 template <class F>
@@ -259,45 +462,64 @@ void set_smem(F* fn, size_t bytes) {
   check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), "decode attention smem");
 }
 
-template <int D, int GMAX>
+template <KvType T, int D, int GMAX>
 void launch_one(Launcher& L, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores, const float* q,
                 const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
   static bool attribute_set = false;  // once per instantiation (the attribute belongs to the function)
-  if (!attribute_set) set_smem(k_attn_decode_mma<D, GMAX>, mma_dec_smem_bytes<D>()), attribute_set = true;
-  L.launch(k_attn_decode_mma<D, GMAX>, grid, 32, mma_dec_smem_bytes<D>(), out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  if (!attribute_set) set_smem(k_attn_decode_mma<T, D, GMAX>, mma_dec_smem_bytes<T, D>()), attribute_set = true;
+  L.launch(k_attn_decode_mma<T, D, GMAX>, grid, 32, mma_dec_smem_bytes<T, D>(), out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
 }
 
-template <int D, int GMAX>
+template <KvType T, int D, int GMAX>
 void launch_batch(Launcher& L, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r, const AttnShape& a) {
   static bool attribute_set = false;
-  if (!attribute_set) set_smem(k_attn_decode_mma_batch<D, GMAX>, mma_dec_smem_bytes<D>()), attribute_set = true;
+  if (!attribute_set) set_smem(k_attn_decode_mma_batch<T, D, GMAX>, mma_dec_smem_bytes<T, D>()), attribute_set = true;
   const int per_block = splits_per_block(most, a.G, seqs, kMmaDecBlocksPerSm * sms);
   const dim3 grid(a.G, (most + per_block - 1) / per_block, seqs);
-  L.launch(k_attn_decode_mma_batch<D, GMAX>, grid, 32, mma_dec_smem_bytes<D>(), b, r, a, per_block);
+  L.launch(k_attn_decode_mma_batch<T, D, GMAX>, grid, 32, mma_dec_smem_bytes<T, D>(), b, r, a, per_block);
+}
+
+// The instantiation for a type, head dim and group bound: f(tag) with tag's T, D, GMAX.
+template <KvType T, int D, int GMAX>
+struct Shape {
+  static constexpr KvType kT = T;
+  static constexpr int kD = D, kGmax = GMAX;
+};
+template <KvType T, class F>
+void by_shape(int D, int gmax, F&& f) {
+  if (D == 64 && gmax == 4) f(Shape<T, 64, 4>{});
+  else if (D == 64) f(Shape<T, 64, 8>{});
+  else if (gmax == 4) f(Shape<T, 128, 4>{});
+  else f(Shape<T, 128, 8>{});
+}
+template <class F>
+void by_shape(KvType type, int D, int gmax, F&& f) {
+  if (type == KvType::kQ8_0) by_shape<KvType::kQ8_0>(D, gmax, f);
+  else by_shape<KvType::kF16>(D, gmax, f);
 }
 
 }  // namespace
 
 bool decode_mma_serves(const KvView& kv, int grp) {
-  return kv.type == KvType::kF16 && kv.v_type == KvType::kF16 && (kv.head_dim == 64 || kv.head_dim == 128) && grp >= 1 && grp <= 8;
+  return (kv.type == KvType::kF16 || kv.type == KvType::kQ8_0) && kv.v_type == kv.type && (kv.head_dim == 64 || kv.head_dim == 128) &&
+         grp >= 1 && grp <= 8;
 }
 
 void launch_attn_decode_mma(Launcher& L, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                             const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {
-  const bool d64 = a.D == 64;
-  if (d64 && gmax == 4) launch_one<64, 4>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else if (d64) launch_one<64, 8>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else if (gmax == 4) launch_one<128, 4>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
-  else launch_one<128, 8>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  by_shape(kv.type, a.D, gmax, [&](auto s) {
+    using S = decltype(s);
+    launch_one<S::kT, S::kD, S::kGmax>(L, grid, out, ml, part_acc, part_ml, scores, q, q_pos, kv, a, w);
+  });
   if (!a.direct) launch_attn_merge(L, out, ml, part_acc, part_ml, a.H, kv, a);
 }
 
-void launch_attn_decode_mma_batch(Launcher& L, int gmax, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
-                                  const AttnShape& a) {
-  if (a.D == 64 && gmax == 4) launch_batch<64, 4>(L, most, seqs, sms, b, r, a);
-  else if (a.D == 64) launch_batch<64, 8>(L, most, seqs, sms, b, r, a);
-  else if (gmax == 4) launch_batch<128, 4>(L, most, seqs, sms, b, r, a);
-  else launch_batch<128, 8>(L, most, seqs, sms, b, r, a);
+void launch_attn_decode_mma_batch(Launcher& L, KvType type, int gmax, int most, int seqs, int sms, const DecodeBatch& b,
+                                  const DecodeRows& r, const AttnShape& a) {
+  by_shape(type, a.D, gmax, [&](auto s) {
+    using S = decltype(s);
+    launch_batch<S::kT, S::kD, S::kGmax>(L, most, seqs, sms, b, r, a);
+  });
 }
 
 }  // namespace squeezekv::cuda

@@ -1,7 +1,7 @@
-// Decode attention on the tensor cores for f16 KV rows, head dims 64 and 128 and up to 8 query
-// heads a kv head (every Llama-family shape we serve): the kernels that attn_decode.h's serve
-// otherwise, with the same splits, outputs, partials and kept scores, so its merge and mass
-// kernels follow unchanged.
+// Decode attention on the tensor cores for f16 and Q8_0 KV rows (K and V of one type), head dims
+// 64 and 128 and up to 8 query heads a kv head (every Llama-family shape we serve): the kernels
+// that attn_decode.h's serve otherwise, with the same splits, outputs, partials and kept scores,
+// so its merge and mass kernels follow unchanged.
 #pragma once
 #include "backend/cuda/attn_decode.h"
 
@@ -14,8 +14,8 @@ bool decode_mma_serves(const KvView& kv, int grp);
 // several splits.
 void launch_attn_decode_mma(Launcher& L, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                             const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w);
-// As launch_attn_decode_batch.
-void launch_attn_decode_mma_batch(Launcher& L, int gmax, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
+// As launch_attn_decode_batch (type: every sequence's K and V rows).
+void launch_attn_decode_mma_batch(Launcher& L, KvType type, int gmax, int most, int seqs, int sms, const DecodeBatch& b, const DecodeRows& r,
                                   const AttnShape& a);
 
 }  // namespace squeezekv::cuda

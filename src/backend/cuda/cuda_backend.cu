@@ -473,10 +473,11 @@ class CudaBackend final : public Backend {
     a.min_keys = opt_.decode_split_keys;
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int gmax = a.grp <= 4 ? 4 : 8;
+    const bool mma = mma_decode(c0.kv, a.grp);
     int most = 1;
     for (int i = 0; i < n; ++i) {
       const KvView& v = c[i].kv;
-      const int splits = std::max(1, std::min({(4 * sms_) / G, (v.capacity + a.min_keys - 1) / a.min_keys, kMaxSplits}));
+      const int splits = decode_splits(v.capacity, G, mma);
       const KeyRange kr = key_range(v.count, splits, a.min_keys);
       most = std::max(most, kr.splits);
       const AttentionProbe* p = c[i].probe;
@@ -497,14 +498,13 @@ class CudaBackend final : public Backend {
     if (any_mass) grow(batch_scores_, static_cast<size_t>(n) * score_stride * sizeof(float));
     // the tensor-core kernel and the merge write the rows in bf16 too, the output product's operand
     // (noted after the mass pass, which touches neither copy)
-    const bool mma = mma_decode(c0.kv, a.grp);
     __nv_bfloat16* ob = mma && opt_.attn_bf16_out ? bf16_twin(n, static_cast<int64_t>(HD)) : nullptr;
     const DecodeRows r{c0.out, batch_ml_->as<float>(), batch_acc_->as<float>(), batch_pml_->as<float>(),
                        any_mass ? batch_scores_->as<float>() : nullptr, batch_info_->as<DecodeInfo>(), c0.q, c0.q_pos,
                        writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride, ob};
     Launcher& L = *launcher_;
     std::fill(batch_.s + n, batch_.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
-    if (mma) launch_attn_decode_mma_batch(L, gmax, most, n, sms_, batch_, r, a);
+    if (mma) launch_attn_decode_mma_batch(L, type, gmax, most, n, sms_, batch_, r, a);
     else launch_attn_decode_batch(L, type, lpk, gmax, most, n, sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
     if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, (cap_max + kMassBlockKeys - 1) / kMassBlockKeys, n), mass_max, r, a);
@@ -606,10 +606,8 @@ class CudaBackend final : public Backend {
     AttnShape a = attn_shape(view, 1, H, probe, kv);
     const bool dev_n = kv.count_dev != nullptr;
     a.qt = 1;
-    // enough blocks to keep every SM streaming (about four per SM), at least decode_split_keys (128) keys each
-    const int n_bound = dev_n ? kv.capacity : view.count;
     a.min_keys = opt_.decode_split_keys;
-    a.splits = std::max(1, std::min({(4 * sms_) / G, (n_bound + a.min_keys - 1) / a.min_keys, kMaxSplits}));
+    a.splits = decode_splits(dev_n ? kv.capacity : view.count, G, mma_decode(kv, grp));
     // the grid from this step's N (the host knows it): a replayed step has the same N's split
     // count, and the kernels, reading N on the device, find the same splits
     const KeyRange kr = key_range(view.count, a.splits, a.min_keys);
@@ -657,6 +655,13 @@ class CudaBackend final : public Backend {
       else launch_mass(pm_rec);
     }
     return true;
+  }
+  // The most splits of a decode step's keys (n_bound keys at most, G kv heads; mma: on the
+  // tensor cores): enough blocks to keep every SM streaming (CudaOptions::decode_blocks_per_sm a
+  // sequence), at least decode_split_keys each. A lone sequence and a batch split alike.
+  int decode_splits(int n_bound, int G, bool mma) const {
+    const int per_sm = opt_.decode_blocks_per_sm > 0 ? opt_.decode_blocks_per_sm : mma ? 8 : 4;
+    return std::max(1, std::min({(per_sm * sms_) / G, (n_bound + opt_.decode_split_keys - 1) / opt_.decode_split_keys, kMaxSplits}));
   }
   // Whether a decode step's attention runs on the tensor cores (attn_decode_mma.h): a lone
   // sequence and a batch choose alike, so a sequence's bits do not depend on the batch.

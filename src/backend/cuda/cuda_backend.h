@@ -42,6 +42,11 @@ struct CudaOptions {
   // the fewest keys a decode split takes (attn_common.cuh: kMinDecodeSplitKeys), a multiple of 32;
   // lone and batched sequences split alike whatever it is
   int decode_split_keys = 128;
+  // a decode step's attention blocks per SM a sequence at most (its keys split into up to this
+  // many times the SMs over its kv heads), lone and batched alike; 0: the kernel's own, 8 of the
+  // tensor-core kernel's one-warp blocks (H100, 2026-12-06: q8_0 rows at depth 32768 5% faster
+  // than 4, f16 the same) and 4 of the CUDA-core kernel's four-warp blocks
+  int decode_blocks_per_sm = 0;
   bool packed_mma = true;  // a decode batch over packed weights on the tensor cores (gemm_rows_q.h)
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its
   // lone arithmetic); off: one sequence after another
