@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -34,6 +35,11 @@ class HostBuffer final : public Buffer {
 }  // namespace
 
 std::unique_ptr<Buffer> Backend::alloc_host(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+int64_t device_alloc_bytes(int64_t bytes) {
+  const int64_t unit = bytes >= (int64_t{1} << 20) ? int64_t{2} << 20 : 512;
+  return (std::max<int64_t>(bytes, 16) + unit - 1) / unit * unit;
+}
 
 void Backend::prepare_weights(const WeightMatrix* in, int n, WeightMatrix* out, std::vector<std::unique_ptr<Buffer>>& keep) {
   for (int i = 0; i < n; ++i) {

@@ -37,6 +37,11 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
+// The bytes a device backend's allocation of `bytes` takes: whole 2 MiB blocks from 1 MiB up (the
+// CUDA driver's granularity for large allocations, which backend/cuda's block cache keeps), 512-byte
+// units below. What a KV pool counts for a buffer on a device.
+int64_t device_alloc_bytes(int64_t bytes);
+
 // One layer's KV arrays in a backend's memory.
 struct KvArrays {
   void* k = nullptr;         // [G][capacity] rows of type (kv_row_bytes)

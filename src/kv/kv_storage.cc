@@ -21,14 +21,24 @@ KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvTypes types, 
   live_.assign(static_cast<size_t>(G_), 0);
 }
 
+KvStorage::Slab KvStorage::slab(int n_kv_heads, int head_dim, int capacity, KvTypes types) {
+  const size_t rows = static_cast<size_t>(n_kv_heads) * capacity;
+  auto part = [](size_t bytes) { return (bytes + kSlabAlign - 1) / kSlabAlign * kSlabAlign; };
+  Slab s;
+  s.v = part(rows * kv_row_bytes(types.k, head_dim));
+  s.pos = s.v + part(rows * kv_row_bytes(types.v, head_dim));
+  s.mass = s.pos + part(rows * sizeof(int32_t));
+  s.bytes = s.mass + part(rows * sizeof(float));
+  return s;
+}
+
 void KvStorage::allocate() {
   const size_t rows = static_cast<size_t>(G_) * capacity_;
-  k_ = backend_->alloc(rows * kv_row_bytes(types_.k, D_));
-  v_ = backend_->alloc(rows * kv_row_bytes(types_.v, D_));
-  pos_ = backend_->alloc(rows * sizeof(int32_t));
-  mass_ = backend_->alloc(rows * sizeof(float));
-  arrays_ = {k_->data(), v_->data(), pos_->as<int32_t>(), mass_->as<float>(), types_.k, G_, D_, capacity_, count_dev_, types_.v,
-             k_offset_ ? k_offset_->as<float>() : nullptr};
+  const Slab at = slab(G_, D_, capacity_, types_);
+  slab_ = backend_->alloc(at.bytes);
+  unsigned char* base = slab_->as<unsigned char>();
+  arrays_ = {base, base + at.v, reinterpret_cast<int32_t*>(base + at.pos), reinterpret_cast<float*>(base + at.mass), types_.k, G_, D_,
+             capacity_, count_dev_, types_.v, k_offset_ ? k_offset_->as<float>() : nullptr};
   if (backend_->host_visible()) {
     pos_host_ = arrays_.pos;
     mass_host_ = arrays_.mass;
@@ -192,10 +202,10 @@ void KvStorage::copy_rows_from(const KvArrays& from, const int32_t* pos_host, co
   const size_t G = static_cast<size_t>(G_), rows = static_cast<size_t>(n), src_cap = static_cast<size_t>(from.capacity),
                cap = static_cast<size_t>(capacity_);
   const size_t row = kv_row_bytes(types_.k, D_), vrow = kv_row_bytes(types_.v, D_);
-  backend_->copy_rows(k_->data(), cap * row, from.k, src_cap * row, rows * row, G);
-  backend_->copy_rows(v_->data(), cap * vrow, from.v, src_cap * vrow, rows * vrow, G);
-  backend_->copy_rows(pos_->data(), cap * sizeof(int32_t), from.pos, src_cap * sizeof(int32_t), rows * sizeof(int32_t), G);
-  backend_->copy_rows(mass_->data(), cap * sizeof(float), from.mass, src_cap * sizeof(float), rows * sizeof(float), G);
+  backend_->copy_rows(arrays_.k, cap * row, from.k, src_cap * row, rows * row, G);
+  backend_->copy_rows(arrays_.v, cap * vrow, from.v, src_cap * vrow, rows * vrow, G);
+  backend_->copy_rows(arrays_.pos, cap * sizeof(int32_t), from.pos, src_cap * sizeof(int32_t), rows * sizeof(int32_t), G);
+  backend_->copy_rows(arrays_.mass, cap * sizeof(float), from.mass, src_cap * sizeof(float), rows * sizeof(float), G);
   if (!backend_->host_visible())
     for (size_t g = 0; g < G; ++g) {
       std::copy_n(pos_host + g * src_cap, rows, pos_host_ + g * cap);
@@ -209,7 +219,7 @@ void KvStorage::set_capacity(int capacity) {
   // backend's memory (a device's rows never travel through the host)
   sync_to_host();
   const KvArrays old = arrays_;
-  const std::unique_ptr<Buffer> k = std::move(k_), v = std::move(v_), pos = std::move(pos_), mass = std::move(mass_);  // alive until copied
+  const std::unique_ptr<Buffer> old_slab = std::move(slab_);  // alive until copied
   const std::vector<int32_t> pos_mirror = std::move(pos_mirror_);
   const std::vector<float> mass_mirror = std::move(mass_mirror_);
   capacity_ = capacity;
@@ -252,7 +262,7 @@ KvView KvStorage::view() const {
 
 int64_t KvStorage::bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror) {
   const int64_t rows = static_cast<int64_t>(n_kv_heads) * capacity;
-  return rows * (static_cast<int64_t>(kv_row_bytes(types.k, head_dim) + kv_row_bytes(types.v, head_dim)) + 8 * (host_mirror ? 2 : 1));
+  return static_cast<int64_t>(slab(n_kv_heads, head_dim, capacity, types).bytes) + (host_mirror ? 8 * rows : 0);
 }
 
 KvStorageImage KvStorage::image() const {

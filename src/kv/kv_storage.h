@@ -156,11 +156,19 @@ class KvStorage {
   void read_keys(float* keys) const;
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
-  // Bytes a storage of this shape allocates: K, V, positions and mass (and a device's host mirror
-  // of the last two).
+  // Bytes a storage of this shape allocates: its slab of K, V, positions and mass (and a device's
+  // host mirror of the last two).
   static int64_t bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror);
 
  private:
+  // A layer's four arrays as one allocation (one block of the backend's memory, so a device rounds
+  // one size up to its allocation granularity, not four), each part at a multiple of kSlabAlign:
+  // K at 0, then V, positions and mass at these offsets; bytes in all.
+  static constexpr size_t kSlabAlign = 256;
+  struct Slab {
+    size_t v, pos, mass, bytes;
+  };
+  static Slab slab(int n_kv_heads, int head_dim, int capacity, KvTypes types);
   void allocate();
   // Rows [0, n) of every head from `from` (arrays of this shape laid out for from.capacity, in the
   // backend's memory; pos_host, mass_host: their host mirrors [G][from.capacity], read where that
@@ -177,7 +185,7 @@ class KvStorage {
   const int32_t* newest_dev_ = nullptr;
   int32_t newest_ = -1;
   std::vector<int> live_;  // [G] rows held per head
-  std::unique_ptr<Buffer> k_, v_, pos_, mass_;  // the backend's arrays (KvArrays)
+  std::unique_ptr<Buffer> slab_;                 // the backend's arrays (KvArrays), one allocation (Slab)
   std::unique_ptr<Buffer> k_offset_;             // [G][D] (KvArrays::k_offset), kept across set_capacity
   KvArrays arrays_;
   mutable std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible

@@ -156,7 +156,8 @@ class CachePlan {
   int max_tokens() const { return max_tokens_; }
   int max_step_rows() const { return max_step_rows_; }
   int64_t bytes() const { return bytes_; }
-  // The part of bytes() in the backend's memory (K, V, positions and mass): what the KV pool holds.
+  // The part of bytes() in the backend's memory (K, V, positions and mass): what the KV pool holds;
+  // on a device each layer's slab as its allocator takes it (device_alloc_bytes).
   int64_t pool_bytes() const { return pool_bytes_; }
 
  private:

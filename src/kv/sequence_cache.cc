@@ -95,8 +95,11 @@ CachePlan CacheBuilder::plan(const ModelConfig& model, const CacheConfig& cfg, i
     const PolicyContext ctx{cfg, l, model.n_layers, p.max_tokens_, model.n_kv_heads, nullptr};
     const auto policy = info.make(ctx);
     const int cap = LayerCache::capacity_for(*policy, max_step_rows, p.max_tokens_);
-    p.bytes_ += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, host_mirror);
-    p.pool_bytes_ += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, false);
+    // on a device, the layer's slab as its allocator takes it
+    const int64_t slab = KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, false);
+    const int64_t pool = host_mirror ? device_alloc_bytes(slab) : slab;
+    p.pool_bytes_ += pool;
+    p.bytes_ += KvStorage::bytes_for(model.n_kv_heads, model.head_dim, cap, t, host_mirror) - slab + pool;
   }
   return p;
 }

@@ -94,10 +94,7 @@ void Launcher::capture(uint64_t h) {
 
 BlockCache::~BlockCache() { release(); }
 
-size_t BlockCache::rounded(size_t bytes) {
-  const size_t unit = bytes >= (size_t{1} << 20) ? size_t{2} << 20 : 512;
-  return (std::max<size_t>(bytes, 16) + unit - 1) / unit * unit;
-}
+size_t BlockCache::rounded(size_t bytes) { return static_cast<size_t>(device_alloc_bytes(static_cast<int64_t>(bytes))); }
 
 void* BlockCache::take(size_t bytes) {
   const size_t size = rounded(bytes);
@@ -105,6 +102,7 @@ void* BlockCache::take(size_t bytes) {
     void* p = it->second;
     free_.erase(it);
     cached_ -= static_cast<int64_t>(size);
+    held_ += static_cast<int64_t>(size), ++held_blocks_;
     return p;
   }
   void* p = nullptr;
@@ -116,9 +114,11 @@ void* BlockCache::take(size_t bytes) {
     if (cudaMalloc(&p, size) != cudaSuccess) {
       (void)cudaGetLastError();
       throw Error("cudaMalloc: out of device memory (" + std::to_string(size >> 20) + " MiB asked, " + std::to_string(free >> 20) +
-                  " MiB free of " + std::to_string(total >> 20) + ")");
+                  " MiB free of " + std::to_string(total >> 20) + "; squeezekv's buffers hold " + std::to_string(held_ >> 20) + " MiB in " +
+                  std::to_string(held_blocks_) + ")");
     }
   }
+  held_ += static_cast<int64_t>(size), ++held_blocks_;
   return p;
 }
 
@@ -126,6 +126,7 @@ void BlockCache::give(void* p, size_t bytes) {
   const size_t size = rounded(bytes);
   free_.emplace(size, p);
   cached_ += static_cast<int64_t>(size);
+  held_ -= static_cast<int64_t>(size), --held_blocks_;
 }
 
 void BlockCache::release() {

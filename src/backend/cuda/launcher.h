@@ -159,8 +159,8 @@ class BlockCache {
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
   ~BlockCache();
-  // The size a request of `bytes` takes: a multiple of 512 bytes, or of 2 MiB from 1 MiB up (the
-  // driver's own granularity for large blocks, so the rounding costs no memory there).
+  // The size a request of `bytes` takes (device_alloc_bytes): a multiple of 512 bytes, or of 2 MiB
+  // from 1 MiB up (the driver's own granularity for large blocks, so the rounding costs no memory there).
   static size_t rounded(size_t bytes);
   void* take(size_t bytes);           // a block of rounded(bytes)
   void give(void* p, size_t bytes);   // p from take(bytes)
@@ -170,6 +170,7 @@ class BlockCache {
  private:
   std::unordered_multimap<size_t, void*> free_;  // rounded size -> block
   int64_t cached_ = 0;
+  int64_t held_ = 0, held_blocks_ = 0;  // taken and not given back (the out-of-memory message says so)
 };
 
 // Device memory on the launcher's stream, from its block cache. Zeroed; the launcher's pending
