@@ -142,6 +142,34 @@ inline void score_tile(float* s, int64_t s_stride, const float* const* q, const 
   for (int r = 0; r < R; ++r) _mm_storeu_ps(s + r * s_stride, _mm_mul_ps(V::sum4(a[r][0], a[r][1], a[r][2], a[r][3]), _mm_set1_ps(scale)));
 }
 
+// The same for R query rows and one key pair at a time (the quad's two pairs one after the
+// other): R x 2 accumulators, so R = kScoreRows + 1 rows fit the registers where R x 4 would not
+// (a GQA group of 3 on AVX2: each key converted once for the group, not once per 2-row pass).
+// For keys in blocks, whose conversion costs more than the extra loads of q; f16 keys were as
+// fast or slower this way (AMD EPYC, 2 threads, 2026-12-06).
+template <int R, typename KR>
+inline void score_pairs(float* s, int64_t s_stride, const float* const* q, const uint8_t* k, int64_t kb, int D, float scale) {
+  constexpr int kSpan = KR::kBlock > V::kW ? KR::kBlock : V::kW;
+  typename V::Reg a[2][R][2];
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* kp = k + 2 * h * kb;
+    for (int r = 0; r < R; ++r) a[h][r][0] = a[h][r][1] = V::zero();
+    for (int d0 = 0; d0 < D; d0 += kSpan) {
+      const typename KR::Scale c0 = KR::scale(kp, d0), c1 = KR::scale(kp + kb, d0);
+      for (int d = d0; d < d0 + kSpan; d += V::kW) {
+        const typename V::Reg k0 = KR::load(kp, d, c0), k1 = KR::load(kp + kb, d, c1);
+        for (int r = 0; r < R; ++r) {
+          const typename V::Reg qr = V::load(q[r] + d);
+          a[h][r][0] = V::fmadd(qr, k0, a[h][r][0]);
+          a[h][r][1] = V::fmadd(qr, k1, a[h][r][1]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    _mm_storeu_ps(s + r * s_stride, _mm_mul_ps(V::sum4(a[0][r][0], a[0][r][1], a[1][r][0], a[1][r][1]), _mm_set1_ps(scale)));
+}
+
 // score_tile for the `left` (< R + 1) rows at the end of a tile.
 template <int R, typename KR>
 inline void score_rest(int left, float* s, int64_t s_stride, const float* const* q, const uint8_t* k, int64_t kb, int D, float scale) {
@@ -263,6 +291,10 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     if (c + kKeyAhead < c1)
 #pragma GCC unroll 8
       for (int64_t b = 0; b < 4 * kb; b += 64) _mm_prefetch(kn + b, _MM_HINT_T0);
+    if (KR::kBlock > 0 && job.rows == 3 && V::kScoreRows == 2) {  // see score_pairs
+      score_pairs<3, KR>(s + 4 * c, Ns, qr, kc, kb, D, a.scale);
+      continue;
+    }
     int r = 0;
     for (; r + V::kScoreRows <= job.rows; r += V::kScoreRows)
       score_tile<V::kScoreRows, KR>(s + r * Ns + 4 * c, Ns, qr + r, kc, kb, D, a.scale);
