@@ -64,6 +64,7 @@ TEST(KvFile, ARestoredCacheContinuesBitForBitUnderEveryPolicy) {
     int budget;
     KvDType k, v;
     LayerAlloc layers = LayerAlloc::kUniform;
+    int recent_f16 = 0;  // --kv-recent-f16: the ring's f16 rows travel with the cache
   };
   const Case cases[] = {{KvPolicy::kFull, 0, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kWindow, 64, KvDType::kF16, KvDType::kF16},
@@ -72,14 +73,17 @@ TEST(KvFile, ARestoredCacheContinuesBitForBitUnderEveryPolicy) {
                         {KvPolicy::kPyramidKV, 64, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kSqueeze, 64, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kSqueeze, 64, KvDType::kQ4_0, KvDType::kQ4_1},
+                        {KvPolicy::kFull, 0, KvDType::kQ4_1, KvDType::kQ4_1, LayerAlloc::kUniform, 48},
+                        {KvPolicy::kH2O, 64, KvDType::kQ8_0, KvDType::kF16, LayerAlloc::kUniform, 24},
                         {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16},
                         {KvPolicy::kKvzip, 64, KvDType::kF16, KvDType::kF16, LayerAlloc::kSqueeze},
                         {KvPolicy::kSnapKV, 64, KvDType::kF16, KvDType::kF16, LayerAlloc::kSqueeze}};
   for (const Case& c : cases) {
     SessionOptions so = options(c.p, c.budget, c.k, c.v);
     so.cache.layer_alloc = c.layers;
+    so.cache.recent_f16 = c.recent_f16;
     const std::string what = std::string(kv_policy_name(c.p)) + " " + kv_dtype_name(c.k) + "/" + kv_dtype_name(c.v) + " layers " +
-                             layer_alloc_name(c.layers);
+                             layer_alloc_name(c.layers) + " recent f16 " + std::to_string(c.recent_f16);
     Session a(smollm2(), so);
     a.forward(doc);
     const std::vector<uint8_t> bytes = a.save_kv(doc);

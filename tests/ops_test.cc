@@ -1047,6 +1047,107 @@ TEST(Attention, QuantizedRowsMatchTheReference) {
   EXPECT_EQ(cases, 6 * 3 * 22);  // every size above ran (N = 1: T = 1; N = 5 and 2053: T = 1, 2)
 }
 
+// The recent ring (--kv-recent-f16): a held row whose position the ring holds is read from the
+// ring's f16 rows, every other from its quantized row. The tile kernels and the row reference,
+// each over the ring's view, against the row reference over f32 rows in which every ring
+// position's row was replaced by its ring row beforehand (no ring): rings of 4, 32 and 200 rows
+// (smaller and larger than the held rows), some indices stale (holding an older position, so
+// their rows are read as stored), K/V pairs with one side unquantized (no ring half there),
+// prompts and decode rows, segments.
+TEST(Attention, RecentRingRowsAreReadInPlaceOfTheirQuantizedRows) {
+  using T_ = cpu::KvType;
+  const std::pair<T_, T_> pairs[] = {{T_::kQ4_1, T_::kQ4_1}, {T_::kQ8_0, T_::kQ8_0}, {T_::kQ8_0, T_::kF16}, {T_::kF16, T_::kQ4_0}};
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  int cases = 0, ring_rows_read = 0;
+  for (auto [kt, vt] : pairs)
+    for (int D : {64, 128})
+      for (int N : {5, 131, 2053})
+        for (int T : {1, 17})
+          for (int R : {4, 32, 200})
+            for (bool prefill : {true, false}) {
+              if (T > N || (N > 1000 && T > 1)) continue;
+              const int H = 6, G = 2, cap = N + 5;
+              const size_t kb = kv_row_bytes(kt, D), vb = kv_row_bytes(vt, D);
+              std::vector<uint8_t> k(size_t(G) * cap * kb), v(size_t(G) * cap * vb);
+              std::vector<float> row(D), q(size_t(T) * H * D);
+              for (size_t r = 0; r < size_t(G) * cap; ++r) {
+                for (float& e : row) e = nd(rng);
+                kv_quantize_row(kt, row.data(), k.data() + r * kb, D);
+                for (float& e : row) e = nd(rng);
+                kv_quantize_row(vt, row.data(), v.data() + r * vb, D);
+              }
+              for (float& e : q) e = nd(rng);
+              std::vector<int32_t> pos(size_t(G) * cap), qpos(T);
+              int32_t newest = 0;
+              for (int g = 0; g < G; ++g) {
+                for (int j = 0; j < N; ++j) pos[g * cap + j] = prefill ? j : 3 * j + g, newest = std::max(newest, pos[g * cap + j]);
+                if (!prefill) std::shuffle(pos.begin() + g * cap, pos.begin() + g * cap + N, rng);
+              }
+              for (int t = 0; t < T; ++t) qpos[t] = prefill ? N - T + t : 3 * N - 2 * (T - t);
+              // the ring: index i holds the newest position p <= newest with p % R == i, or (one in
+              // five) an older one, stale; rows of other values than the quantized ones
+              const bool ring_k = kv_quantized(kt), ring_v = kv_quantized(vt);
+              std::vector<uint16_t> rk(ring_k ? size_t(G) * R * D : 0), rv(ring_v ? size_t(G) * R * D : 0);
+              for (auto& e : rk) e = f32_to_f16(nd(rng));
+              for (auto& e : rv) e = f32_to_f16(nd(rng));
+              std::vector<int32_t> rpos(R);
+              for (int i = 0; i < R; ++i) {
+                int32_t p = newest - ((newest - i) % R + R) % R;
+                if (p >= 0 && rng() % 5 == 0) p -= R;  // stale
+                rpos[i] = p >= 0 ? p : -1;
+              }
+              cpu::KvView kv;
+              kv.type = kt, kv.v_type = vt, kv.k = k.data(), kv.v = v.data(), kv.pos = pos.data();
+              kv.count = N, kv.capacity = cap, kv.n_kv_heads = G, kv.head_dim = D;
+              kv.ring_k = ring_k ? rk.data() : nullptr, kv.ring_v = ring_v ? rv.data() : nullptr;
+              kv.ring_pos = rpos.data(), kv.ring = R, kv.ring_from = newest + 1 - R;
+              // the expectation's rows: f32, each ring position's row replaced by its ring row
+              std::vector<float> kf(size_t(G) * cap * D), vf(size_t(G) * cap * D);
+              for (int g = 0; g < G; ++g)
+                for (int j = 0; j < N; ++j) {
+                  const size_t at = size_t(g) * cap + j;
+                  const int32_t p = pos[at];
+                  const int i = p % R;
+                  const bool in_ring = p >= newest + 1 - R && rpos[i] == p;
+                  ring_rows_read += in_ring;
+                  for (int d = 0; d < D; ++d) {
+                    kf[at * D + d] = in_ring && ring_k ? f16_to_f32(rk[(size_t(g) * R + i) * D + d]) : kv_row_value(kt, k.data() + at * kb, d);
+                    vf[at * D + d] = in_ring && ring_v ? f16_to_f32(rv[(size_t(g) * R + i) * D + d]) : kv_row_value(vt, v.data() + at * vb, d);
+                  }
+                }
+              cpu::KvView want_kv = kv;
+              want_kv.type = want_kv.v_type = T_::kF32, want_kv.k = kf.data(), want_kv.v = vf.data();
+              want_kv.ring_k = want_kv.ring_v = nullptr, want_kv.ring_pos = nullptr, want_kv.ring = 0;
+              std::vector<float> scratch(cpu::attention_scratch_floats(T, H, N));
+              auto run = [&](int how, std::vector<float>& out, std::vector<float>& mass, cpu::AttentionProbe& probe) {
+                out.assign(size_t(T) * H * D, 0.0f);
+                mass.assign(size_t(G) * N, 0.0f);
+                probe = {};
+                probe.mass = mass.data();
+                if (how == 0) cpu::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
+                else if (how == 1) cpu::ref::attention(out.data(), q.data(), qpos.data(), T, H, kv, &probe, scratch.data());
+                else cpu::ref::attention(out.data(), q.data(), qpos.data(), T, H, want_kv, &probe, scratch.data());
+              };
+              const std::string where = "K " + std::to_string(int(kt)) + " V " + std::to_string(int(vt)) + " D=" + std::to_string(D) +
+                                        " N=" + std::to_string(N) + " T=" + std::to_string(T) + " R=" + std::to_string(R) +
+                                        (prefill ? " prefill" : " gapped");
+              std::vector<float> ow, mw;
+              cpu::AttentionProbe pw;
+              run(2, ow, mw, pw);
+              for (int how : {0, 1}) {
+                std::vector<float> o, m;
+                cpu::AttentionProbe p;
+                run(how, o, m, p);
+                for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], ow[i], 2e-5f * (1.0f + std::abs(ow[i]))) << where << " how " << how;
+                for (size_t i = 0; i < m.size(); ++i) ASSERT_NEAR(m[i], mw[i], 2e-6f * T) << where << " how " << how;
+              }
+              ++cases;
+            }
+  EXPECT_EQ(cases, 4 * 2 * 4 * 3 * 2);  // pairs, D, (N, T) of (5, 1), (131, 1), (131, 17), (2053, 1), R, positions
+  EXPECT_GT(ring_rows_read, 10000);  // the ring's rows were among those read, in every shape
+}
+
 // Greedy over a vocabulary-sized row (the lane-wise argmax): the first index of the largest
 // logit, as std::max_element, with ties placed in every lane position and in the tail.
 TEST(Sampler, GreedyOverAVocabularyTakesTheFirstLargest) {

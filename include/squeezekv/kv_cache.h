@@ -78,10 +78,16 @@ class KvScorer {
   virtual void score(const KvScoreInput& in, float* scores) = 0;
 };
 
+// The most rows --kv-recent-f16 keeps in f16 (a layer's ring is allocated whole).
+constexpr int kMaxRecentF16 = 4096;
+
 struct CacheConfig {
   KvPolicy policy = KvPolicy::kFull;
   KvDType dtype = KvDType::kF16;  // --kv-type (K and V), --kv-type-k (K alone)
   std::optional<KvDType> dtype_v; // --kv-type-v: V's type when it differs from dtype (unset: dtype)
+  // --kv-recent-f16: the newest rows also kept in f16 beside their quantized rows (KIVI's
+  // full-precision residual), read by attention in their place; quantized types only, the CPU only
+  int recent_f16 = 0;
   int max_tokens = 0;   // most tokens one sequence may see (0: the model's context length, at most 16384)
   int budget = 0;       // average retained tokens per layer (0: unbounded; required by evicting policies)
   int sinks = 4;        // first tokens never evicted

@@ -43,7 +43,7 @@ class ScorePolicy:
 
 _NAMES = {"policy", "type", "type_k", "type_v", "squeeze_metric", "squeeze_alloc", "head_alloc", "layer_alloc",
           "squeeze_resolve"}
-_INTS = {"budget", "sinks", "recent", "snapkv_window", "ctx"}
+_INTS = {"budget", "sinks", "recent", "recent_f16", "snapkv_window", "ctx"}
 _REALS = {"pyramid_beta", "squeeze_strength", "squeeze_p"}
 _BOOLS = {"squeeze_cap"}
 
@@ -62,6 +62,7 @@ class KVConfig:
     type: Optional[str] = None
     type_k: Optional[str] = None
     type_v: Optional[str] = None
+    recent_f16: Optional[int] = None
     sinks: Optional[int] = None
     recent: Optional[int] = None
     snapkv_window: Optional[int] = None

@@ -57,6 +57,12 @@ struct KvArrays {
   // the same amount for every key of a query: the softmax, and so every output and mass, is the
   // same). Set from the rows of the first write into an empty cache; null: none.
   float* k_offset = nullptr;
+  // The recent ring (KvTypes::recent_f16, KvView::ring_k): kv_write puts each row's f16 values at
+  // index position % ring too and records the position in ring_pos; ring 0: none.
+  uint16_t* ring_k = nullptr;  // [G][ring][D], or null
+  uint16_t* ring_v = nullptr;  // [G][ring][D], or null
+  int32_t* ring_pos = nullptr; // [ring]
+  int ring = 0;
   size_t row_bytes() const { return kv_row_bytes(type, D); }      // K's
   size_t v_row_bytes() const { return kv_row_bytes(v_type, D); }
 };
@@ -248,7 +254,7 @@ struct BackendOptions {
 // for head dims that are multiples of 64, whose rows are whole 32-bit words). The CPU serves
 // every KvType and any pair.
 inline bool cuda_kv_types(KvTypes t, int D) {
-  return t.k == t.v && (t.k == KvType::kF16 || t.k == KvType::kF32 || (t.k == KvType::kQ8_0 && D % 64 == 0));
+  return t.k == t.v && t.recent_f16 == 0 && (t.k == KvType::kF16 || t.k == KvType::kF32 || (t.k == KvType::kQ8_0 && D % 64 == 0));
 }
 
 // The backend for options.device; a device this build lacks is refused with a message naming

@@ -35,14 +35,22 @@ inline size_t kv_row_bytes(KvType t, int D) {
 // later than any query, so every query's causal mask hides it.
 constexpr int32_t kDeadPosition = 0x7fffffff;
 
-// The row types of a layer's K and of its V (they may differ: keys are the harder half to quantize).
+// The row types of a layer's K and of its V (they may differ: keys are the harder half to quantize),
+// and how many of the newest rows are also kept in f16 beside their quantized rows (the recent
+// ring, --kv-recent-f16; KIVI's full-precision residual): attention reads a row whose position is
+// among the ring's from the ring, so the tokens that draw most of the attention keep their
+// precision. Only where K or V is quantized; 0: none.
 struct KvTypes {
   KvType k = KvType::kF16, v = KvType::kF16;
+  int recent_f16 = 0;
   KvTypes() = default;
   KvTypes(KvType both) : k(both), v(both) {}  // NOLINT: one type for both is the common case
-  KvTypes(KvType k_, KvType v_) : k(k_), v(v_) {}
-  bool operator==(const KvTypes& o) const { return k == o.k && v == o.v; }  // C++17 here too (CUDA files)
+  KvTypes(KvType k_, KvType v_, int recent = 0) : k(k_), v(v_), recent_f16(recent) {}
+  bool operator==(const KvTypes& o) const { return k == o.k && v == o.v && recent_f16 == o.recent_f16; }  // C++17 here too (CUDA files)
   bool operator!=(const KvTypes& o) const { return !(*this == o); }
+  // The ring's K and V halves (a half exists where that side is quantized).
+  bool ring_k() const { return recent_f16 > 0 && kv_quantized(k); }
+  bool ring_v() const { return recent_f16 > 0 && kv_quantized(v); }
 };
 
 // Read-only view of one layer's retained keys and values. No implicit padding: a device records
@@ -61,9 +69,28 @@ struct KvView {
   KvType type = KvType::kF16;      // K's rows
   KvType v_type = KvType::kF16;    // V's rows
   uint8_t pad_[6] = {};
+  // The recent ring (KvTypes::recent_f16): the f16 rows of the newest positions, position p at
+  // index p % ring, as its quantized row's values before quantizing (keys rotated and offset as
+  // theirs are). A held row at position p >= ring_from with ring_pos[p % ring] == p is read from
+  // the ring (kv_ring_index); ring 0: none.
+  const uint16_t* ring_k = nullptr;  // [G][ring][D] f16, or null (K not quantized)
+  const uint16_t* ring_v = nullptr;  // [G][ring][D] f16, or null (V not quantized)
+  const int32_t* ring_pos = nullptr; // [ring] the position each index holds (-1: none)
+  int ring = 0;
+  int32_t ring_from = 0;           // the oldest position the ring may hold: newest + 1 - ring
   size_t k_row_bytes() const { return kv_row_bytes(type, head_dim); }
   size_t v_row_bytes() const { return kv_row_bytes(v_type, head_dim); }
 };
-static_assert(sizeof(KvView) == 4 * sizeof(void*) + 4 * sizeof(int) + 8, "KvView: no implicit padding");
+static_assert(sizeof(KvView) == 7 * sizeof(void*) + 6 * sizeof(int) + 8, "KvView: no implicit padding");
+
+// The most rows a recent ring holds (KvTypes::recent_f16; --kv-recent-f16's limit).
+constexpr int kMaxRingRows = 4096;
+
+// The ring index of a held row at position p, or -1 where its quantized row is read.
+inline int kv_ring_index(const KvView& kv, int32_t p) {
+  if (kv.ring == 0 || p < kv.ring_from || p == kDeadPosition) return -1;
+  const int i = p % kv.ring;
+  return kv.ring_pos[i] == p ? i : -1;
+}
 
 }  // namespace squeezekv

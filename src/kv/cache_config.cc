@@ -4,16 +4,25 @@
 #include <sstream>
 
 #include "core/enum_table.h"
+#include "core/kv_view.h"
 #include "kv/policy.h"
 #include "squeezekv/error.h"
 #include "squeezekv/kv_cache.h"
 
 namespace squeezekv {
 
+static_assert(kMaxRecentF16 == kMaxRingRows, "--kv-recent-f16's limit is the ring's");
+
 void validate(const CacheConfig& c) {
   auto fail = [](const std::string& m) { throw Error(m); };
   if (c.max_tokens < 0) fail("--ctx: must be positive, got " + std::to_string(c.max_tokens));
   if (c.sinks < 0) fail("--kv-sinks: must be >= 0, got " + std::to_string(c.sinks));
+  if (c.recent_f16 < 0 || c.recent_f16 > kMaxRecentF16)
+    fail("--kv-recent-f16: expected 0 to " + std::to_string(kMaxRecentF16) + " rows, got " + std::to_string(c.recent_f16));
+  if (c.recent_f16 > 0 && c.dtype != KvDType::kQ8_0 && c.dtype != KvDType::kQ4_0 && c.dtype != KvDType::kQ4_1 &&
+      kv_v_dtype(c) != KvDType::kQ8_0 && kv_v_dtype(c) != KvDType::kQ4_0 && kv_v_dtype(c) != KvDType::kQ4_1)
+    fail("--kv-recent-f16: keeps quantized rows' newest tokens in f16; with --kv-type " + std::string(kv_dtype_name(c.dtype)) +
+         " there are none (use q8_0, q4_0 or q4_1)");
   if (c.head_alloc == HeadAlloc::kAdaptive && !policy_info(c.policy).head_adaptive)
     fail(std::string("--kv-head-alloc: adaptive is for h2o, snapkv, pyramidkv, squeeze and kvzip, not ") + kv_policy_name(c.policy));
   if (c.layer_alloc == LayerAlloc::kSqueeze && !policy_info(c.policy).layer_squeeze)

@@ -63,6 +63,11 @@ const KvOption kOptions[] = {
     {"type_v", "--kv-type-v", K::kName, "V rows' type alone (after --kv-type)",
      [](CacheConfig& c, const std::string& t) { c.dtype_v = parse_kv_dtype(t, "--kv-type-v"); },
      [](const CacheConfig& c) { return std::string(kv_dtype_name(kv_v_dtype(c))); }},
+    {"recent_f16", "--kv-recent-f16", K::kInt,
+     "the newest N rows also kept in f16 and read in place of their quantized rows (KIVI's residual; with a quantized "
+     "--kv-type, on the CPU; default 0)",
+     [](CacheConfig& c, const std::string& t) { c.recent_f16 = parse_int("--kv-recent-f16", t); },
+     [](const CacheConfig& c) { return std::to_string(c.recent_f16); }, true},
     {"sinks", "--kv-sinks", K::kInt, "first tokens never evicted (default 4)",
      [](CacheConfig& c, const std::string& t) { c.sinks = parse_int("--kv-sinks", t); },
      [](const CacheConfig& c) { return std::to_string(c.sinks); }},

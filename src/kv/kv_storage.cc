@@ -17,8 +17,28 @@ KvStorage::KvStorage(int n_kv_heads, int head_dim, int capacity, KvTypes types, 
       own_backend_(backend == nullptr ? make_cpu_backend(1) : nullptr),
       backend_(backend == nullptr ? own_backend_.get() : backend) {
   if (kv_rotates_keys(types_.k)) k_offset_ = backend_->alloc(static_cast<size_t>(G_) * D_ * sizeof(float));
+  if (const RingLayout r = ring_bytes_for(G_, D_, types_); r.bytes > 0) ring_ = backend_->alloc(r.bytes);
   allocate();
+  reset_ring();
   live_.assign(static_cast<size_t>(G_), 0);
+}
+
+KvStorage::RingLayout KvStorage::ring_bytes_for(int n_kv_heads, int head_dim, KvTypes types) {
+  RingLayout r;
+  if (!types.ring_k() && !types.ring_v()) return r;
+  auto part = [](size_t bytes) { return (bytes + kSlabAlign - 1) / kSlabAlign * kSlabAlign; };
+  const size_t half = static_cast<size_t>(n_kv_heads) * types.recent_f16 * head_dim * sizeof(uint16_t);
+  r.v = types.ring_k() ? part(half) : 0;
+  r.pos = r.v + (types.ring_v() ? part(half) : 0);
+  r.rows = (types.ring_k() ? half : 0) + (types.ring_v() ? half : 0);
+  r.bytes = r.pos + part(static_cast<size_t>(types.recent_f16) * sizeof(int32_t));
+  return r;
+}
+
+void KvStorage::reset_ring() {
+  if (!ring_) return;
+  const std::vector<int32_t> none(static_cast<size_t>(types_.recent_f16), -1);
+  backend_->upload(arrays_.ring_pos, none.data(), none.size() * sizeof(int32_t));
 }
 
 KvStorage::Slab KvStorage::slab(int n_kv_heads, int head_dim, int capacity, KvTypes types) {
@@ -39,6 +59,14 @@ void KvStorage::allocate() {
   unsigned char* base = slab_->as<unsigned char>();
   arrays_ = {base, base + at.v, reinterpret_cast<int32_t*>(base + at.pos), reinterpret_cast<float*>(base + at.mass), types_.k, G_, D_,
              capacity_, count_dev_, types_.v, k_offset_ ? k_offset_->as<float>() : nullptr};
+  if (ring_) {
+    const RingLayout r = ring_bytes_for(G_, D_, types_);
+    unsigned char* rb = ring_->as<unsigned char>();
+    arrays_.ring_k = types_.ring_k() ? reinterpret_cast<uint16_t*>(rb) : nullptr;
+    arrays_.ring_v = types_.ring_v() ? reinterpret_cast<uint16_t*>(rb + r.v) : nullptr;
+    arrays_.ring_pos = reinterpret_cast<int32_t*>(rb + r.pos);
+    arrays_.ring = types_.recent_f16;
+  }
   if (backend_->host_visible()) {
     pos_host_ = arrays_.pos;
     mass_host_ = arrays_.mass;
@@ -228,7 +256,7 @@ void KvStorage::set_capacity(int capacity) {
 }
 
 void KvStorage::copy_from(const KvStorage& src) {
-  assert(src.G_ == G_ && src.D_ == D_ && src.types_.k == types_.k && src.types_.v == types_.v);
+  assert(src.G_ == G_ && src.D_ == D_ && src.types_ == types_);
   if (src.backend_ != backend_) throw Error("kv cache: a copy must live on the source's backend");
   src.sync_to_host();
   if (capacity_ != src.capacity_) {
@@ -237,6 +265,7 @@ void KvStorage::copy_from(const KvStorage& src) {
   }
   copy_rows_from(src.arrays_, src.pos_host_, src.mass_host_, src.count_);
   if (k_offset_) backend_->copy(k_offset_->data(), src.k_offset_->data(), static_cast<size_t>(G_) * D_ * sizeof(float));
+  if (ring_) backend_->copy(ring_->data(), src.ring_->data(), ring_bytes_for(G_, D_, types_).bytes);
   pos_stale_ = mass_stale_ = false;
   count_ = src.count_;
   live_ = src.live_;
@@ -257,12 +286,20 @@ KvView KvStorage::view() const {
   v.capacity = capacity_;
   v.n_kv_heads = G_;
   v.head_dim = D_;
+  if (ring_) {
+    v.ring_k = arrays_.ring_k;
+    v.ring_v = arrays_.ring_v;
+    v.ring_pos = arrays_.ring_pos;
+    v.ring = arrays_.ring;
+    v.ring_from = newest_ + 1 - arrays_.ring;
+  }
   return v;
 }
 
 int64_t KvStorage::bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror) {
   const int64_t rows = static_cast<int64_t>(n_kv_heads) * capacity;
-  return static_cast<int64_t>(slab(n_kv_heads, head_dim, capacity, types).bytes) + (host_mirror ? 8 * rows : 0);
+  return static_cast<int64_t>(slab(n_kv_heads, head_dim, capacity, types).bytes + ring_bytes_for(n_kv_heads, head_dim, types).bytes) +
+         (host_mirror ? 8 * rows : 0);
 }
 
 KvStorageImage KvStorage::image() const {
@@ -287,6 +324,13 @@ KvStorageImage KvStorage::image() const {
     im.k_offset.resize(G * D_);
     backend_->download(im.k_offset.data(), k_offset_->data(), im.k_offset.size() * sizeof(float));
   }
+  if (ring_) {
+    const size_t half = G * static_cast<size_t>(arrays_.ring) * D_;
+    if (arrays_.ring_k) im.ring_k.resize(half), backend_->download(im.ring_k.data(), arrays_.ring_k, half * sizeof(uint16_t));
+    if (arrays_.ring_v) im.ring_v.resize(half), backend_->download(im.ring_v.data(), arrays_.ring_v, half * sizeof(uint16_t));
+    im.ring_pos.resize(static_cast<size_t>(arrays_.ring));
+    backend_->download(im.ring_pos.data(), arrays_.ring_pos, im.ring_pos.size() * sizeof(int32_t));
+  }
   return im;
 }
 
@@ -299,6 +343,17 @@ void KvStorage::restore(const KvStorageImage& im, int32_t position_limit) {
   if (im.live.size() != G || im.k.size() != G * n * row || im.v.size() != G * n * vrow || im.pos.size() != G * n ||
       im.mass.size() != G * n || im.k_offset.size() != (k_offset_ ? G * D_ : 0))
     fail("the rows' sizes do not match the layer's shape and row types");
+  const size_t ring = static_cast<size_t>(arrays_.ring), half = G * ring * D_;
+  if (im.ring_k.size() != (arrays_.ring_k ? half : 0) || im.ring_v.size() != (arrays_.ring_v ? half : 0) || im.ring_pos.size() != ring)
+    fail("the recent f16 rows' sizes do not match --kv-recent-f16 " + std::to_string(ring));
+  for (size_t i = 0; i < ring; ++i) {
+    const int32_t p = im.ring_pos[i];
+    if (p != -1 && (p < 0 || p >= position_limit || static_cast<size_t>(p) % ring != i))
+      fail("the recent f16 rows' index " + std::to_string(i) + " holds position " + std::to_string(p) + ", not one of its own");
+  }
+  if (!kv_rows_finite(KvType::kF16, im.ring_k.data(), im.ring_k.size() / std::max<size_t>(D_, 1), D_) ||
+      !kv_rows_finite(KvType::kF16, im.ring_v.data(), im.ring_v.size() / std::max<size_t>(D_, 1), D_))
+    fail("a recent f16 row holds a value that is not finite");
   int32_t newest = -1;
   std::vector<int32_t> sorted(n);
   for (size_t g = 0; g < G; ++g) {
@@ -335,6 +390,9 @@ void KvStorage::restore(const KvStorageImage& im, int32_t position_limit) {
     backend_->upload(arrays_.mass, mass_host_, G * cap * sizeof(float));
   }
   if (k_offset_) backend_->upload(k_offset_->data(), im.k_offset.data(), im.k_offset.size() * sizeof(float));
+  if (arrays_.ring_k) backend_->upload(arrays_.ring_k, im.ring_k.data(), im.ring_k.size() * sizeof(uint16_t));
+  if (arrays_.ring_v) backend_->upload(arrays_.ring_v, im.ring_v.data(), im.ring_v.size() * sizeof(uint16_t));
+  if (ring_) backend_->upload(arrays_.ring_pos, im.ring_pos.data(), im.ring_pos.size() * sizeof(int32_t));
   pos_stale_ = mass_stale_ = false;
   count_ = im.count;
   live_ = im.live;

@@ -32,6 +32,8 @@ struct KvStorageImage {
   std::vector<int32_t> pos;     // [G][count] absolute positions (dead slots kDeadPos)
   std::vector<float> mass;      // [G][count]
   std::vector<float> k_offset;  // [G][D] for a kv_rotates_keys type, else empty
+  std::vector<uint16_t> ring_k, ring_v;  // [G][ring][D] f16, the recent ring's halves (KvTypes::ring_k/ring_v), else empty
+  std::vector<int32_t> ring_pos;         // [ring] (-1: none), empty without a ring
 };
 
 class KvStorage {
@@ -64,6 +66,7 @@ class KvStorage {
     newest_ = -1;
     newest_dev_ = nullptr;
     live_.assign(static_cast<size_t>(G_), 0);
+    reset_ring();
   }
   // The rows held now, to drop the rows appended after it (a scoring pass's own rows).
   struct Mark {
@@ -156,6 +159,8 @@ class KvStorage {
   void read_keys(float* keys) const;
   // Bytes held per retained token across all heads (K and V).
   int64_t bytes_per_token() const;
+  // Bytes of the recent ring's f16 rows (KvTypes::recent_f16), held whole beside the rows; 0 without one.
+  int64_t ring_bytes() const { return ring_bytes_for(G_, D_, types_).rows; }
   // Bytes a storage of this shape allocates: its slab of K, V, positions and mass (and a device's
   // host mirror of the last two).
   static int64_t bytes_for(int n_kv_heads, int head_dim, int capacity, KvTypes types, bool host_mirror);
@@ -169,6 +174,13 @@ class KvStorage {
     size_t v, pos, mass, bytes;
   };
   static Slab slab(int n_kv_heads, int head_dim, int capacity, KvTypes types);
+  // The recent ring's one allocation: K's half at 0, V's at v, the positions at pos; rows: the
+  // two halves' bytes; bytes in all (0: no ring).
+  struct RingLayout {
+    size_t v = 0, pos = 0, rows = 0, bytes = 0;
+  };
+  static RingLayout ring_bytes_for(int n_kv_heads, int head_dim, KvTypes types);
+  void reset_ring();  // every ring index empty (-1)
   void allocate();
   // Rows [0, n) of every head from `from` (arrays of this shape laid out for from.capacity, in the
   // backend's memory; pos_host, mass_host: their host mirrors [G][from.capacity], read where that
@@ -187,6 +199,7 @@ class KvStorage {
   std::vector<int> live_;  // [G] rows held per head
   std::unique_ptr<Buffer> slab_;                 // the backend's arrays (KvArrays), one allocation (Slab)
   std::unique_ptr<Buffer> k_offset_;             // [G][D] (KvArrays::k_offset), kept across set_capacity
+  std::unique_ptr<Buffer> ring_;                 // the recent ring (RingLayout), kept across set_capacity
   KvArrays arrays_;
   mutable std::vector<int32_t> pos_mirror_;  // host metadata when the backend's memory is not host-visible
   mutable std::vector<float> mass_mirror_;

@@ -163,6 +163,8 @@ LayerStats LayerCache::stats() const {
   s.capacity = storage_.capacity();
   s.concentration = policy_->concentration();
   s.kept_bytes = storage_.live_total() * storage_.bytes_per_token() / G;
+  if (const int ring = storage_.types().recent_f16; ring > 0)  // the f16 copies of the newest rows (--kv-recent-f16)
+    s.kept_bytes += std::min<int64_t>(ring, tokens_seen_) * (storage_.ring_bytes() / ring);
   s.full_bytes = tokens_seen_ * static_cast<int64_t>(storage_.n_kv_heads()) * storage_.head_dim() * 2 * 2;
   return s;
 }

@@ -145,7 +145,7 @@ struct ModelConfig;
 
 // The storage's row types for the config's (--kv-type, --kv-type-k, --kv-type-v).
 KvType kv_type_of(KvDType d);
-inline KvTypes kv_types(const CacheConfig& c) { return {kv_type_of(c.dtype), kv_type_of(kv_v_dtype(c))}; }
+inline KvTypes kv_types(const CacheConfig& c) { return {kv_type_of(c.dtype), kv_type_of(kv_v_dtype(c)), c.recent_f16}; }
 
 // A sequence's cache config checked once (CacheBuilder::plan is the only way to make one), with
 // what it resolves to: the most rows the sequence may see, the most a step appends, and the bytes

@@ -99,6 +99,9 @@ std::vector<uint8_t> serialize_sequence(const Model& model, const SequenceState&
     put(out, im.rows.pos.data(), im.rows.pos.size());
     put(out, im.rows.mass.data(), im.rows.mass.size());
     put(out, im.rows.k_offset.data(), im.rows.k_offset.size());
+    put(out, im.rows.ring_k.data(), im.rows.ring_k.size());
+    put(out, im.rows.ring_v.data(), im.rows.ring_v.size());
+    put(out, im.rows.ring_pos.data(), im.rows.ring_pos.size());
   }
   return out;
 }
@@ -185,6 +188,9 @@ SavedSequence parse_saved_sequence(std::span<const uint8_t> bytes, const Model& 
   if (lj == nullptr || !lj->is_array() || static_cast<int>(lj->size()) != L) bad("layers: expected " + std::to_string(L) + " layers");
   const KvTypes types = kv_types(s.cache);
   const uint64_t row = kv_row_bytes(types.k, D), vrow = kv_row_bytes(types.v, D);
+  // the recent ring's f16 rows [G][ring][D] (a half where that side is quantized) and positions [ring]
+  const uint64_t ring_rows = types.ring_k() || types.ring_v() ? static_cast<uint64_t>(types.recent_f16) : 0,
+                 ring_half = static_cast<uint64_t>(G) * ring_rows * D;
   uint64_t need = (static_cast<uint64_t>(pos) + n_context) * sizeof(int32_t);
   std::vector<std::array<int, 2>> counts;  // count, has offset
   for (int l = 0; l < L; ++l) {
@@ -209,7 +215,8 @@ SavedSequence parse_saved_sequence(std::span<const uint8_t> bytes, const Model& 
       im.policy.push_back(x.get<double>());
     }
     const uint64_t n = static_cast<uint64_t>(G) * im.rows.count;
-    need += n * (row + vrow + sizeof(int32_t) + sizeof(float)) + (kv_rotates_keys(types.k) ? static_cast<uint64_t>(G) * D * sizeof(float) : 0);
+    need += n * (row + vrow + sizeof(int32_t) + sizeof(float)) + (kv_rotates_keys(types.k) ? static_cast<uint64_t>(G) * D * sizeof(float) : 0) +
+            ring_half * ((types.ring_k() ? 1 : 0) + (types.ring_v() ? 1 : 0)) * sizeof(uint16_t) + ring_rows * sizeof(int32_t);
     s.layers.push_back(std::move(im));
   }
   const uint64_t have = bytes.size() - 16 - hb;
@@ -231,6 +238,9 @@ SavedSequence parse_saved_sequence(std::span<const uint8_t> bytes, const Model& 
     cur.take(im.rows.pos, n);
     cur.take(im.rows.mass, n);
     cur.take(im.rows.k_offset, kv_rotates_keys(types.k) ? static_cast<size_t>(G) * D : 0);
+    cur.take(im.rows.ring_k, types.ring_k() ? static_cast<size_t>(ring_half) : 0);
+    cur.take(im.rows.ring_v, types.ring_v() ? static_cast<size_t>(ring_half) : 0);
+    cur.take(im.rows.ring_pos, static_cast<size_t>(ring_rows));
   }
   return s;
 }

@@ -140,6 +140,9 @@ CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_i
   CacheConfig cache = cache_in;
   cache.max_tokens = sequence_max_tokens(c, cache);
   const KvTypes types = kv_types(cache);
+  if (o.device != Device::kCpu && types.recent_f16 > 0)
+    throw Error("--kv-recent-f16 " + std::to_string(types.recent_f16) +
+                ": the CUDA kernels read each row as stored; the f16 recent rows run on --device cpu");
   if (o.device != Device::kCpu && !cuda_kv_types(types, c.head_dim)) {
     const bool mixed = types.k != types.v;
     const KvDType named = mixed ? kv_v_dtype(cache) : cache.dtype;

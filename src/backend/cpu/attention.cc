@@ -47,10 +47,23 @@ struct HeadJob {
   bool entropy = false;
   double entropy_sum = 0.0;      // out: sum over rows of H(p) / log(visible keys), rows with >= 2 keys
   int64_t entropy_rows = 0;
+  const KvView* kv = nullptr;    // the recent ring's (kv_ring_index)
+  const uint16_t* ring_k = nullptr;  // this kv head's [ring][D] f16, or null
+  const uint16_t* ring_v = nullptr;
 };
 
-inline float key_at(const HeadJob& j, int64_t key, int d) { return kv_row_value(j.k_type, j.k + key * j.kb, d); }
-inline float value_at(const HeadJob& j, int64_t key, int d) { return kv_row_value(j.v_type, j.v + key * j.vb, d); }
+// The ring index of key `key` (its row read from the recent ring), or -1.
+inline int ring_at(const HeadJob& j, int64_t key) { return j.kv->ring > 0 ? kv_ring_index(*j.kv, j.pos[key]) : -1; }
+inline float key_at(const HeadJob& j, int64_t key, int d) {
+  if (j.ring_k != nullptr)
+    if (const int i = ring_at(j, key); i >= 0) return f16_to_f32(j.ring_k[static_cast<int64_t>(i) * j.D + d]);
+  return kv_row_value(j.k_type, j.k + key * j.kb, d);
+}
+inline float value_at(const HeadJob& j, int64_t key, int d) {
+  if (j.ring_v != nullptr)
+    if (const int i = ring_at(j, key); i >= 0) return f16_to_f32(j.ring_v[static_cast<int64_t>(i) * j.D + d]);
+  return kv_row_value(j.v_type, j.v + key * j.vb, d);
+}
 
 // mass[n] += p[n] (or max=) for n in [n0, n1).
 inline void add_mass(float* mass, const float* p, int n0, int n1, bool max) {
@@ -244,6 +257,7 @@ TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
                   1.0f / std::sqrt(static_cast<float>(kv.head_dim)), probe != nullptr ? probe->mass_row_begin : 0,
                   probe != nullptr && probe->mass != nullptr, probe != nullptr && probe->entropy,
                   probe != nullptr && probe->reduce == MassReduce::kMax, kv.capacity};
+  p.a.ring_k = kv.ring_k, p.a.ring_v = kv.ring_v, p.a.ring_pos = kv.ring_pos, p.a.ring = kv.ring, p.a.ring_from = kv.ring_from;
   p.rows_per_head = T * group;
   p.tiles_per_head = (p.rows_per_head + kRowTile - 1) / kRowTile;
   p.n_tiles = p.tiles_per_head * p.G;
@@ -303,7 +317,8 @@ void run_whole_tile(const TiledArgs& a, TileJob& job, TileFn tile) {
 // rows again in registers (16 query rows a tile; a 512-row chunk over q4_1 rows ran at 0.54x the
 // f16 speed), so the N held rows of every head are dequantized once, in parallel, into f32
 // scratch [G][N][D] (kv_dequantize_row: the values the reference reads), and the f32 tile kernel
-// runs over them. Returns the view to attend over (kv itself when nothing was done).
+// runs over them; a row the recent ring holds is its ring row (KvView::ring_k). Returns the view
+// to attend over (kv itself when nothing was done).
 KvView dequantized_for_tiles(const KvView& kv, int64_t T, int H) {
   const int64_t rows_per_head = T * (H / kv.n_kv_heads);
   if ((!kv_quantized(kv.type) && !kv_quantized(kv.v_type)) || rows_per_head <= kRowTile) return kv;
@@ -317,12 +332,17 @@ KvView dequantized_for_tiles(const KvView& kv, int64_t T, int H) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < static_cast<int64_t>(G) * N; ++i) {
     const int64_t g = i / N, r = i % N, at = g * kv.capacity + r;
-    kv_dequantize_row(kv.type, static_cast<const uint8_t*>(kv.k) + at * kb, kd + i * D, D);
-    kv_dequantize_row(kv.v_type, static_cast<const uint8_t*>(kv.v) + at * vb, vd + i * D, D);
+    const int ring = kv_ring_index(kv, kv.pos[at]);
+    const int64_t ring_at = (g * kv.ring + ring) * D;
+    if (ring >= 0 && kv.ring_k != nullptr) f16_to_f32_row(kd + i * D, kv.ring_k + ring_at, D);
+    else kv_dequantize_row(kv.type, static_cast<const uint8_t*>(kv.k) + at * kb, kd + i * D, D);
+    if (ring >= 0 && kv.ring_v != nullptr) f16_to_f32_row(vd + i * D, kv.ring_v + ring_at, D);
+    else kv_dequantize_row(kv.v_type, static_cast<const uint8_t*>(kv.v) + at * vb, vd + i * D, D);
   }
   KvView f = kv;
   f.k = kd, f.v = vd;
   f.type = f.v_type = KvType::kF32;
+  f.ring_k = f.ring_v = nullptr, f.ring_pos = nullptr, f.ring = 0;  // applied
   return f;
 }
 
@@ -457,6 +477,9 @@ void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T,
     j.mass_from = probe != nullptr ? probe->mass_row_begin : 0;
     j.mass_max = probe != nullptr && probe->reduce == MassReduce::kMax;
     j.entropy = probe != nullptr && probe->entropy;
+    j.kv = &kv;
+    j.ring_k = kv.ring_k != nullptr ? kv.ring_k + static_cast<int64_t>(g) * kv.ring * D : nullptr;
+    j.ring_v = kv.ring_v != nullptr ? kv.ring_v + static_cast<int64_t>(g) * kv.ring * D : nullptr;
     if (j.mass != nullptr) std::fill(j.mass, j.mass + N, 0.0f);
     head_rows(j);
   }

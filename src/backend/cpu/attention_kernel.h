@@ -24,6 +24,7 @@
 namespace {
 
 constexpr int kKeyAhead = 4;  // key quads fetched ahead of the score tiles
+constexpr int kMaxRingKeys = kMaxRingRows;  // ring keys of one tile at most (one per position the ring holds)
 
 inline uint16_t u16_at(const uint8_t* p) {
   uint16_t h;
@@ -237,6 +238,31 @@ inline void add_mass_to(float* mass, const float* p, int n0, int n1, bool max) {
   }
 }
 
+// The recent ring's keys among a tile's (TiledArgs::ring_k): which keys, their ring rows, and the
+// probabilities they carry while the value pass runs without them. Per thread, grown once.
+struct RingKeys {
+  int n = 0;
+  int key[kMaxRingKeys];
+  int index[kMaxRingKeys];
+};
+
+// Adds key n to ring keys when its position has a row in the ring.
+inline void note_ring_key(const TiledArgs& a, const int32_t* pos, int n, RingKeys& rk) {
+  const int32_t p = pos[n];
+  if (p < a.ring_from || p == kDeadPosition) return;
+  const int i = p % a.ring;
+  if (a.ring_pos[i] != p || rk.n == kMaxRingKeys) return;
+  rk.key[rk.n] = n;
+  rk.index[rk.n++] = i;
+}
+
+// scale * q . k for one f16 ring row k of D values.
+inline float ring_score(const float* q, const uint16_t* k, int D, float scale) {
+  typename V::Reg acc = V::zero();
+  for (int d = 0; d < D; d += V::kW) acc = V::fmadd(V::load(q + d), V::load(k + d), acc);
+  return V::hsum(acc) * scale;
+}
+
 // The tile kernel (attention_tile.h, TileFn) for K rows of format KR and V rows of format VR.
 template <typename KR, typename VR>
 void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, SegmentPart* part, uint8_t* skip) {
@@ -273,6 +299,23 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     last = latest > last ? latest : last;
   }
   for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) last = pos[n] > last ? pos[n] : last;
+  // the keys read from the recent ring: positions at or after ring_from (a compare a quad where
+  // none is, the usual case: the ring is the newest rows)
+  thread_local RingKeys ring_keys;
+  RingKeys& rk = ring_keys;
+  rk.n = 0;
+  if (a.ring > 0) {
+    for (int c = c0; c < c1; ++c) {
+      if (skip[c]) continue;
+      int32_t latest = pos[4 * c];
+      for (int i = 1; i < 4; ++i) latest = pos[4 * c + i] > latest ? pos[4 * c + i] : latest;
+      if (latest < a.ring_from) continue;
+      for (int i = 0; i < 4; ++i) note_ring_key(a, pos, 4 * c + i, rk);
+    }
+    for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) note_ring_key(a, pos, n, rk);
+  }
+  const uint16_t* ring_k = a.ring_k != nullptr ? a.ring_k + static_cast<int64_t>(job.g) * a.ring * D : nullptr;
+  const uint16_t* ring_v = a.ring_v != nullptr ? a.ring_v + static_cast<int64_t>(job.g) * a.ring * D : nullptr;
   // scores, key quad outer so each quad is loaded once for the whole tile
   for (int c = c0; c < c1; ++c) {
     if (skip[c]) {
@@ -306,6 +349,9 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
       for (int d = 0; d < D; ++d) acc += qr[r][d] * KR::scalar(k + static_cast<int64_t>(n) * kb, d);
       s[r * Ns + n] = acc * a.scale;
     }
+  if (ring_k != nullptr)
+    for (int i = 0; i < rk.n; ++i)
+      for (int r = 0; r < job.rows; ++r) s[r * Ns + rk.key[i]] = ring_score(qr[r], ring_k + static_cast<int64_t>(rk.index[i]) * D, D, a.scale);
   // causal mask by position, softmax over the segment, probes
   for (int r = 0; r < job.rows; ++r) {
     float* sr = s + r * Ns;
@@ -377,10 +423,26 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
       ++job.entropy_rows;
     }
   }
-  // out = P V (unnormalised for a part), as wide a pass over the dims as D and the registers allow
+  // out = P V (unnormalised for a part), as wide a pass over the dims as D and the registers allow;
+  // the ring's keys weigh their f16 values instead: out of the pass (their p set aside as 0), in
+  // after it, and their p back in the score rows (a segment merge reads them for the mass)
+  thread_local float ring_p[kMaxRingKeys][kRowTile];
+  const int n_ring_v = ring_v != nullptr ? rk.n : 0;
+  for (int i = 0; i < n_ring_v; ++i)
+    for (int r = 0; r < job.rows; ++r) ring_p[i][r] = s[r * Ns + rk.key[i]], s[r * Ns + rk.key[i]] = 0.0f;
   if (V::kValueVecs >= 4 && D % (4 * V::kW) == 0) value_rows<(V::kValueVecs >= 4 ? 4 : 1), VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
   else if (D % (2 * V::kW) == 0) value_rows<2, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
   else value_rows<1, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
+  for (int i = 0; i < n_ring_v; ++i) {
+    const uint16_t* vr = ring_v + static_cast<int64_t>(rk.index[i]) * D;
+    for (int r = 0; r < job.rows; ++r) {
+      const float p = ring_p[i][r];
+      s[r * Ns + rk.key[i]] = p;
+      if (p == 0.0f) continue;
+      const typename V::Reg pv = V::set1(p);
+      for (int d = 0; d < D; d += V::kW) V::store(orow[r] + d, V::fmadd(pv, V::load(vr + d), V::load(orow[r] + d)));
+    }
+  }
 }
 
 // The kernel for K rows of type k and V rows of type v (f32 only with f32).

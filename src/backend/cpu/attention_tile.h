@@ -25,6 +25,13 @@ struct TiledArgs {
   bool want_mass, entropy;
   bool mass_max;
   int kv_rows;  // rows a kv head's K and V take: the capacity, or N for rows dequantized to scratch
+  // The recent ring (KvView::ring_k): a key at position p >= ring_from with ring_pos[p % ring] == p
+  // is scored against ring_k's row and weighs ring_v's row instead of its quantized ones.
+  const uint16_t* ring_k = nullptr;  // [G][ring][D] f16, or null
+  const uint16_t* ring_v = nullptr;  // [G][ring][D] f16, or null
+  const int32_t* ring_pos = nullptr; // [ring]
+  int ring = 0;
+  int32_t ring_from = 0;
 };
 
 // One tile of up to kRowTile rows of one kv head. Rows are (token, query head of the group) pairs,

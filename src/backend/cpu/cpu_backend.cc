@@ -14,6 +14,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/tile8.h"
 #include "backend/cpu/cpu_topology.h"
+#include "core/half.h"
 #include "core/sample.h"
 #include "core/kv_rows.h"
 #include "core/quant.h"
@@ -185,6 +186,13 @@ class CpuBackend final : public Backend {
         kv_quantize_row(a.v_type, vs, static_cast<uint8_t*>(a.v) + slot * vb, D);
         a.pos[slot] = rows_pos[r];
         a.mass[slot] = 0.0f;
+        if (a.ring > 0) {  // the recent ring: the same values in f16, at the position's index
+          const int i = rows_pos[r] % a.ring;
+          const size_t at_ring = (static_cast<size_t>(g) * a.ring + i) * D;
+          if (a.ring_k != nullptr) f32_to_f16_row(a.ring_k + at_ring, ks, D);
+          if (a.ring_v != nullptr) f32_to_f16_row(a.ring_v + at_ring, vs, D);
+          a.ring_pos[i] = rows_pos[r];
+        }
       }
     }
   }
