@@ -13,6 +13,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/attention_tile.h"
 #include "backend/cpu/exp_poly.h"

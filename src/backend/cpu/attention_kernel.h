@@ -239,11 +239,17 @@ inline void add_mass_to(float* mass, const float* p, int n0, int n1, bool max) {
 }
 
 // The recent ring's keys among a tile's (TiledArgs::ring_k): which keys, their ring rows, and the
-// probabilities they carry while the value pass runs without them. Per thread, grown once.
+// probabilities they carry while the value pass runs without them ([key][kRowTile]). Per thread,
+// on the heap and grown once, on the first tile that has a ring: static thread-local arrays of
+// this size would come out of every thread's stack in any program that loads the library (an
+// HTTP server's handler threads overflowed theirs, 2026-12-06).
 struct RingKeys {
   int n = 0;
-  int key[kMaxRingKeys];
-  int index[kMaxRingKeys];
+  std::vector<int> key, index;
+  std::vector<float> p;
+  void reserve() {
+    if (key.empty()) key.resize(kMaxRingKeys), index.resize(kMaxRingKeys), p.resize(static_cast<size_t>(kMaxRingKeys) * kRowTile);
+  }
 };
 
 // Adds key n to ring keys when its position has a row in the ring.
@@ -305,6 +311,7 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
   RingKeys& rk = ring_keys;
   rk.n = 0;
   if (a.ring > 0) {
+    rk.reserve();
     for (int c = c0; c < c1; ++c) {
       if (skip[c]) continue;
       int32_t latest = pos[4 * c];
@@ -426,17 +433,17 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
   // out = P V (unnormalised for a part), as wide a pass over the dims as D and the registers allow;
   // the ring's keys weigh their f16 values instead: out of the pass (their p set aside as 0), in
   // after it, and their p back in the score rows (a segment merge reads them for the mass)
-  thread_local float ring_p[kMaxRingKeys][kRowTile];
   const int n_ring_v = ring_v != nullptr ? rk.n : 0;
+  float* ring_p = rk.p.data();
   for (int i = 0; i < n_ring_v; ++i)
-    for (int r = 0; r < job.rows; ++r) ring_p[i][r] = s[r * Ns + rk.key[i]], s[r * Ns + rk.key[i]] = 0.0f;
+    for (int r = 0; r < job.rows; ++r) ring_p[i * kRowTile + r] = s[r * Ns + rk.key[i]], s[r * Ns + rk.key[i]] = 0.0f;
   if (V::kValueVecs >= 4 && D % (4 * V::kW) == 0) value_rows<(V::kValueVecs >= 4 ? 4 : 1), VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
   else if (D % (2 * V::kW) == 0) value_rows<2, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
   else value_rows<1, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
   for (int i = 0; i < n_ring_v; ++i) {
     const uint16_t* vr = ring_v + static_cast<int64_t>(rk.index[i]) * D;
     for (int r = 0; r < job.rows; ++r) {
-      const float p = ring_p[i][r];
+      const float p = ring_p[i * kRowTile + r];
       s[r * Ns + rk.key[i]] = p;
       if (p == 0.0f) continue;
       const typename V::Reg pv = V::set1(p);
