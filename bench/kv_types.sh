@@ -8,16 +8,21 @@
 #            cache; a record already in OUT_DIR is kept (the runs resume)
 #   speed:   `squeezekv bench -p 0 -n 64 -d 8192 -r 3`, full and squeeze 512, the types alternated,
 #            two rounds
-# Usage: bench/kv_types.sh OUT_DIR [TYPE...]   (default: f16 q8_0 q4_0 q4_1 q8_0/q4_1)
+# A type may end in +rN: the newest N rows also kept in f16 (--kv-recent-f16 N; "q4_1+r128").
+# Usage: bench/kv_types.sh OUT_DIR [TYPE...]   (default: f16 q8_0 q4_0 q4_1 q8_0/q4_1 q4_1+r128)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:?usage: bench/kv_types.sh OUT_DIR [TYPE...]}"; shift
-types=(f16 q8_0 q4_0 q4_1 q8_0/q4_1)
+types=(f16 q8_0 q4_0 q4_1 q8_0/q4_1 q4_1+r128)
 [ $# -gt 0 ] && types=("$@")
 bin="$root/build/squeezekv"; m="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 mkdir -p "$out"
-flags() { echo "--kv-type-k ${1%/*} --kv-type-v ${1#*/}"; }   # "q8_0" -> both q8_0
-tag() { echo "${1/\//_v}"; }                                  # "q8_0/q4_1" -> "q8_0_vq4_1"
+flags() {  # "q8_0" -> both q8_0; "q4_1+r128" -> both q4_1, the newest 128 rows also in f16
+  local t="${1%+r*}" r=0
+  [ "$t" != "$1" ] && r="${1##*+r}"
+  echo "--kv-type-k ${t%/*} --kv-type-v ${t#*/} --kv-recent-f16 $r"
+}
+tag() { local t="${1/\//_v}"; echo "${t/+/_}"; }               # "q8_0/q4_1" -> "q8_0_vq4_1", "q4_1+r128" -> "q4_1_r128"
 ppl() {  # text policy type
   local name; name="$(basename "$1" .txt)"
   local json="$out/ppl-$name-$2-$(tag "$3").json"
@@ -46,6 +51,8 @@ for f in sorted(out.glob("ppl-*.json")):
     r = json.loads(f.read_text())
     text, policy = re.match(r"ppl-(.+)-(full|squeeze)-", f.name).groups()
     t = r["kv_type"] if r["kv_type"] == r["kv_type_v"] else r["kv_type"] + "/" + r["kv_type_v"]
+    if r.get("kv_recent_f16"):
+        t += f"+r{r['kv_recent_f16']}"
     rows[(text, policy, t)] = r
 print("| text | policy | K/V type | perplexity | vs f16 | kept bytes | windows |")
 print("|---|---|---|---:|---:|---:|---|")

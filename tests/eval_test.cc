@@ -246,7 +246,9 @@ TEST(EvalRetrieval, ReusedContextsAnswerAsColdAndFaster) {
     }
     EXPECT_EQ(r.reasked, 4) << name;
     EXPECT_EQ(r.reuse_equal, 1) << name;
-    if (so.cache.policy == KvPolicy::kFull) EXPECT_GE(r.reasked_correct, 3) << s.reasked[1].answer << " | " << s.reasked[2].answer;
+    if (so.cache.policy == KvPolicy::kFull) {
+      EXPECT_GE(r.reasked_correct, 3) << s.reasked[1].answer << " | " << s.reasked[2].answer;
+    }
     EXPECT_GT(r.ttft_warm_s, 0.0) << name;
     EXPECT_LT(r.ttft_warm_s * 3, r.ttft_cold_s) << name;
   }
@@ -311,6 +313,15 @@ TEST(EvalSweep, KvTypesMultiplyTheRuns) {
   EXPECT_EQ(three.runs[14].cache.dtype, KvDType::kQ8_0);
   EXPECT_EQ(kv_v_dtype(three.runs[14].cache), KvDType::kQ4_1);
   EXPECT_EQ(three.runs[14].cache.budget, 32);
+  cfg["kv_types"] = {"q4_1", "q4_1+r16"};  // the same rows with the newest 16 also in f16
+  const eval::SweepPlan ring = eval::plan_sweep(cfg.dump(), "cfg", false);
+  ASSERT_EQ(ring.runs.size(), 10u);
+  EXPECT_EQ(ring.runs[0].cache.recent_f16, 0);
+  EXPECT_EQ(ring.runs[5].policy_label, "full@q4_1+r16");
+  EXPECT_EQ(ring.runs[9].policy_label, "sq@q4_1+r16");
+  EXPECT_EQ(ring.runs[9].cache.dtype, KvDType::kQ4_1);
+  EXPECT_EQ(ring.runs[9].cache.recent_f16, 16);
+  EXPECT_NE(ring.runs[9].key, ring.runs[4].key);
 }
 
 TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
@@ -339,7 +350,7 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   };
   auto recs = lines();
   ASSERT_EQ(recs.size(), 5u);  // full + 2 policies x 2 budgets
-  for (const char* k : {"model", "task", "policy", "budget", "kv_type", "kv_type_v", "ctx", "metric", "value", "kept_bytes", "full_bytes",
+  for (const char* k : {"model", "task", "policy", "budget", "kv_type", "kv_type_v", "kv_recent_f16", "ctx", "metric", "value", "kept_bytes", "full_bytes",
                         "tokens_per_s", "seconds", "git_commit"})
     EXPECT_TRUE(recs[0].contains(k)) << k;
   EXPECT_EQ(recs[1]["budget"], 16);
@@ -423,6 +434,14 @@ TEST(EvalSweep, WritesOneRecordPerRunAndResumes) {
   refused(bad, "kv_types names q8_0/q8_0 twice");
   bad["kv_types"] = "q8_0";
   refused(bad, "kv_types");
+  bad["kv_types"] = {"q4_1+r"};
+  refused(bad, "kv_types: 'q4_1+r': expected +r and 1 to 4096 rows");
+  bad["kv_types"] = {"q4_1+r5000"};
+  refused(bad, "kv_types: 'q4_1+r5000': expected +r and 1 to 4096 rows");
+  bad["kv_types"] = {"f16+r8"};
+  refused(bad, "kv_types: 'f16+r8': the f16 recent rows need a quantized type");
+  bad["kv_types"] = {"q4_1+r8", "q4_1+r8"};
+  refused(bad, "kv_types names q4_1+r8 twice");
   EXPECT_FALSE(fs::exists(out2));
   fs::remove_all(dir);
 }

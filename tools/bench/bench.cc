@@ -321,6 +321,7 @@ std::string report_json(const Model& model, const SessionOptions& so, const Benc
       {"kv_budget", so.cache.budget},
       {"kv_type", kv_dtype_name(so.cache.dtype)},
       {"kv_type_v", kv_dtype_name(kv_v_dtype(so.cache))},
+      {"kv_recent_f16", so.cache.recent_f16},
       {"prefill_chunk", so.prefill_chunk},
       {"repetitions", o.repetitions},
       {"peak_rss_bytes", r.peak_rss_bytes},

@@ -27,6 +27,7 @@ json run_settings(const std::string& task, const std::string& policy, const Sess
           {"budget", so.cache.budget},
           {"kv_type", kv_dtype_name(so.cache.dtype)},
           {"kv_type_v", kv_dtype_name(kv_v_dtype(so.cache))},
+          {"kv_recent_f16", so.cache.recent_f16},
           {"ctx", ctx},
           {"threads", so.threads},
           {"prefill_chunk", so.prefill_chunk}};

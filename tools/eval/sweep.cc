@@ -82,34 +82,51 @@ SweepPlan plan_sweep(std::string_view config_text, const std::string& source, bo
   for (double f : fractions) check_fraction(f, "");
   const bool include_full = top.boolean("include_full", true);
   // the KV row types axis: every run (the full cache's too) once per type, "K" or "K/V" ("q8_0",
-  // "q8_0/q4_1"); its label gains "@type" unless the type is f16 for both (so a config without
-  // the axis keeps its labels and keys)
+  // "q8_0/q4_1"), with "+rN" for the newest N rows also kept in f16 ("q4_1+r128":
+  // --kv-recent-f16 N); its label gains "@type" unless the type is f16 for both (so a config
+  // without the axis keeps its labels and keys)
   struct TypeSpec {
     std::string suffix;
     KvDType k = KvDType::kF16, v = KvDType::kF16;
+    int recent_f16 = 0;
   };
   std::vector<TypeSpec> kv_types{TypeSpec{}};
   if (cfg.contains("kv_types")) {
     const json& kt = cfg.at("kv_types");
-    const char* expected = "a list of KV row types (\"f16\", \"q8_0\", \"q8_0/q4_1\", ...)";
+    const char* expected = "a list of KV row types (\"f16\", \"q8_0\", \"q8_0/q4_1\", \"q4_1+r128\", ...)";
     if (!kt.is_array() || kt.empty()) top.fail("kv_types", expected);
     kv_types.clear();
     for (const json& e : kt) {
       if (!e.is_string()) top.fail("kv_types", expected);
       const std::string name = e.get<std::string>();
-      const size_t slash = name.find('/');
+      const size_t plus = name.find("+r");
+      const std::string types = name.substr(0, plus);
+      const size_t slash = types.find('/');
       TypeSpec t;
-      t.k = parse_kv_dtype(name.substr(0, slash), "sweep config kv_types");
-      t.v = slash == std::string::npos ? t.k : parse_kv_dtype(name.substr(slash + 1), "sweep config kv_types");
+      t.k = parse_kv_dtype(types.substr(0, slash), "sweep config kv_types");
+      t.v = slash == std::string::npos ? t.k : parse_kv_dtype(types.substr(slash + 1), "sweep config kv_types");
+      if (plus != std::string::npos) {
+        const std::string n = name.substr(plus + 2);
+        char* end = nullptr;
+        const long r = std::strtol(n.c_str(), &end, 10);
+        if (n.empty() || *end != '\0' || r < 1 || r > kMaxRecentF16)
+          throw Error(where + "kv_types: '" + name + "': expected +r and 1 to " + std::to_string(kMaxRecentF16) +
+                      " rows after the type (\"q4_1+r128\")");
+        auto quantized = [](KvDType d) { return d != KvDType::kF16 && d != KvDType::kF32; };
+        if (!quantized(t.k) && !quantized(t.v))
+          throw Error(where + "kv_types: '" + name + "': the f16 recent rows need a quantized type (q8_0, q4_0, q4_1)");
+        t.recent_f16 = static_cast<int>(r);
+      }
       t.suffix = t.k == KvDType::kF16 && t.v == KvDType::kF16 ? "" : "@" + name;
       for (const TypeSpec& o : kv_types)
-        if (o.k == t.k && o.v == t.v) throw Error(where + "kv_types names " + name + " twice");
+        if (o.k == t.k && o.v == t.v && o.recent_f16 == t.recent_f16) throw Error(where + "kv_types names " + name + " twice");
       kv_types.push_back(t);
     }
   }
   auto with_type = [](CacheConfig c, const TypeSpec& t) {
     c.dtype = t.k;
     c.dtype_v = t.v;
+    c.recent_f16 = t.recent_f16;
     return c;
   };
   if (cfg.contains("done_records")) {
