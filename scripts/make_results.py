@@ -286,7 +286,8 @@ def kv_types_section(path, doc_dir):
     fr = sorted(cfg["budget_fractions"])
 
     def type_of(r):
-        return r["kv_type"] if r["kv_type"] == r["kv_type_v"] else f"{r['kv_type']}/{r['kv_type_v']}"
+        t = r["kv_type"] if r["kv_type"] == r["kv_type_v"] else f"{r['kv_type']}/{r['kv_type_v']}"
+        return t + (f"+r{r['kv_recent_f16']}" if r.get("kv_recent_f16") else "")  # the newest rows also in f16
 
     def base_label(r):
         return r["policy"].split("@")[0]
@@ -299,7 +300,8 @@ def kv_types_section(path, doc_dir):
            f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}): every "
            f"policy at {', '.join(f'{100 * f:g}%' for f in fr)} of the tokens and the full cache, each with K and V "
            f"rows of {', '.join(f'`{t}`' for t in types)} (K/V where they differ; blocks of 32 with their own scales, "
-           "4-bit keys rotated: docs/DESIGN.md). A cell: perplexity (its ratio to the full f16 cache) and the MB of "
+           "4-bit keys rotated; +rN: the newest N rows also kept in f16, `--kv-recent-f16 N`, their bytes counted: "
+           "docs/DESIGN.md). A cell: perplexity (its ratio to the full f16 cache) and the MB of "
            "K and V kept at the end; the chart puts every point at its kept bytes, the frontier joining those "
            "that no other point beats on both.", ""]
     import matplotlib
