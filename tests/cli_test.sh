@@ -39,6 +39,10 @@ expect_error "--kv-type-k: unknown value 'q2'" generate -m "$m" --tokenizer "$to
 expect_error "--kv-type-v: unknown value 'q9' (expected one of: f16, f32, q8_0, q4_0, q4_1)" generate -m "$m" --tokenizer "$tok" -p hi --kv-type-v q9
 # 8- and 4-bit rows are blocks of 32 along the head dim: stories260K's head dim is 8
 expect_error "--kv-type q8_0: blocks of 32 along the head dim need a head dim that is a multiple of 32 (the model's is 8)" generate -m "$m" --tokenizer "$tok" -p hi --kv-type q8_0
+# the f16 copies of the newest rows: only beside quantized rows, at most 4096
+expect_error "--kv-recent-f16: keeps quantized rows' newest tokens in f16; with --kv-type f16 there are none" generate -m "$m" --tokenizer "$tok" -p hi --kv-recent-f16 64
+expect_error "--kv-recent-f16: expected 0 to 4096 rows, got 5000" generate -m "$m" --tokenizer "$tok" -p hi --kv-type-v q8_0 --kv-recent-f16 5000
+expect_error "--kv-recent-f16: expected an integer, got 'many'" generate -m "$m" --tokenizer "$tok" -p hi --kv-recent-f16 many
 expect_error "--decode-activations" generate -m "$m" --tokenizer "$tok" -p hi --decode-activations int4
 expect_error "--kv-policy" generate -m "$m" --tokenizer "$tok" -p hi --kv-policy lru
 expect_error "--threads" generate -m "$m" --tokenizer "$tok" -p hi -t 0

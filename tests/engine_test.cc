@@ -47,6 +47,13 @@ CacheConfig squeeze_at_prompt_end(int budget) {
   return c;
 }
 
+// K and V rows of `type`, the newest `ring` of them also in f16 (--kv-recent-f16)
+CacheConfig rows_of(CacheConfig c, KvDType type, int ring = 0) {
+  c.dtype = type;
+  c.recent_f16 = ring;
+  return c;
+}
+
 struct Case {
   std::string prompt;
   CacheConfig cache;
@@ -254,6 +261,43 @@ TEST_P(EngineTest, PrefillPartsEqualLonePrefills) {
   for (size_t i = 0; i < cs.size(); ++i) {
     const auto sa = alone.kv_stats(a[i]), sb = together.kv_stats(b[i]);
     for (size_t l = 0; l < sa.size(); ++l) ASSERT_EQ(sa[l].tokens_kept, sb[l].tokens_kept) << "sequence " << i << " layer " << l;
+  }
+}
+
+// Prompt chunks over quantized rows that share a step take the path they take alone: a chunk of
+// more than kRowTile query rows a kv head reads its rows dequantized once (attention.cc,
+// dequantizes_for_tiles). Packed with another sequence's chunk they once ran the register path
+// instead, and the server's concurrent answers with 4-bit rows differed from generate's
+// (2026-12-06). Two chunks of 8 and then 6 tokens a step, bit for bit (int8 activations).
+TEST(Engine, QuantizedRowChunksSharingAStepEqualLoneChunks) {
+  const Model& m = smollm();
+  const int V = m.config().vocab_size;
+  SessionOptions o = options(DecodeActivations::kInt8);
+  const std::vector<std::string> texts = {"She was the youngest of the two daughters of a most affectionate, indulgent father",
+                                          "The rain in Spain stays mainly in the plain, said the professor to his pupil"};
+  const std::vector<CacheConfig> caches = {rows_of(cache_of(KvPolicy::kH2O, 16), KvDType::kQ4_1, 8),
+                                           rows_of(cache_of(KvPolicy::kFull, 0), KvDType::kQ8_0)};
+  Engine together(m, o, 2), alone(m, o, 1);
+  std::vector<std::vector<int>> prompts;
+  std::vector<SequenceId> a, b;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    prompts.push_back(m.tokenizer().encode(texts[i], true));
+    ASSERT_GE(prompts.back().size(), 14u);
+    a.push_back(alone.add_sequence(caches[i]));
+    b.push_back(together.add_sequence(caches[i]));
+  }
+  int at = 0;
+  for (const int T : {8, 6}) {
+    std::vector<Engine::PrefillPart> parts;
+    for (size_t i = 0; i < texts.size(); ++i)
+      parts.push_back({b[i], std::span<const int>(prompts[i]).subspan(at, T), static_cast<int>(prompts[i].size())});
+    const std::span<const float> out = together.prefill(parts);
+    const std::vector<float> got(out.begin(), out.end());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const std::span<const float> lone = alone.prefill(a[i], parts[i].tokens, static_cast<int>(prompts[i].size()));
+      for (int v = 0; v < V; ++v) ASSERT_EQ(lone[v], got[i * V + v]) << "sequence " << i << " at " << at << " logit " << v;
+    }
+    at += T;
   }
 }
 

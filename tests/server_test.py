@@ -115,7 +115,8 @@ def wait_idle(srv, seconds=30):
 def kv_flags(kv):
     flags = []
     for k, v in (kv or {}).items():
-        flags += ["--kv-" + k if k in ("policy", "budget", "type", "sinks", "recent") else "--" + k.replace("_", "-"), str(v)]
+        flags += ["--kv-" + k.replace("_", "-") if k in ("policy", "budget", "type", "sinks", "recent", "recent_f16")
+                  else "--" + k.replace("_", "-"), str(v)]
     return flags
 
 
@@ -163,8 +164,9 @@ def ask(client, prompt, n, kv=None, chat=True, stream=False, stop=None):
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # greedy decoding keeps counting: long answers without an end token
 PROMPTS = ["What is the capital of France?", "Write a short poem about the sea.",
            "Explain in one sentence why the sky is blue.", "List three fruits."]
+# (the last with 4-bit rows and their newest 16 also in f16: a batch then mixes row types)
 POLICIES = [None, {"policy": "squeeze", "budget": BUDGET}, {"policy": "h2o", "budget": BUDGET},
-            {"policy": "window", "budget": BUDGET}]
+            {"policy": "window", "budget": BUDGET, "type": "q4_1", "recent_f16": 16}]
 
 
 def document(k, lines):
@@ -462,6 +464,10 @@ def main():
             ("KV budget wrong type", "POST", "/v1/chat/completions", {**chat, "kv": {"policy": "h2o", "budget": "big"}}, KEY, 400, "kv.budget"),
             ("unknown KV setting", "POST", "/v1/chat/completions", {**chat, "kv": {"colour": 1}}, KEY, 400, "colour"),
             ("unknown KV row type", "POST", "/v1/chat/completions", {**chat, "kv": {"type_v": "q9"}}, KEY, 400, "kv.type_v"),
+            ("f16 recent rows beside f16 rows", "POST", "/v1/chat/completions", {**chat, "kv": {"recent_f16": 32}}, KEY, 400,
+             "kv.recent_f16: keeps quantized rows' newest tokens in f16"),
+            ("f16 recent rows wrong type", "POST", "/v1/chat/completions", {**chat, "kv": {"type": "q4_1", "recent_f16": "x"}}, KEY,
+             400, "kv.recent_f16: expected an integer"),
             ("KV cache_prefix past the prompt", "POST", "/v1/chat/completions", {**chat, "kv": {"cache_prefix": 99999}}, KEY, 400,
              "kv.cache_prefix"),
             ("KV cache_prefix negative", "POST", "/v1/chat/completions", {**chat, "kv": {"cache_prefix": -1}}, KEY, 400, "kv.cache_prefix"),

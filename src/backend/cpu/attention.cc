@@ -319,9 +319,12 @@ void run_whole_tile(const TiledArgs& a, TileJob& job, TileFn tile) {
 // scratch [G][N][D] (kv_dequantize_row: the values the reference reads), and the f32 tile kernel
 // runs over them; a row the recent ring holds is its ring row (KvView::ring_k). Returns the view
 // to attend over (kv itself when nothing was done).
+bool dequantizes_for_tiles(const KvView& kv, int64_t T, int H) {
+  return (kv_quantized(kv.type) || kv_quantized(kv.v_type)) && T * (H / kv.n_kv_heads) > kRowTile;
+}
+
 KvView dequantized_for_tiles(const KvView& kv, int64_t T, int H) {
-  const int64_t rows_per_head = T * (H / kv.n_kv_heads);
-  if ((!kv_quantized(kv.type) && !kv_quantized(kv.v_type)) || rows_per_head <= kRowTile) return kv;
+  if (!dequantizes_for_tiles(kv, T, H)) return kv;
   thread_local std::vector<float> kf, vf;  // grown once per thread
   const int G = kv.n_kv_heads, N = kv.count, D = kv.head_dim;
   const size_t n = static_cast<size_t>(G) * N * D;
@@ -391,14 +394,19 @@ void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
 // Several calls (a decode batch: one per sequence) whose tiles all run in one parallel loop, so
 // that a few tiles per call (one per kv head) still keep every thread busy. Each tile computes
 // exactly what it computes in a call of its own; calls whose keys are split into segments (long
-// contexts) run on their own.
+// contexts) and prompt chunks over quantized rows (dequantized once into the caller's scratch,
+// dequantizes_for_tiles) run on their own, as alone: the same path, so the same bits (a packed
+// prefill of several sequences once read 4-bit rows through the register path and answered
+// otherwise than alone, 2026-12-06).
 void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
   thread_local std::vector<TiledPlan> plans;
   thread_local std::vector<float*> scratch_of;
   thread_local std::vector<int64_t> first_job;  // [n + 1] each pooled call's first job
   thread_local std::vector<TileJob> jobs;
   thread_local std::vector<int> call_of;
+  thread_local std::vector<char> alone;  // [n] run as a call of its own
   plans.clear();
+  alone.clear();
   scratch_of.clear();
   first_job.assign(1, 0);
   float* next = scratch;
@@ -407,12 +415,13 @@ void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
     plans.push_back(plan_tiled(k.out, k.q, k.q_pos, k.T, k.H, k.kv, k.probe));
     scratch_of.push_back(next);
     next += attention_scratch_floats(k.T, k.H, k.kv.capacity);
-    first_job.push_back(first_job.back() + (plans[c].S == 1 ? plans[c].n_tiles : 0));
+    alone.push_back(plans[c].S != 1 || dequantizes_for_tiles(k.kv, k.T, k.H));
+    first_job.push_back(first_job.back() + (alone[c] ? 0 : plans[c].n_tiles));
   }
   jobs.resize(static_cast<size_t>(first_job.back()));
   call_of.resize(jobs.size());
   for (int c = 0; c < n; ++c) {
-    if (plans[c].S != 1) {
+    if (alone[c]) {
       attention_tiled(calls[c].out, calls[c].q, calls[c].q_pos, calls[c].T, calls[c].H, calls[c].kv, calls[c].probe, scratch_of[c]);
       continue;
     }
@@ -426,7 +435,7 @@ void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < n_jobs; ++i) run_whole_tile(plan[owner[i]].a, all[i], plan[owner[i]].tile);
   for (int c = 0; c < n; ++c)
-    if (plans[c].S == 1) finish_tiled(plans[c], all + first_job[c], calls[c].probe, scratch_of[c]);
+    if (!alone[c]) finish_tiled(plans[c], all + first_job[c], calls[c].probe, scratch_of[c]);
 }
 #endif
 
