@@ -292,8 +292,15 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     tok[r] = t;
     tile_max = qp[r] > tile_max ? qp[r] : tile_max;
   }
-  // key quads later than every query of the tile (the causal triangle of a prefill chunk), and
-  // the segment's latest position: a row at or past it sees every key (every decode row)
+  // key quads later than every query of the tile (the causal triangle of a prefill chunk), the
+  // segment's latest position: a row at or past it sees every key (every decode row), and the keys
+  // read from the recent ring: positions at or after ring_from (a compare a quad where none is,
+  // the usual case: the ring is the newest rows)
+  thread_local RingKeys ring_keys;
+  RingKeys& rk = ring_keys;
+  rk.n = 0;
+  const bool ring = a.ring > 0;
+  if (ring) rk.reserve();
   int32_t last = INT32_MIN;
   for (int c = c0; c < c1; ++c) {
     int32_t first = pos[4 * c], latest = pos[4 * c];
@@ -303,23 +310,12 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     }
     skip[c] = first > tile_max;
     last = latest > last ? latest : last;
-  }
-  for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) last = pos[n] > last ? pos[n] : last;
-  // the keys read from the recent ring: positions at or after ring_from (a compare a quad where
-  // none is, the usual case: the ring is the newest rows)
-  thread_local RingKeys ring_keys;
-  RingKeys& rk = ring_keys;
-  rk.n = 0;
-  if (a.ring > 0) {
-    rk.reserve();
-    for (int c = c0; c < c1; ++c) {
-      if (skip[c]) continue;
-      int32_t latest = pos[4 * c];
-      for (int i = 1; i < 4; ++i) latest = pos[4 * c + i] > latest ? pos[4 * c + i] : latest;
-      if (latest < a.ring_from) continue;
+    if (ring && !skip[c] && latest >= a.ring_from)
       for (int i = 0; i < 4; ++i) note_ring_key(a, pos, 4 * c + i, rk);
-    }
-    for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) note_ring_key(a, pos, n, rk);
+  }
+  for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) {
+    last = pos[n] > last ? pos[n] : last;
+    if (ring) note_ring_key(a, pos, n, rk);
   }
   const uint16_t* ring_k = a.ring_k != nullptr ? a.ring_k + static_cast<int64_t>(job.g) * a.ring * D : nullptr;
   const uint16_t* ring_v = a.ring_v != nullptr ? a.ring_v + static_cast<int64_t>(job.g) * a.ring * D : nullptr;
