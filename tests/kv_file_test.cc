@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,44 @@ TEST(KvFile, DamagedMismatchedAndUnsaveableCachesAreRefused) {
 
 // A byte flipped anywhere in a saved cache gives a clear refusal or a cache that still decodes;
 // never a crash (the sanitizer build runs this too; tests/fuzz/fuzz_kv_file.cc goes further).
+// A cache saved with the newest rows in f16 (--kv-recent-f16) is refused, naming what is wrong,
+// when the run asks another ring, when a ring slot holds a position that is not its own, or when
+// a ring row is not finite. The file ends with the last layer's ring: its V rows (f16), then the
+// position of each slot (i32).
+TEST(KvFile, RecentF16RowsMismatchedOrDamagedAreRefused) {
+  const std::vector<int> doc = austen(120, 0);
+  SessionOptions so = options(KvPolicy::kH2O, 64, KvDType::kQ4_1, KvDType::kQ4_1);
+  so.cache.recent_f16 = 16;
+  Session a(smollm2(), so);
+  a.forward(doc);
+  const std::vector<uint8_t> bytes = a.save_kv(doc);
+  SessionOptions other = so;
+  other.cache.recent_f16 = 8;
+  Session b(smollm2(), other);
+  EXPECT_NE(message_of([&] { b.load_kv(bytes); }).find("--kv-recent-f16: the cache was saved with 16, this run asks 8"),
+            std::string::npos)
+      << message_of([&] { b.load_kv(bytes); });
+  Session c(smollm2(), so);
+  // (found while the layers are restored, KvStorage::restore, as a damaged row's position or
+  // value is: the refused load has already reset the sequence, unlike the header checks, which
+  // run before anything is touched)
+  auto refuses = [&](const std::vector<uint8_t>& bad, const std::string& needle) {
+    const std::string m = message_of([&] { c.load_kv(bad, "bad.kv"); });
+    EXPECT_NE(m.find(needle), std::string::npos) << "expected '" << needle << "' in: " << m;
+  };
+  std::vector<uint8_t> moved = bytes;  // slot 15 says it holds position 0 (0 % 16 is slot 0)
+  const int32_t zero = 0;
+  std::memcpy(moved.data() + moved.size() - sizeof(int32_t), &zero, sizeof(int32_t));
+  refuses(moved, "the recent f16 rows' index 15 holds position 0, not one of its own");
+  std::vector<uint8_t> inf = bytes;  // the last V ring value: f16 infinity
+  const uint16_t f16_inf = 0x7c00;
+  std::memcpy(inf.data() + inf.size() - 16 * sizeof(int32_t) - sizeof(uint16_t), &f16_inf, sizeof(uint16_t));
+  refuses(inf, "a recent f16 row holds a value that is not finite");
+  Session d(smollm2(), so);
+  d.load_kv(bytes);  // the undamaged cache restores
+  EXPECT_EQ(d.position(), 120);
+}
+
 TEST(KvFile, FlippedBytesNeverCrash) {
   const std::vector<int> doc = austen(150, 0);
   const SessionOptions so = options(KvPolicy::kH2O, 48, KvDType::kQ8_0, KvDType::kQ8_0);
