@@ -245,13 +245,17 @@ TEST(KvFile, RecentF16RowsMismatchedOrDamagedAreRefused) {
   EXPECT_NE(message_of([&] { b.load_kv(bytes); }).find("--kv-recent-f16: the cache was saved with 16, this run asks 8"),
             std::string::npos)
       << message_of([&] { b.load_kv(bytes); });
-  Session c(smollm2(), so);
   // (found while the layers are restored, KvStorage::restore, as a damaged row's position or
-  // value is: the refused load has already reset the sequence, unlike the header checks, which
-  // run before anything is touched)
+  // value is: the session holding a sequence of its own keeps it, the same logits after the
+  // refusal as a session that never saw the bad cache)
+  const std::vector<int> own = austen(40, 3000), next = austen(3, 9000);
+  Session c(smollm2(), so), untouched(smollm2(), so);
+  c.forward(own);
+  untouched.forward(own);
   auto refuses = [&](const std::vector<uint8_t>& bad, const std::string& needle) {
     const std::string m = message_of([&] { c.load_kv(bad, "bad.kv"); });
     EXPECT_NE(m.find(needle), std::string::npos) << "expected '" << needle << "' in: " << m;
+    EXPECT_EQ(c.position(), 40) << "a refused cache touched the sequence";
   };
   std::vector<uint8_t> moved = bytes;  // slot 15 says it holds position 0 (0 % 16 is slot 0)
   const int32_t zero = 0;
@@ -261,6 +265,8 @@ TEST(KvFile, RecentF16RowsMismatchedOrDamagedAreRefused) {
   const uint16_t f16_inf = 0x7c00;
   std::memcpy(inf.data() + inf.size() - 16 * sizeof(int32_t) - sizeof(uint16_t), &f16_inf, sizeof(uint16_t));
   refuses(inf, "a recent f16 row holds a value that is not finite");
+  const std::vector<float> kept = continue_greedy(c, next, 2), want = continue_greedy(untouched, next, 2);
+  EXPECT_EQ(kept, want) << "the session's own sequence changed under a refused cache";
   Session d(smollm2(), so);
   d.load_kv(bytes);  // the undamaged cache restores
   EXPECT_EQ(d.position(), 120);

@@ -96,7 +96,13 @@ std::vector<int> Session::load_kv(std::span<const uint8_t> bytes, const std::str
   const SavedSequence saved = parse_saved_sequence(bytes, m.runner.model(), source);
   if (const std::string why = saved_settings_mismatch(saved, m.plan.config(), m.seq.max_tokens); !why.empty())
     throw Error("kv cache '" + source + "': " + why);
-  restore_sequence(m.seq, saved);
+  // Restored into a new sequence of the same plan, which takes this one's place only once every
+  // layer has taken its rows: a cache refused while its layers are restored (a row's position or
+  // value, a policy's state) leaves the session as it was. For that moment both caches are held.
+  SequenceState seq = m.runner.new_sequence(m.plan);
+  restore_sequence(seq, saved);
+  seq.caches.set_trace(m.trace ? &m.trace : nullptr);
+  m.seq = std::move(seq);
   return saved.tokens;
 }
 
