@@ -165,7 +165,7 @@ struct Attended {
   std::vector<float> out, mass;  // [T][H*D], [G][N]
   std::vector<float> out_again;  // on the device: a second launch's output (no mass asked)
 };
-Attended attend(int dev, KvType type, int G, int H, int D, int N, int T, int cap, const std::vector<float>& k,
+Attended attend(int dev, KvTypes type, int G, int H, int D, int N, int T, int cap, const std::vector<float>& k,
                 const std::vector<float>& v, const std::vector<int32_t>& pos, const std::vector<float>& q,
                 const std::vector<int32_t>& qpos, MassReduce reduce, bool dev_count, int64_t mass_row_begin = 0, bool exact = true) {
   auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, exact ? DeviceWeightFormat::kF32 : DeviceWeightFormat::kBf16, Activations::kF32});
@@ -387,28 +387,31 @@ TEST_F(Cuda, PromptPartsAttendInOneLaunchAsAlone) {
 }
 
 // The decode kernels (one query token: flash-decoding over splits of the keys, the mass from the
-// kept scores) against the CPU's attention over a sweep of shapes: KV f16, f32 and q8_0 (the
-// same stored bytes on both: the kernels read the blocks directly; head dims 64-256), head dims
+// kept scores) against the CPU's attention over a sweep of shapes: KV f16, f32 and q8_0, and q4_1
+// values beside q8_0 or f16 keys (the same stored bytes on both: the kernels read the blocks
+// directly; q8_0 for head dims 64-256; q4_1 values where the tensor cores do not serve the shape
+// through the general kernel over the rows converted, as with SQUEEZEKV_CUDA_MMA_DECODE=0), head dims
 // 16-256, 1-8 query heads per kv head, 1-5000 keys (one split to many), dead slots and keys
 // later than the query (masked), N read from the host or from device memory (count_dev). The
 // CUDA-core kernel (SQUEEZEKV_CUDA_MMA_DECODE=0) in f32 within 1e-4 (output) and 1e-5 (mass); the
 // tensor-core kernel where it serves (f16 and q8_0, head dims 64 and 128, up to 8 heads a kv head)
 // rounds q and p to f16 as the prompt kernel does: within 1e-3 and 1e-4 for f16 (seen on the
 // H200: 3.4e-4 and 3.5e-5); q8_0's values q * d are rounded to f16 too (2^-11 of a value: up to
-// 2e-3 for these N(0, 1) rows), so 3e-3 and 3e-4; and it must be the one that ran (its bits
-// differ from the CUDA cores' past one key).
+// 2e-3 for these N(0, 1) rows), so 3e-3 and 3e-4, and q4_1's q * d + m alike; and it must be the
+// one that ran (its bits differ from the CUDA cores' past one key).
 TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   const int G = 2;
   int cases = 0, on_mma = 0;
   double worst_out = 0, worst_mass = 0, worst_mma_out = 0, worst_mma_mass = 0;
-  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8_0})
+  const KvTypes types[] = {KvType::kF32, KvType::kF16, KvType::kQ8_0, {KvType::kQ8_0, KvType::kQ4_1}, {KvType::kF16, KvType::kQ4_1}};
+  for (KvTypes type : types)
     for (int D : {16, 32, 64, 128, 256})
       for (int grp : {1, 3, 4, 7, 8})
         for (int N : {1, 40, 300, 5000})
           for (bool dev_count : {false, true}) {
-            if (type == KvType::kQ8_0 && D % 64 != 0) continue;  // cuda_kv_types: whole-word rows
+            if (!cuda_kv_types(type, D)) continue;  // q8_0: whole-word rows (D % 64); q4_1: blocks of 32
             const int H = G * grp, cap = N + 5;
             std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size()), q(static_cast<size_t>(H) * D);
             for (auto* x : {&k, &v, &q})
@@ -425,13 +428,14 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
             EXPECT_EQ(b.out, b.out_again) << "D " << D << " grp " << grp << " N " << N << ": a second launch";
             EXPECT_EQ(c.out, c.out_again) << "D " << D << " grp " << grp << " N " << N << ": a second launch";
             const std::string what = "D " + std::to_string(D) + " grp " + std::to_string(grp) + " N " + std::to_string(N) + " type " +
-                                     std::to_string(int(type)) + " dev " + std::to_string(dev_count);
+                                     std::to_string(int(type.k)) + "/" + std::to_string(int(type.v)) + " dev " + std::to_string(dev_count);
             const double eo = max_diff(a.out, c.out), em = max_diff(a.mass, c.mass);
             worst_out = std::max(worst_out, eo), worst_mass = std::max(worst_mass, em);
             ++cases;
             EXPECT_LE(eo, 1e-4) << what;
             EXPECT_LE(em, 1e-5) << what;
-            const bool mma = (type == KvType::kF16 || type == KvType::kQ8_0) && (D == 64 || D == 128) && grp <= 8;
+            const bool mma = (type.k == KvType::kF16 || type.k == KvType::kQ8_0) && (type.v == type.k || type.v == KvType::kQ4_1) &&
+                             (D == 64 || D == 128) && grp <= 8;
             if (!mma) {
               EXPECT_EQ(b.out, c.out) << what << ": the same kernel";
               continue;
@@ -442,7 +446,7 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
             if (N > 1) {  // one key: v itself in both
               EXPECT_NE(b.out, c.out) << what << ": the tensor-core kernel did not run";
             }
-            const double tol = type == KvType::kQ8_0 ? 3e-3 : 1e-3;
+            const double tol = type.k == KvType::kQ8_0 || type.v == KvType::kQ4_1 ? 3e-3 : 1e-3;
             EXPECT_LE(mo, tol) << what;
             EXPECT_LE(mm, tol / 10) << what;
           }
@@ -450,14 +454,17 @@ TEST_F(Cuda, DecodeAttentionMatchesTheCpu) {
               cases, worst_out, worst_mass, on_mma, worst_mma_out, worst_mma_mass);
 }
 
-// Q8_0 rows written on the device are the CPU's bytes (the same f32 rows quantized by the same f32
-// operations), and a prompt chunk over Q8_0 rows (converted once a layer, then the kernels of
-// f16 rows: the tensor cores at 600 rows, the CUDA cores at 37; in the exact mode of f32 rows)
-// stays within those kernels' bounds of the CPU's attention over the same rows.
+// Q8_0 rows, and Q4_1 values beside Q8_0 or f16 keys, written on the device are the CPU's bytes
+// (the same f32 rows quantized by the same f32 operations), and a prompt chunk over such rows
+// (converted once a layer, then the kernels of f16 rows: the tensor cores at 600 rows, the CUDA
+// cores at 37; in the exact mode of f32 rows) stays within those kernels' bounds of the CPU's
+// attention over the same rows.
 TEST_F(Cuda, Q8RowsAndPromptAttentionMatchTheCpu) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd;
   const int G = 2;
+  const KvTypes pairs[] = {KvType::kQ8_0, {KvType::kQ8_0, KvType::kQ4_1}, {KvType::kF16, KvType::kQ4_1}};
+  for (KvTypes types : pairs)
   for (int D : {64, 128, 256}) {
     const int N = 300, cap = N + 9;
     std::vector<float> k(static_cast<size_t>(N) * G * D), v(k.size());
@@ -468,7 +475,7 @@ TEST_F(Cuda, Q8RowsAndPromptAttentionMatchTheCpu) {
     std::vector<uint8_t> rows[2][2];  // [backend][K, V]
     for (int dev : {0, 1}) {
       auto be = make_backend({dev == 0 ? Device::kCpu : Device::kCuda, 2, DeviceWeightFormat::kF32, Activations::kF32});
-      KvStorage st(G, D, cap, KvType::kQ8_0, be.get());
+      KvStorage st(G, D, cap, types, be.get());
       auto kb = be->alloc(k.size() * 4), vb = be->alloc(v.size() * 4), pb = be->alloc(pos.size() * 4);
       be->upload(kb->data(), k.data(), k.size() * 4), be->upload(vb->data(), v.data(), v.size() * 4);
       be->upload(pb->data(), pos.data(), pos.size() * 4);
@@ -476,17 +483,19 @@ TEST_F(Cuda, Q8RowsAndPromptAttentionMatchTheCpu) {
       const KvView view = st.view();
       for (int which : {0, 1}) {
         std::vector<uint8_t>& r = rows[dev][which];
-        r.resize(static_cast<size_t>(G) * cap * view.k_row_bytes());
+        const size_t rb = kv_row_bytes(which == 0 ? types.k : types.v, D);
+        r.resize(static_cast<size_t>(G) * cap * rb);
         be->download(r.data(), which == 0 ? view.k : view.v, r.size());
         for (int g = 0; g < G; ++g)  // slots past N hold nothing written
-          std::fill(r.begin() + (static_cast<size_t>(g) * cap + N) * view.k_row_bytes(),
-                    r.begin() + static_cast<size_t>(g + 1) * cap * view.k_row_bytes(), 0);
+          std::fill(r.begin() + (static_cast<size_t>(g) * cap + N) * rb, r.begin() + static_cast<size_t>(g + 1) * cap * rb, 0);
       }
     }
-    EXPECT_TRUE(rows[0][0] == rows[1][0]) << "D " << D << ": K rows differ from the CPU's";
-    EXPECT_TRUE(rows[0][1] == rows[1][1]) << "D " << D << ": V rows differ from the CPU's";
+    const std::string what = "D " + std::to_string(D) + " types " + std::to_string(int(types.k)) + "/" + std::to_string(int(types.v));
+    EXPECT_TRUE(rows[0][0] == rows[1][0]) << what << ": K rows differ from the CPU's";
+    EXPECT_TRUE(rows[0][1] == rows[1][1]) << what << ": V rows differ from the CPU's";
   }
   double worst_out = 0, worst_mass = 0;
+  for (KvTypes types : pairs)
   for (int D : {64, 128})
     for (int T : {37, 600}) {
       const int grp = 4, H = G * grp, ctx = 300, N = ctx + T, cap = N + 3;
@@ -496,9 +505,9 @@ TEST_F(Cuda, Q8RowsAndPromptAttentionMatchTheCpu) {
       std::vector<int32_t> pos(N), qpos(T);
       std::iota(pos.begin(), pos.end(), 0);
       for (int t = 0; t < T; ++t) qpos[t] = ctx + t;
-      const Attended c = attend(0, KvType::kQ8_0, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, false);
-      const Attended t = attend(1, KvType::kQ8_0, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, T == 600, 0, false);
-      const Attended x = attend(1, KvType::kQ8_0, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, T == 600);
+      const Attended c = attend(0, types, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, false);
+      const Attended t = attend(1, types, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, T == 600, 0, false);
+      const Attended x = attend(1, types, G, H, D, N, T, cap, k, v, pos, q, qpos, MassReduce::kSum, T == 600);
       double mass_scale = 0;
       for (float e : c.mass) mass_scale = std::max(mass_scale, double(e));
       const double eo = max_diff(t.out, c.out), em = max_diff(t.mass, c.mass) / mass_scale;
@@ -508,8 +517,8 @@ TEST_F(Cuda, Q8RowsAndPromptAttentionMatchTheCpu) {
       EXPECT_LE(max_diff(x.out, c.out), 1e-4) << "D " << D << " T " << T << " exact";
       EXPECT_LE(max_diff(x.mass, c.mass) / mass_scale, 1e-4) << "D " << D << " T " << T << " exact";
     }
-  std::printf("q8_0 rows: the CPU's bytes; prompt attention over them through f16: max output err %.3g, max mass err %.3g of the "
-              "largest\n", worst_out, worst_mass);
+  std::printf("q8_0 rows, q4_1 values: the CPU's bytes; prompt attention over them through f16: max output err %.3g, max mass err "
+              "%.3g of the largest\n", worst_out, worst_mass);
 }
 
 // A decode step's mass deferred to the layer's eviction (the eviction kernel adds it before it
@@ -1274,13 +1283,15 @@ TEST_F(Cuda, PoliciesKeepTheSameSurvivors) {
   }
 }
 
-// Sessions with Q8_0 KV rows on the two backends (the exact mode: f32 weights, the rows converted to
-// f32 for the prompt kernels), on dummy shapes of head dims 64 and 128 (every trained test model's
-// head dim is below 64, which Q8_0 rows on the device need): the logits of a prompt in chunks and
+// Sessions with Q8_0 KV rows, and with Q4_1 values beside Q8_0 keys, on the two backends (the
+// exact mode: f32 weights, the rows converted to f32 for the prompt kernels), on dummy shapes of
+// head dims 64 and 128 (every trained test model's head dim is below 64, which Q8_0 rows on the
+// device need): the logits of a prompt in chunks and
 // of decode steps within 2e-3 of their scale (seen on the H200: at most 2.7e-4; a key the two
 // backends project a rounding apart may land one quantization step apart, a larger difference
-// than f32 rows show), and under h2o, squeeze and kvzip the survivors of nearly every (layer, kv
-// head) the same (seen: all).
+// than f32 rows show), with Q4_1 values within 5e-3 (a step is 1/15 of a block's range there:
+// seen on an H100 2.3e-3), and under h2o, squeeze and kvzip the survivors of nearly every (layer,
+// kv head) the same (seen: all but one of 36 with Q4_1 values).
 TEST_F(Cuda, Q8KvSessionsMatchTheCpu) {
   std::vector<std::unique_ptr<Model>> models;
   for (const char* shape : {"64", "128"}) {
@@ -1294,32 +1305,36 @@ TEST_F(Cuda, Q8KvSessionsMatchTheCpu) {
     }
     models.push_back(Model::dummy(path));
   }
-  for (const auto& m : models) {
-    const auto ids = prompt(*m, 96);
-    SessionOptions cpu;
-    cpu.threads = 2;
-    cpu.prefill_chunk = 32;
-    cpu.cache.dtype = KvDType::kQ8_0;
-    SessionOptions gpu = cpu;
-    gpu.device = Device::kCuda;
-    gpu.device_weights = DeviceWeightFormat::kF32;
-    const Logits a = run(*m, cpu, ids, 8), b = run(*m, gpu, ids, 8);
-    const int V = m->config().vocab_size;
-    const Diff p = compare(a.prefill, b.prefill, V), d = compare(a.decode, b.decode, V);
-    std::printf("head dim %d, q8_0 rows: prefill max err %.3g (scale %.3g), decode max err %.3g\n", m->config().head_dim, p.max_abs,
-                p.scale, d.max_abs);
-    EXPECT_LE(p.max_abs, 2e-3 * std::max(1.0, p.scale)) << m->config().head_dim;
-    EXPECT_LE(d.max_abs, 2e-3 * std::max(1.0, d.scale)) << m->config().head_dim;
-    for (KvPolicy policy : {KvPolicy::kH2O, KvPolicy::kSqueeze, KvPolicy::kKvzip}) {
-      SessionOptions c = cpu, g = gpu;
-      c.cache.policy = g.cache.policy = policy;
-      c.cache.budget = g.cache.budget = 40;
-      const auto [same, total] = same_survivors(*m, c, g, ids);
-      std::printf("head dim %d, q8_0 rows, %-8s survivor sets identical: %d of %d (layer, kv head)\n", m->config().head_dim,
-                  kv_policy_name(policy), same, total);
-      EXPECT_GE(same, total * 5 / 6) << kv_policy_name(policy) << " head dim " << m->config().head_dim;
+  for (const auto& m : models)
+    for (std::optional<KvDType> v_type : {std::optional<KvDType>(), std::optional<KvDType>(KvDType::kQ4_1)}) {
+      const auto ids = prompt(*m, 96);
+      SessionOptions cpu;
+      cpu.threads = 2;
+      cpu.prefill_chunk = 32;
+      cpu.cache.dtype = KvDType::kQ8_0;
+      cpu.cache.dtype_v = v_type;  // q4_1 values beside q8_0 keys: the decode kernel's own value path
+      const char* rows = v_type ? "q8_0 keys, q4_1 values" : "q8_0 rows";
+      SessionOptions gpu = cpu;
+      gpu.device = Device::kCuda;
+      gpu.device_weights = DeviceWeightFormat::kF32;
+      const Logits a = run(*m, cpu, ids, 8), b = run(*m, gpu, ids, 8);
+      const int V = m->config().vocab_size;
+      const Diff p = compare(a.prefill, b.prefill, V), d = compare(a.decode, b.decode, V);
+      std::printf("head dim %d, %s: prefill max err %.3g (scale %.3g), decode max err %.3g\n", m->config().head_dim, rows, p.max_abs,
+                  p.scale, d.max_abs);
+      const double tol = v_type ? 5e-3 : 2e-3;  // a value a rounding apart lands a 4-bit step apart (1/15 of its block's range)
+      EXPECT_LE(p.max_abs, tol * std::max(1.0, p.scale)) << m->config().head_dim << " " << rows;
+      EXPECT_LE(d.max_abs, tol * std::max(1.0, d.scale)) << m->config().head_dim << " " << rows;
+      for (KvPolicy policy : {KvPolicy::kH2O, KvPolicy::kSqueeze, KvPolicy::kKvzip}) {
+        SessionOptions c = cpu, g = gpu;
+        c.cache.policy = g.cache.policy = policy;
+        c.cache.budget = g.cache.budget = 40;
+        const auto [same, total] = same_survivors(*m, c, g, ids);
+        std::printf("head dim %d, %s, %-8s survivor sets identical: %d of %d (layer, kv head)\n", m->config().head_dim, rows,
+                    kv_policy_name(policy), same, total);
+        EXPECT_GE(same, total * 5 / 6) << kv_policy_name(policy) << " head dim " << m->config().head_dim << " " << rows;
+      }
     }
-  }
   // what the device does not store is refused before any work, naming the flag
   auto refused = [&](KvDType k, std::optional<KvDType> v, const std::string& want) {
     SessionOptions so;
@@ -1333,7 +1348,9 @@ TEST_F(Cuda, Q8KvSessionsMatchTheCpu) {
     }
   };
   refused(KvDType::kQ4_0, std::nullopt, "--kv-type q4_0: the CUDA backend stores K and V as one type");
+  refused(KvDType::kQ4_1, std::nullopt, "--kv-type q4_1: the CUDA backend stores K and V as one type");  // 4-bit keys
   refused(KvDType::kQ8_0, KvDType::kF16, "--kv-type-v f16: the CUDA backend stores K and V as one type");
+  refused(KvDType::kQ8_0, KvDType::kQ4_0, "--kv-type-v q4_0: the CUDA backend stores K and V as one type");
 }
 
 // A decode step replays as one CUDA graph (the counts that grow live in device memory): the
@@ -1349,11 +1366,13 @@ struct BatchVsAlone {
   double max_rel = 0, argmax_agree = 0;   // the largest difference over the logits' scale
   int64_t replays = 0;                    // the batch's steps replayed as one CUDA graph
 };
-BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int steps, bool evicting, KvDType kv = KvDType::kF16) {
-  auto config = [evicting, kv](int i) {
+BatchVsAlone batch_vs_alone(const Model& m, const SessionOptions& so, int B, int steps, bool evicting, KvDType kv = KvDType::kF16,
+                            std::optional<KvDType> kv_v = std::nullopt) {
+  auto config = [evicting, kv, kv_v](int i) {
     CacheConfig c;
     c.max_tokens = 400;
     c.dtype = kv;
+    c.dtype_v = kv_v;
     switch (evicting ? i % 4 : i % 2) {
       case 0: c.max_tokens = 200 + 37 * (i % 7); break;  // full: 4 to 8 splits of its capacity
       case 1: c.policy = KvPolicy::kWindow, c.budget = 40 + i % 5; break;
@@ -1414,7 +1433,7 @@ std::vector<std::unique_ptr<Model>> batch_models() {
 // With --batch-invariant a decode batch gives every sequence exactly what it gets alone, to the
 // bit (the 4-row GEMV products, and one attention launch for the batch whose blocks each do
 // their sequence's lone arithmetic): batches of 8 and 128, every policy kind; f16 rows, and Q8_0
-// rows in a batch of 8.
+// rows and Q4_1 values beside Q8_0 keys in a batch of 8.
 TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
   SessionOptions so;
   so.device = Device::kCuda;
@@ -1428,6 +1447,8 @@ TEST_F(Cuda, DecodeBatchIsBatchInvariant) {
   // Q8_0 rows (head dim 128: the wide shape): the batch kernel reads the blocks as the lone one does
   const BatchVsAlone q = batch_vs_alone(*models[1], so, 8, 120, true, KvDType::kQ8_0);
   EXPECT_EQ(q.differ, 0) << "q8_0 batch 8: first at step " << q.first / 1000 << ", sequence " << q.first % 1000;
+  const BatchVsAlone q4 = batch_vs_alone(*models[1], so, 8, 120, true, KvDType::kQ8_0, KvDType::kQ4_1);
+  EXPECT_EQ(q4.differ, 0) << "q8_0 keys, q4_1 values, batch 8: first at step " << q4.first / 1000 << ", sequence " << q4.first % 1000;
 }
 
 // A decode step's evictions go out in one launch over a table in device memory, copied when
@@ -1632,7 +1653,8 @@ TEST_F(Cuda, PromptCacheStartsFromKeptPrefixesAsCold) {
 }
 
 // Saved KV caches (docs/kv_file.md) on the device: a cache saved on CUDA and restored on CUDA
-// continues bit for bit (every policy, f16 and q8_0 rows); a file saved on the CPU continues on
+// continues bit for bit (every policy; f16 rows, q8_0 rows, q8_0 keys with q4_1 values); a file
+// saved on the CPU continues on
 // CUDA, and one saved on CUDA on the CPU, within the exact mode's CPU-against-CUDA tolerance of the
 // run that did the prompt on that device itself (the full cache: the same rows on both).
 TEST_F(Cuda, SavedCachesRestoreOnTheDeviceAndAcrossDevices) {
@@ -1661,12 +1683,16 @@ TEST_F(Cuda, SavedCachesRestoreOnTheDeviceAndAcrossDevices) {
   SessionOptions gpu = cpu;
   gpu.device = Device::kCuda;
   gpu.device_weights = DeviceWeightFormat::kF32;
-  for (KvDType t : {KvDType::kF16, KvDType::kQ8_0})
+  // f16 rows, q8_0 rows, q8_0 keys with q4_1 values
+  const std::pair<KvDType, std::optional<KvDType>> row_types[] = {
+      {KvDType::kF16, std::nullopt}, {KvDType::kQ8_0, std::nullopt}, {KvDType::kQ8_0, KvDType::kQ4_1}};
+  for (const auto& [t, tv] : row_types)
     for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kWindow, KvPolicy::kH2O, KvPolicy::kSnapKV, KvPolicy::kSqueeze, KvPolicy::kKvzip}) {
       SessionOptions g = gpu;
       g.cache.policy = p;
       g.cache.budget = p == KvPolicy::kFull ? 0 : 40;
       g.cache.dtype = t;
+      g.cache.dtype_v = tv;
       Session a(*m, g);
       a.forward(doc);
       const std::vector<uint8_t> bytes = a.save_kv(doc);
@@ -1674,11 +1700,13 @@ TEST_F(Cuda, SavedCachesRestoreOnTheDeviceAndAcrossDevices) {
       Session b(*m, g);
       EXPECT_EQ(b.load_kv(bytes), doc);
       const std::vector<float> got = continued(b);
-      EXPECT_TRUE(got == want) << kv_policy_name(p) << " " << kv_dtype_name(t) << ": a restored device cache differs";
+      EXPECT_TRUE(got == want) << kv_policy_name(p) << " " << kv_dtype_name(t) << (tv ? " with q4_1 values" : "")
+                               << ": a restored device cache differs";
     }
-  for (KvDType t : {KvDType::kF16, KvDType::kQ8_0}) {
+  for (const auto& [t, tv] : row_types) {
     SessionOptions c = cpu, g = gpu;
     c.cache.dtype = g.cache.dtype = t;
+    c.cache.dtype_v = g.cache.dtype_v = tv;
     Session on_cpu(*m, c), on_gpu(*m, g);
     on_cpu.forward(doc);
     on_gpu.forward(doc);
@@ -1688,10 +1716,10 @@ TEST_F(Cuda, SavedCachesRestoreOnTheDeviceAndAcrossDevices) {
     gpu_from_cpu.load_kv(from_cpu);
     cpu_from_gpu.load_kv(from_gpu);
     const Diff dg = compare(gpu_own, continued(gpu_from_cpu), V), dc = compare(cpu_own, continued(cpu_from_gpu), V);
-    std::printf("%s rows: CPU-saved on CUDA max err %.3g (scale %.3g), CUDA-saved on the CPU %.3g (scale %.3g)\n",
-                kv_dtype_name(t), dg.max_abs, dg.scale, dc.max_abs, dc.scale);
-    EXPECT_LE(dg.max_abs, 2e-3 * std::max(1.0, dg.scale)) << kv_dtype_name(t);
-    EXPECT_LE(dc.max_abs, 2e-3 * std::max(1.0, dc.scale)) << kv_dtype_name(t);
+    std::printf("%s rows%s: CPU-saved on CUDA max err %.3g (scale %.3g), CUDA-saved on the CPU %.3g (scale %.3g)\n",
+                kv_dtype_name(t), tv ? " with q4_1 values" : "", dg.max_abs, dg.scale, dc.max_abs, dc.scale);
+    EXPECT_LE(dg.max_abs, 2e-3 * std::max(1.0, dg.scale)) << kv_dtype_name(t) << (tv ? " with q4_1 values" : "");
+    EXPECT_LE(dc.max_abs, 2e-3 * std::max(1.0, dc.scale)) << kv_dtype_name(t) << (tv ? " with q4_1 values" : "");
   }
 }
 

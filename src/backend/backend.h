@@ -250,11 +250,13 @@ struct BackendOptions {
   bool cuda_graphs = true;         // CUDA: repeated launch lists replayed as graphs
   bool batch_invariant = false;    // CUDA: a decode batch's products with each row's lone arithmetic (the CPU's always are)
 };
-// The KV row types the CUDA backend's kernels serve: K and V of one type, f16, f32 or q8_0 (q8_0
-// for head dims that are multiples of 64, whose rows are whole 32-bit words). The CPU serves
-// every KvType and any pair.
+// The KV row types the CUDA backend's kernels serve: K and V of one type, f16, f32 or q8_0, or
+// q4_1 values beside f16 or q8_0 keys (q8_0 for head dims that are multiples of 64, whose rows
+// are whole 32-bit words; q4_1 rows always are). The CPU serves every KvType and any pair.
 inline bool cuda_kv_types(KvTypes t, int D) {
-  return t.k == t.v && t.recent_f16 == 0 && (t.k == KvType::kF16 || t.k == KvType::kF32 || (t.k == KvType::kQ8_0 && D % 64 == 0));
+  if (t.recent_f16 != 0) return false;
+  const bool k_ok = t.k == KvType::kF16 || t.k == KvType::kF32 || (t.k == KvType::kQ8_0 && D % 64 == 0);
+  return k_ok && (t.v == t.k || (t.v == KvType::kQ4_1 && t.k != KvType::kF32 && D % 32 == 0));
 }
 
 // The backend for options.device; a device this build lacks is refused with a message naming

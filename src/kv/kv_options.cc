@@ -47,7 +47,7 @@ const KvOption kOptions[] = {
      [](const CacheConfig& c) { return std::to_string(c.budget); }},
     {"type", "--kv-type", K::kName,
      "how K and V rows are stored: f16 (default) | f32 | q8_0 | q4_0 | q4_1 (blocks of 32 along the head dim with "
-     "their own scales, as GGUF's; CUDA: f16, f32, q8_0, K and V alike)",
+     "their own scales, as GGUF's; CUDA: f16, f32, q8_0, K and V alike, or --kv-type-v q4_1 beside f16 or q8_0 keys)",
      [](CacheConfig& c, const std::string& t) { c.dtype = parse_kv_dtype(t), c.dtype_v.reset(); },
      [](const CacheConfig& c) {
        return kv_v_dtype(c) == c.dtype ? std::string(kv_dtype_name(c.dtype))

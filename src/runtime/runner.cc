@@ -147,8 +147,9 @@ CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_i
     const bool mixed = types.k != types.v;
     const KvDType named = mixed ? kv_v_dtype(cache) : cache.dtype;
     throw Error(std::string(mixed ? "--kv-type-v " : "--kv-type ") + kv_dtype_name(named) +
-                ": the CUDA backend stores K and V as one type, f16, f32 or q8_0 (q8_0 for head dims that are multiples of 64; "
-                "this model's is " + std::to_string(c.head_dim) + "); 4-bit rows and K/V pairs of two types run on --device cpu");
+                ": the CUDA backend stores K and V as one type, f16, f32 or q8_0, or q4_1 values (--kv-type-v q4_1) beside f16 or "
+                "q8_0 keys (q8_0 for head dims that are multiples of 64; this model's is " + std::to_string(c.head_dim) +
+                "); 4-bit keys, q4_0 and other K/V pairs run on --device cpu");
   }
   // the config is checked here, once (CachePlan holds only valid ones); a device keeps K and V in
   // its own memory, the policies' metadata mirrored on the host

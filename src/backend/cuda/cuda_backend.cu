@@ -305,7 +305,7 @@ class CudaBackend final : public Backend {
   void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& view,
                  AttentionProbe* probe) override {
     if (T == 1 && attention_decode(out, q, q_pos, H, view, probe)) return;
-    if (kv_quantized(view.type)) {  // the other kernels read f16 or f32 rows: the held rows converted once
+    if (kv_quantized(view.type) || kv_quantized(view.v_type)) {  // the other kernels read f16 or f32 rows: the held rows converted once
       attention(out, q, q_pos, T, H, dequantized(view), probe);
       return;
     }
@@ -440,10 +440,12 @@ class CudaBackend final : public Backend {
     if (n < 2 || !opt_.batch_attention) return false;
     const AttentionCall& c0 = c[0];
     const int H = c0.H, G = c0.kv.n_kv_heads, D = c0.kv.head_dim;
-    const KvType type = c0.kv.type;
-    if ((type != KvType::kF16 && type != KvType::kQ8_0) || c0.kv.v_type != type || G < 1 || H % G != 0 || H / G > 8) return false;
-    const int lpk = decode_lanes(type, D);
-    if (lpk == 0) return false;
+    const KvType type = c0.kv.type, v_type = c0.kv.v_type;
+    if (G < 1 || H % G != 0 || H / G > 8) return false;
+    // K and V of one type: either kernel; Q4_1 values: the tensor-core kernel only
+    const bool same = v_type == type && (type == KvType::kF16 || type == KvType::kQ8_0);
+    const int lpk = same ? decode_lanes(type, D) : 0;
+    if (same ? lpk == 0 : !mma_decode(c0.kv, H / G)) return false;
     const bool writes = c0.write.arrays != nullptr;
     const bool mass_max = c0.probe != nullptr && c0.probe->reduce == MassReduce::kMax;
     const size_t HD = static_cast<size_t>(H) * D, GD = static_cast<size_t>(G) * D;
@@ -452,7 +454,7 @@ class CudaBackend final : public Backend {
     for (int i = 0; i < n; ++i) {
       const AttentionCall& x = c[i];
       const KvView& v = x.kv;
-      if (x.T != 1 || x.H != H || v.n_kv_heads != G || v.head_dim != D || v.type != type || v.v_type != type || v.count_dev == nullptr) return false;
+      if (x.T != 1 || x.H != H || v.n_kv_heads != G || v.head_dim != D || v.type != type || v.v_type != v_type || v.count_dev == nullptr) return false;
       if (x.q != c0.q + i * HD || x.out != c0.out + i * HD || x.q_pos != c0.q_pos + i) return false;
       if ((x.write.arrays != nullptr) != writes) return false;
       if (writes && (x.write.k != c0.write.k + i * GD || x.write.v != c0.write.v + i * GD || x.write.pos != x.q_pos ||
@@ -504,7 +506,7 @@ class CudaBackend final : public Backend {
                        writes ? c0.write.k : nullptr, writes ? c0.write.v : nullptr, part_stride, part_ml_stride, score_stride, ob};
     Launcher& L = *launcher_;
     std::fill(batch_.s + n, batch_.s + kMaxBatchSeqs, DecodeSeq{});  // the recorded bytes repeat from step to step
-    if (mma) launch_attn_decode_mma_batch(L, type, gmax, most, n, sms_, batch_, r, a);
+    if (mma) launch_attn_decode_mma_batch(L, type, v_type, gmax, most, n, sms_, batch_, r, a);
     else launch_attn_decode_batch(L, type, lpk, gmax, most, n, sms_, batch_, r, a);
     if (most > 1) launch_attn_merge_batch(L, n, r, a);
     if (any_mass) launch_attn_mass_batch(L, gmax, dim3(G, (cap_max + kMassBlockKeys - 1) / kMassBlockKeys, n), mass_max, r, a);
@@ -564,21 +566,26 @@ class CudaBackend final : public Backend {
     return a;
   }
 
-  // The view with its Q8_0 rows converted in scratch (launch_kv_dequantize: the rows held, N read
-  // where the view has it), positions and count as they are: what every kernel but the decode
-  // kernels reads. f16 (the tensor-core prompt kernel's rows), f32 in the exact test mode. A
+  // The view with its quantized rows (Q8_0, Q4_1: K, V or both) converted in scratch
+  // (launch_kv_dequantize: the rows held, N read where the view has it), positions and count as
+  // they are: what every kernel but the decode kernels reads. f16 (the tensor-core prompt
+  // kernel's rows), f32 in the exact test mode (f16 rows beside quantized ones converted too). A
   // prompt chunk converts each held row once a layer (the CPU's tile kernels do the same in f32,
   // backend/cpu/attention.cc).
   KvView dequantized(const KvView& view) {
-    if (view.type != KvType::kQ8_0 || view.v_type != KvType::kQ8_0)
-      throw Error("cuda attention: K and V rows of one type, f16, f32 or q8_0");
     const KvType to = opt_.f32_weights ? KvType::kF32 : KvType::kF16;
     const size_t bytes = static_cast<size_t>(view.n_kv_heads) * view.capacity * view.head_dim * kv_type_bytes(to);
-    grow(kv_rows_k_, bytes);
-    grow(kv_rows_v_, bytes);
-    launch_kv_dequantize(*launcher_, to, kv_rows_k_->data(), kv_rows_v_->data(), view);
     KvView f = view;
-    f.k = kv_rows_k_->data(), f.v = kv_rows_v_->data(), f.type = f.v_type = to;
+    if (view.type != to) {
+      grow(kv_rows_k_, bytes);
+      launch_kv_dequantize(*launcher_, view.type, to, kv_rows_k_->data(), view.k, view);
+      f.k = kv_rows_k_->data(), f.type = to;
+    }
+    if (view.v_type != to) {
+      grow(kv_rows_v_, bytes);
+      launch_kv_dequantize(*launcher_, view.v_type, to, kv_rows_v_->data(), view.v, view);
+      f.v = kv_rows_v_->data(), f.v_type = to;
+    }
     return f;
   }
 
@@ -598,8 +605,10 @@ class CudaBackend final : public Backend {
   // and the mass from the kept scores when a policy asks for it. False: the general kernel's turn.
   bool attention_decode(float* out, const float* q, const int32_t* q_pos, int H, const KvView& view, AttentionProbe* probe) {
     const int G = view.n_kv_heads, grp = H / G, D = view.head_dim;
+    // K and V of one type: either kernel; Q4_1 values: the tensor-core kernel only (else the
+    // general kernel over the rows converted)
     const int lpk = view.type == view.v_type ? decode_lanes(view.type, D) : 0;
-    if (lpk == 0 || grp > 8 || H % G != 0) return false;
+    if (grp > 8 || H % G != 0 || (lpk == 0 && !mma_decode(view, grp))) return false;
     if (probe != nullptr && probe->entropy) return false;
     const bool use_mass = probe != nullptr && probe->mass != nullptr && probe->mass_row_begin <= 0;
     KvView kv;
@@ -688,7 +697,8 @@ class CudaBackend final : public Backend {
     if (newest_dev != nullptr) keep_from = 0;  // the kernel reads it (the arguments stay the same from step to step)
     else n_recent = 0;
     EvictOne e{static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass, newest_dev, nullptr, nullptr,
-               a.row_bytes() / 4, a.capacity, count, keep_below, keep_from, n_recent, 0, 0, 0};
+               static_cast<uint32_t>(a.row_bytes() / 4), static_cast<uint32_t>(a.v_row_bytes() / 4), a.capacity, count, keep_below, keep_from,
+               n_recent, 0, 0, 0};
     // this layer's deferred mass, added by the eviction kernel (the same step's: the same rows)
     for (size_t i = 0; i < pending_mass_.size(); ++i) {
       const PendingMass& p = pending_mass_[i];
@@ -758,7 +768,8 @@ class CudaBackend final : public Backend {
     flush_mass(a.mass);
     if (a.D > 1024) throw Error("cuda kv_write: head dim above 1024");
     if (!cuda_kv_types({a.type, a.v_type}, a.D))  // the runner refuses such a cache first, naming the flag
-      throw Error("cuda kv_write: K and V rows of one type, f16, f32 or q8_0 (q8_0 for head dims that are multiples of 64)");
+      throw Error("cuda kv_write: K and V rows of one type, f16, f32 or q8_0, or q4_1 values beside f16 or q8_0 keys (q8_0 for head "
+                  "dims that are multiples of 64)");
     if (a.count_dev != nullptr) at = 0;  // the kernel reads it (the arguments stay the same from step to step)
     // one row with N on the device: the decode attention that follows may take the write over
     const bool fusable = T == 1 && a.count_dev != nullptr && opt_.fuse_kv_write;

@@ -5,79 +5,81 @@
 
 #include "backend/cuda/attn_common.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_q4.cuh"
 #include "backend/cuda/kv_q8.cuh"
 
 namespace squeezekv::cuda {
 namespace {
 
-// grid (T, G), block D (<= 1024); the first slot is at, or *count_dev - T when count_dev is set
-template <typename KT>
-__global__ void k_kv_write(KT* K, KT* V, int32_t* P, float* M, int G, int D, int cap, int at, const int32_t* count_dev,
-                           const float* k, const float* v, const int32_t* rows_pos) {
+// Bytes of a row of D values of type T.
+template <KvType T>
+__device__ constexpr size_t row_bytes(int D) {
+  if constexpr (T == KvType::kF16) return static_cast<size_t>(D) * 2;
+  else if constexpr (T == KvType::kF32) return static_cast<size_t>(D) * 4;
+  else if constexpr (T == KvType::kQ8_0) return static_cast<size_t>(D / kQ8Block) * kQ8BlockBytes;
+  else return static_cast<size_t>(D / kQ41Block) * kQ41BlockBytes;
+}
+// Value d of a row of type T (x): the block types' 32 values are a warp's 32 lanes, which
+// quantize their block together (kv_q8.cuh, kv_q4.cuh).
+template <KvType T>
+__device__ inline void put_value(unsigned char* row, int d, float x) {
+  if constexpr (T == KvType::kF16) reinterpret_cast<__half*>(row)[d] = __float2half_rn(x);
+  else if constexpr (T == KvType::kF32) reinterpret_cast<float*>(row)[d] = x;
+  else if constexpr (T == KvType::kQ8_0) q8_store_block(x, row + (d / kQ8Block) * kQ8BlockBytes, d % kQ8Block);
+  else q4_1_store_block(x, row + (d / kQ41Block) * kQ41BlockBytes, d % kQ41Block);
+}
+
+// grid (T, G), block D (<= 1024; a multiple of 32 for the block types): thread d writes value d
+// of the K row (type KT) and the V row (VT); the first slot is at, or *count_dev - T when
+// count_dev is set
+template <KvType KT, KvType VT>
+__global__ void k_kv_write(unsigned char* K, unsigned char* V, int32_t* P, float* M, int G, int D, int cap, int at,
+                           const int32_t* count_dev, const float* k, const float* v, const int32_t* rows_pos) {
   pdl_enter();
   const int r = blockIdx.x, g = blockIdx.y, d = threadIdx.x;
   if (count_dev != nullptr) at = *count_dev - static_cast<int>(gridDim.x);
   const size_t slot = static_cast<size_t>(g) * cap + at + r;
   const size_t src = (static_cast<size_t>(r) * G + g) * D + d;
-  if (d < D) {
-    if constexpr (sizeof(KT) == 2) {
-      K[slot * D + d] = __float2half_rn(k[src]);
-      V[slot * D + d] = __float2half_rn(v[src]);
-    } else {
-      K[slot * D + d] = k[src];
-      V[slot * D + d] = v[src];
-    }
+  put_value<KT>(K + slot * row_bytes<KT>(D), d, k[src]);
+  put_value<VT>(V + slot * row_bytes<VT>(D), d, v[src]);
+  if (d == 0) P[slot] = rows_pos[r], M[slot] = 0.0f;
+}
+
+// Rows [0, N) of every head of one array of type T as f16 or f32 values OT (N = *count_dev, or
+// count): grid (ceil(cap / 8), G), block (32, 8): warp y takes row blockIdx.x * 8 + y, each lane
+// value pairs.
+__device__ inline void put_pair(__half* row, int i, float2 x) { reinterpret_cast<__half2*>(row)[i] = __floats2half2_rn(x.x, x.y); }
+__device__ inline void put_pair(float* row, int i, float2 x) { reinterpret_cast<float2*>(row)[i] = x; }
+template <KvType T>
+__device__ inline float2 get_pair(const unsigned char* row, int i) {
+  if constexpr (T == KvType::kF16) return __half22float2(reinterpret_cast<const __half2*>(row)[i]);
+  else if constexpr (T == KvType::kF32) return reinterpret_cast<const float2*>(row)[i];
+  else if constexpr (T == KvType::kQ8_0) {
+    const int b = 2 * i / kQ8Block, e = 2 * i % kQ8Block;
+    const unsigned char* blk = row + b * kQ8BlockBytes;
+    const float d = __half2float(*reinterpret_cast<const __half*>(blk));
+    return make_float2(static_cast<signed char>(blk[2 + e]) * d, static_cast<signed char>(blk[3 + e]) * d);
+  } else {
+    return q4_1_load2(row + (2 * i / kQ41Block) * kQ41BlockBytes, i % (kQ41Block / 2));
   }
-  if (d == 0) P[slot] = rows_pos[r], M[slot] = 0.0f;
 }
-
-// The same for Q8_0 rows: grid (T, G), block D (a multiple of 32, <= 1024): warp b quantizes
-// block b of the row (kv_q8.cuh).
-__global__ void k_kv_write_q8(unsigned char* K, unsigned char* V, int32_t* P, float* M, int G, int D, int cap, int at,
-                              const int32_t* count_dev, const float* k, const float* v, const int32_t* rows_pos) {
-  pdl_enter();
-  const int r = blockIdx.x, g = blockIdx.y, d = threadIdx.x, b = d / kQ8Block, lane = d % kQ8Block;
-  if (count_dev != nullptr) at = *count_dev - static_cast<int>(gridDim.x);
-  const size_t slot = static_cast<size_t>(g) * cap + at + r;
-  const size_t src = (static_cast<size_t>(r) * G + g) * D + d;
-  const size_t row = static_cast<size_t>(D / kQ8Block) * kQ8BlockBytes;
-  q8_store_block(k[src], K + slot * row + b * kQ8BlockBytes, lane);
-  q8_store_block(v[src], V + slot * row + b * kQ8BlockBytes, lane);
-  if (d == 0) P[slot] = rows_pos[r], M[slot] = 0.0f;
-}
-
-// Q8_0 rows [0, N) of every head as f16 or f32 values OT (N = *count_dev, or count): grid
-// (ceil(cap / 8), G), block (32, 8): warp y takes row blockIdx.x * 8 + y, each lane a value pair
-// of every block.
-__device__ inline void put_pair(__half* row, int i, float a, float b) { reinterpret_cast<__half2*>(row)[i] = __floats2half2_rn(a, b); }
-__device__ inline void put_pair(float* row, int i, float a, float b) { reinterpret_cast<float2*>(row)[i] = make_float2(a, b); }
-template <typename OT>
-__global__ void k_kv_dequantize_q8(OT* Kh, OT* Vh, const unsigned char* K, const unsigned char* V, int D, int cap, int count,
-                                   const int32_t* count_dev) {
+template <KvType T, typename OT>
+__global__ void k_kv_dequantize(OT* out, const unsigned char* rows, int D, int cap, int count, const int32_t* count_dev) {
   pdl_enter();
   const int N = count_dev != nullptr ? *count_dev : count;
   const int j = blockIdx.x * blockDim.y + threadIdx.y, g = blockIdx.y;
   if (j >= N) return;
-  const size_t slot = static_cast<size_t>(g) * cap + j, row = static_cast<size_t>(D / kQ8Block) * kQ8BlockBytes;
-  for (int i = threadIdx.x; i < D / 2; i += 32) {
-    const int b = 2 * i / kQ8Block, e = 2 * i % kQ8Block;
-    const unsigned char* kb = K + slot * row + b * kQ8BlockBytes;
-    const unsigned char* vb = V + slot * row + b * kQ8BlockBytes;
-    const float dk = __half2float(*reinterpret_cast<const __half*>(kb)), dv = __half2float(*reinterpret_cast<const __half*>(vb));
-    put_pair(Kh + slot * D, i, static_cast<signed char>(kb[2 + e]) * dk, static_cast<signed char>(kb[3 + e]) * dk);
-    put_pair(Vh + slot * D, i, static_cast<signed char>(vb[2 + e]) * dv, static_cast<signed char>(vb[3 + e]) * dv);
-  }
+  const size_t slot = static_cast<size_t>(g) * cap + j;
+  for (int i = threadIdx.x; i < D / 2; i += 32) put_pair(out + slot * D, i, get_pair<T>(rows + slot * row_bytes<T>(D), i));
 }
 
-// grid n, block 128: row from[i] -> to[i] in K, V (row_words 32-bit words each), pos, mass
-__global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t row_words, const int* from,
+// grid n, block 128: row from[i] -> to[i] in K, V (k_words, v_words 32-bit words a row), pos, mass
+__global__ void k_kv_move(uint32_t* K, uint32_t* V, int32_t* P, float* M, size_t k_words, size_t v_words, const int* from,
                           const int* to) {
   pdl_enter();
   const size_t f = from[blockIdx.x], t = to[blockIdx.x];
-  for (size_t w = threadIdx.x; w < row_words; w += blockDim.x) {
-    K[t * row_words + w] = K[f * row_words + w];
-    V[t * row_words + w] = V[f * row_words + w];
-  }
+  for (size_t w = threadIdx.x; w < k_words; w += blockDim.x) K[t * k_words + w] = K[f * k_words + w];
+  for (size_t w = threadIdx.x; w < v_words; w += blockDim.x) V[t * v_words + w] = V[f * v_words + w];
   if (threadIdx.x == 0) P[t] = P[f], M[t] = M[f];
 }
 
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const EvictOne* 
   uint32_t *K = e.K, *V = e.V;
   int32_t* P = e.P;
   float* M = e.M;
-  const size_t row_words = e.row_words;
+  const size_t k_words = e.k_words, v_words = e.v_words;
   const int count = e.count;
   const int32_t keep_below = e.keep_below, keep_from = e.newest != nullptr ? *e.newest - e.n_recent + 1 : e.keep_from;
   const size_t base = static_cast<size_t>(blockIdx.x) * e.cap;
@@ -148,10 +150,8 @@ __global__ void __launch_bounds__(kEvictThreads) k_kv_evict_one(const EvictOne* 
   __syncthreads();
   const int victim = s_victim, last = count - 1;
   if (victim < 0 || victim == last) return;
-  for (size_t w = threadIdx.x; w < row_words; w += kEvictThreads) {
-    K[(base + victim) * row_words + w] = K[(base + last) * row_words + w];
-    V[(base + victim) * row_words + w] = V[(base + last) * row_words + w];
-  }
+  for (size_t w = threadIdx.x; w < k_words; w += kEvictThreads) K[(base + victim) * k_words + w] = K[(base + last) * k_words + w];
+  for (size_t w = threadIdx.x; w < v_words; w += kEvictThreads) V[(base + victim) * v_words + w] = V[(base + last) * v_words + w];
   if (threadIdx.x == 0) P[base + victim] = P[base + last], M[base + victim] = M[base + last];
 }
 
@@ -262,6 +262,13 @@ __global__ void __launch_bounds__(kTopThreads)
   }
 }
 
+template <KvType KT, KvType VT>
+void launch_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos, int T) {
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
+  L.launch_tagged(tag, k_kv_write<KT, VT>, grid, a.D, 0, static_cast<unsigned char*>(a.k), static_cast<unsigned char*>(a.v), a.pos, a.mass,
+                  a.G, a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
+}
+
 }  // namespace
 
 void launch_kv_evict_top(Launcher& L, const KvArrays& a, int count, int n_evict, int32_t keep_below, int32_t keep_from,
@@ -273,33 +280,38 @@ void launch_kv_evict_top(Launcher& L, const KvArrays& a, int count, int n_evict,
 
 void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos,
                      int T) {
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(a.G));
-  if (a.type == KvType::kQ8_0)
-    L.launch_tagged(tag, k_kv_write_q8, grid, a.D, 0, static_cast<unsigned char*>(a.k), static_cast<unsigned char*>(a.v), a.pos, a.mass,
-                    a.G, a.D, a.capacity, at, a.count_dev, k, v, rows_pos);
-  else if (a.type == KvType::kF16)
-    L.launch_tagged(tag, k_kv_write<__half>, grid, a.D, 0, static_cast<__half*>(a.k), static_cast<__half*>(a.v), a.pos, a.mass, a.G, a.D,
-                    a.capacity, at, a.count_dev, k, v, rows_pos);
-  else
-    L.launch_tagged(tag, k_kv_write<float>, grid, a.D, 0, static_cast<float*>(a.k), static_cast<float*>(a.v), a.pos, a.mass, a.G, a.D,
-                    a.capacity, at, a.count_dev, k, v, rows_pos);
+  constexpr KvType f16 = KvType::kF16, f32 = KvType::kF32, q8 = KvType::kQ8_0, q41 = KvType::kQ4_1;
+  if (a.type == q8 && a.v_type == q41) launch_write<q8, q41>(L, tag, a, at, k, v, rows_pos, T);
+  else if (a.type == f16 && a.v_type == q41) launch_write<f16, q41>(L, tag, a, at, k, v, rows_pos, T);
+  else if (a.type == q8) launch_write<q8, q8>(L, tag, a, at, k, v, rows_pos, T);
+  else if (a.type == f16) launch_write<f16, f16>(L, tag, a, at, k, v, rows_pos, T);
+  else launch_write<f32, f32>(L, tag, a, at, k, v, rows_pos, T);
 }
 
-void launch_kv_dequantize(Launcher& L, KvType to, void* k_out, void* v_out, const KvView& kv) {
+void launch_kv_dequantize(Launcher& L, KvType from, KvType to, void* out, const void* rows, const KvView& kv) {
   const dim3 grid(static_cast<unsigned>((kv.capacity + 7) / 8), static_cast<unsigned>(kv.n_kv_heads));
-  const auto* K = static_cast<const unsigned char*>(kv.k);
-  const auto* V = static_cast<const unsigned char*>(kv.v);
-  if (to == KvType::kF32)
-    L.launch(k_kv_dequantize_q8<float>, grid, dim3(32, 8), 0, static_cast<float*>(k_out), static_cast<float*>(v_out), K, V,
-             kv.head_dim, kv.capacity, kv.count, kv.count_dev);
-  else
-    L.launch(k_kv_dequantize_q8<__half>, grid, dim3(32, 8), 0, static_cast<__half*>(k_out), static_cast<__half*>(v_out), K, V,
-             kv.head_dim, kv.capacity, kv.count, kv.count_dev);
+  const auto* R = static_cast<const unsigned char*>(rows);
+  auto go = [&](auto tag) {
+    constexpr KvType T = decltype(tag)::value;
+    if (to == KvType::kF32)
+      L.launch(k_kv_dequantize<T, float>, grid, dim3(32, 8), 0, static_cast<float*>(out), R, kv.head_dim, kv.capacity, kv.count,
+               kv.count_dev);
+    else
+      L.launch(k_kv_dequantize<T, __half>, grid, dim3(32, 8), 0, static_cast<__half*>(out), R, kv.head_dim, kv.capacity, kv.count,
+               kv.count_dev);
+  };
+  switch (from) {
+    case KvType::kF16: go(std::integral_constant<KvType, KvType::kF16>{}); break;
+    case KvType::kF32: go(std::integral_constant<KvType, KvType::kF32>{}); break;
+    case KvType::kQ8_0: go(std::integral_constant<KvType, KvType::kQ8_0>{}); break;
+    case KvType::kQ4_1: go(std::integral_constant<KvType, KvType::kQ4_1>{}); break;
+    default: throw Error("cuda attention: no conversion of these KV rows");
+  }
 }
 
 void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* to, int n) {
   L.launch(k_kv_move, static_cast<unsigned>(n), 128, 0, static_cast<uint32_t*>(a.k), static_cast<uint32_t*>(a.v), a.pos, a.mass,
-           a.row_bytes() / 4, from, to);
+           a.row_bytes() / 4, a.v_row_bytes() / 4, from, to);
 }
 
 void launch_kv_evict(Launcher& L, const void* tag, const EvictOne* table, int n, int G) {

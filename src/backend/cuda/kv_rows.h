@@ -19,19 +19,20 @@ struct EvictOne {
   // scores [G][gmax][cap] and final max and sum [H][2]; null scores: the mass is up to date
   const float* scores;
   const float* ml;
-  size_t row_words;
+  uint32_t k_words, v_words;  // 32-bit words of a K row and of a V row
   int cap, count, keep_below, keep_from, n_recent, grp, gmax, mass_max;
 };
 static_assert(sizeof(EvictOne) == 8 * 8 + 8 * 4, "EvictOne: no padding (compared as bytes)");
 
-// T rows k, v [T][G][D] f32 (as f16, f32 or Q8_0, a.type; Q8_0 for K and V alike) at slots at.. (or, with a.count_dev, the last
-// T of *count_dev), positions rows_pos [T], mass 0; recorded with launch_tagged(tag) (null: none).
+// T rows k, v [T][G][D] f32 (as a.type's and a.v_type's rows: f16, f32 or Q8_0 for both, or Q4_1
+// values beside f16 or Q8_0 keys) at slots at.. (or, with a.count_dev, the last T of *count_dev),
+// positions rows_pos [T], mass 0; recorded with launch_tagged(tag) (null: none).
 void launch_kv_write(Launcher& L, const void* tag, const KvArrays& a, int at, const float* k, const float* v, const int32_t* rows_pos,
                      int T);
-// kv's Q8_0 K and V rows [0, N) as values of type `to` (f16 or f32) into k_out, v_out
-// [G][capacity][D] (N: *kv.count_dev, or kv.count), for the kernels that read f16 or f32 rows (a
-// prompt chunk's attention, the probes).
-void launch_kv_dequantize(Launcher& L, KvType to, void* k_out, void* v_out, const KvView& kv);
+// One array of kv's rows [0, N) (K's or V's, rows of type `from`: f16, f32, Q8_0 or Q4_1) as values
+// of type `to` (f16 or f32) into out [G][capacity][D] (N: *kv.count_dev, or kv.count), for the
+// kernels that read f16 or f32 rows (a prompt chunk's attention, the probes).
+void launch_kv_dequantize(Launcher& L, KvType from, KvType to, void* out, const void* rows, const KvView& kv);
 // Row from[i] -> to[i] (device arrays [n]) of K, V, positions and mass.
 void launch_kv_move(Launcher& L, const KvArrays& a, const int* from, const int* to, int n);
 // The evictions table[0, n) (device memory, n up to 65535), one block a (kv head, entry): the
