@@ -358,6 +358,45 @@ def kv_types_section(path, doc_dir):
     return out
 
 
+def kv_types_retrieval_section(path):
+    """Retrieval with quantized KV rows (a sweep with a kv_types axis over retrieval tasks, e.g.
+    bench/sweep_smollm2_kv_types_passkey.json): accuracy and kept bytes for every (task, policy,
+    budget) under each row type."""
+    found = sweep_records(path)
+    if not found or "kv_types" not in found[0]:
+        return []
+    cfg, recs = found
+    recs = [r for r in recs if r.get("metric") != "ppl"]
+    if not recs:
+        return []
+    base, ext = os.path.splitext(cfg["output"])
+    types = cfg["kv_types"]
+    labels = ["full"] + [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
+    fr = sorted(cfg["budget_fractions"])
+
+    def type_of(r):
+        t = r["kv_type"] if r["kv_type"] == r["kv_type_v"] else f"{r['kv_type']}/{r['kv_type_v']}"
+        return t + (f"+r{r['kv_recent_f16']}" if r.get("kv_recent_f16") else "")
+
+    g = {(r["task"], r["ctx"], r["policy"].split("@")[0], r["budget_fraction"], type_of(r)): r for r in recs}
+    commits = sorted({r.get("git_commit", "?") for r in recs})
+    out = ["## Retrieval with quantized KV rows", "",
+           f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}): each "
+           f"retrieval task with K and V rows of {', '.join(f'`{t}`' for t in types)} (as in the section above), the "
+           "context compressed before the question. A cell: accuracy (correct of samples) and the MB of K and V kept.",
+           "", "| task | policy | share | " + " | ".join(types) + " |", "|---|---|---|" + "---|" * len(types)]
+    for task, ctx in sorted({(r["task"], r["ctx"]) for r in recs}):
+        for lab in labels:
+            for f in ([1.0] if lab == "full" else fr):
+                row = []
+                for t in types:
+                    r = g.get((task, ctx, lab, f, t))
+                    row.append("–" if r is None else f"{r['n_correct']}/{r['n_samples']}, {r['kept_bytes'] / 1e6:.1f} MB")
+                out.append(f"| {task} {ctx} | {lab} | {100 * f:g}% | " + " | ".join(row) + " |")
+    out.append("")
+    return out
+
+
 def kvzip_heads_section(path):
     """kvzip's two splits of a layer's budget over its kv heads on real text (e.g.
     bench/sweep_smollm2_kvzip_heads.json): the same count in every head, or KVzip's own bottom-k
@@ -753,6 +792,7 @@ def report(a):
             verdicts.append(f"- {task} {ctx} at {100 * f:g}%: **{', '.join(best)}** {fmt(metric, best_v)}, {margin}{vs}.")
     lines += windows_section(a.windows_config)
     lines += kv_types_section(a.kv_types_config, os.path.dirname(os.path.abspath(a.out)))
+    lines += kv_types_retrieval_section(a.kv_types_retrieval_config)
     lines += kvzip_heads_section(a.kvzip_heads_config)
     lines += kvzip_layers_section(a.kvzip_layers_config)
     lines += snapkv_layers_section(a.snapkv_layers_config)
@@ -790,6 +830,8 @@ def main():
                    help="a second sweep of the perplexity cells over several windows (skipped when it has no records)")
     r.add_argument("--kv-types-config", default="bench/sweep_smollm2_kv_types.json",
                    help="a sweep with a kv_types axis: quality against kept bytes (skipped when it has no records)")
+    r.add_argument("--kv-types-retrieval-config", default="bench/sweep_smollm2_kv_types_passkey.json",
+                   help="retrieval tasks with a kv_types axis: accuracy under each row type (skipped when it has no records)")
     r.add_argument("--kvzip-heads-config", default="bench/sweep_smollm2_kvzip_heads.json",
                    help="kvzip's two splits over the heads on real text (skipped when it has no records)")
     r.add_argument("--real-config", default="bench/sweep_smollm2_real.json",
