@@ -11,8 +11,9 @@
 // 16 keys' scores, which left the CUDA-core kernel's batches at 25-40% of the copy bandwidth bound
 // by their own instructions (docs/raw/2026-12-01-h200-batch-step/).
 //
-// The row formats (F16Rows, Q8Rows) are what differs: how a tile is copied, and how the mma
-// operands come from it. Q8_0 rows (kv_q8.cuh) are copied as they are stored, half the bytes of
+// The row formats are what differs, the keys' (F16Keys, Q8Keys) and the values' (F16Values,
+// Q8Values, Q41Values) apart: how a tile is copied, and how the mma operands come from it (Q4_1
+// values: Q41Values). Q8_0 rows (kv_q8.cuh) are copied as they are stored, half the bytes of
 // f16, and each lane makes its own B operands from the int8 bytes: one PRMT turns two bytes into
 // two exact f16 values (1024 + q + 128, 0x64 as the high byte), one HSUB2 and one HMUL2 make them
 // q * d. For that a lane reads contiguous bytes: in S = Q K^T the head dims of a k-step are
