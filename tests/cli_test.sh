@@ -69,7 +69,14 @@ case "$("$bin" generate -m "$m" --tokenizer "$tok" -p hi --device cuda 2>&1 < /d
   *) SQUEEZEKV_CUDA_BATCH=bogus expect_error "SQUEEZEKV_CUDA_BATCH: expected tuned, blas, gemv or mma, got 'bogus'" \
        generate -m "$m" --tokenizer "$tok" -p hi --device cuda
      SQUEEZEKV_CUDA_ROWS_STEP=96 expect_error "SQUEEZEKV_CUDA_ROWS_STEP: expected 64 or 128, got 96" \
-       generate -m "$m" --tokenizer "$tok" -p hi --device cuda ;;
+       generate -m "$m" --tokenizer "$tok" -p hi --device cuda
+     # KV row types the device does not store, the flag of the side it lacks named (head dim 32)
+     sl="$(dirname "$0")/../bench/configs/small-llama.json"
+     expect_error "--kv-type q4_1: the CUDA backend stores" generate --dummy "$sl" -p hi --device cuda --kv-type q4_1
+     expect_error "--kv-type-v q4_0: the CUDA backend stores" generate --dummy "$sl" -p hi --device cuda --kv-type-v q4_0
+     expect_error "--kv-type q8_0: the CUDA backend stores K and V as one type, f16, f32 or q8_0, or q4_1 values (--kv-type-v q4_1) beside f16 or q8_0 keys (q8_0 for head dims that are multiples of 64; this model's is 32)" \
+       generate --dummy "$sl" -p hi --device cuda --kv-type q8_0 --kv-type-v q4_1
+     expect_error "--kv-recent-f16 16: the CUDA kernels read each row as stored" generate --dummy "$sl" -p hi --device cuda --kv-type-v q4_1 --kv-recent-f16 16 ;;
 esac
 expect_error "--dummy" generate --dummy /nonexistent/config.json -p hi
 expect_error "not both" generate --dummy /nonexistent/config.json -m "$m" -p hi

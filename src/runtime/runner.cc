@@ -144,9 +144,11 @@ CachePlan Runner::plan_sequence(const ModelConfig& c, const CacheConfig& cache_i
     throw Error("--kv-recent-f16 " + std::to_string(types.recent_f16) +
                 ": the CUDA kernels read each row as stored; the f16 recent rows run on --device cpu");
   if (o.device != Device::kCpu && !cuda_kv_types(types, c.head_dim)) {
-    const bool mixed = types.k != types.v;
-    const KvDType named = mixed ? kv_v_dtype(cache) : cache.dtype;
-    throw Error(std::string(mixed ? "--kv-type-v " : "--kv-type ") + kv_dtype_name(named) +
+    // the side the device lacks: K's type (--kv-type) when the device stores no such rows at all,
+    // else V's beside it (--kv-type-v)
+    const bool values = cuda_kv_types(KvTypes(types.k), c.head_dim);
+    const KvDType named = values ? kv_v_dtype(cache) : cache.dtype;
+    throw Error(std::string(values ? "--kv-type-v " : "--kv-type ") + kv_dtype_name(named) +
                 ": the CUDA backend stores K and V as one type, f16, f32 or q8_0, or q4_1 values (--kv-type-v q4_1) beside f16 or "
                 "q8_0 keys (q8_0 for head dims that are multiples of 64; this model's is " + std::to_string(c.head_dim) +
                 "); 4-bit keys, q4_0 and other K/V pairs run on --device cpu");
