@@ -280,6 +280,9 @@ def kv_types_section(path, doc_dir):
     if not found or "kv_types" not in found[0]:
         return []
     cfg, recs = found
+    recs = [r for r in recs if r.get("metric") == "ppl"]  # (a records file of another sweep may share the name's start)
+    if not recs:
+        return []
     base, ext = os.path.splitext(cfg["output"])
     types = cfg["kv_types"]
     labels = ["full"] + [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
