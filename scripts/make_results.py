@@ -272,32 +272,39 @@ def windows_section(path):
     return out
 
 
+def kv_types_sweep(path, want_ppl):
+    """A sweep with a kv_types axis at path, its perplexity records (want_ppl) or its others (a
+    records file of another sweep may share the name's start): (cfg, base, ext, types, labels,
+    budget fractions, records by (task, ctx, policy without its @type, fraction, row types),
+    engine commits), or None without such records."""
+    found = sweep_records(path)
+    if not found or "kv_types" not in found[0]:
+        return None
+    cfg, recs = found
+    recs = [r for r in recs if (r.get("metric") == "ppl") == want_ppl]
+    if not recs:
+        return None
+
+    def type_of(r):  # as kv_types names it: "q8_0", "q8_0/q4_1", "q4_1+r32" (the newest rows also in f16)
+        t = r["kv_type"] if r["kv_type"] == r["kv_type_v"] else f"{r['kv_type']}/{r['kv_type_v']}"
+        return t + (f"+r{r['kv_recent_f16']}" if r.get("kv_recent_f16") else "")
+
+    base, ext = os.path.splitext(cfg["output"])
+    labels = ["full"] + [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
+    g = {(r["task"], r["ctx"], r["policy"].split("@")[0], r["budget_fraction"], type_of(r)): r for r in recs}
+    commits = sorted({r.get("git_commit", "?") for r in recs})
+    return cfg, base, ext, cfg["kv_types"], labels, sorted(cfg["budget_fractions"]), g, commits
+
+
 def kv_types_section(path, doc_dir):
     """Quality against the bytes kept, every (policy, budget, KV row type) of a sweep with a
     kv_types axis (e.g. bench/sweep_smollm2_kv_types.json): the table, and a chart of perplexity
     against kept bytes with the frontier (the points no other point beats on both)."""
-    found = sweep_records(path)
-    if not found or "kv_types" not in found[0]:
+    sweep = kv_types_sweep(path, want_ppl=True)
+    if sweep is None:
         return []
-    cfg, recs = found
-    recs = [r for r in recs if r.get("metric") == "ppl"]  # (a records file of another sweep may share the name's start)
-    if not recs:
-        return []
-    base, ext = os.path.splitext(cfg["output"])
-    types = cfg["kv_types"]
-    labels = ["full"] + [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
-    fr = sorted(cfg["budget_fractions"])
-
-    def type_of(r):
-        t = r["kv_type"] if r["kv_type"] == r["kv_type_v"] else f"{r['kv_type']}/{r['kv_type_v']}"
-        return t + (f"+r{r['kv_recent_f16']}" if r.get("kv_recent_f16") else "")  # the newest rows also in f16
-
-    def base_label(r):
-        return r["policy"].split("@")[0]
-
-    g = {(r["task"], r["ctx"], base_label(r), r["budget_fraction"], type_of(r)): r for r in recs}
-    cells = sorted({(r["task"], r["ctx"]) for r in recs})
-    commits = sorted({r.get("git_commit", "?") for r in recs})
+    cfg, base, ext, types, labels, fr, g, commits = sweep
+    cells = sorted({(k[0], k[1]) for k in g})
     out_dir = os.path.dirname(cfg["output"]) or "."
     out = ["## Quality per byte with quantized KV rows", "",
            f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}): every "
@@ -365,30 +372,16 @@ def kv_types_retrieval_section(path):
     """Retrieval with quantized KV rows (a sweep with a kv_types axis over retrieval tasks, e.g.
     bench/sweep_smollm2_kv_types_passkey.json): accuracy and kept bytes for every (task, policy,
     budget) under each row type."""
-    found = sweep_records(path)
-    if not found or "kv_types" not in found[0]:
+    sweep = kv_types_sweep(path, want_ppl=False)
+    if sweep is None:
         return []
-    cfg, recs = found
-    recs = [r for r in recs if r.get("metric") != "ppl"]
-    if not recs:
-        return []
-    base, ext = os.path.splitext(cfg["output"])
-    types = cfg["kv_types"]
-    labels = ["full"] + [p.get("label", p["kv_policy"]) for p in cfg["policies"]]
-    fr = sorted(cfg["budget_fractions"])
-
-    def type_of(r):
-        t = r["kv_type"] if r["kv_type"] == r["kv_type_v"] else f"{r['kv_type']}/{r['kv_type_v']}"
-        return t + (f"+r{r['kv_recent_f16']}" if r.get("kv_recent_f16") else "")
-
-    g = {(r["task"], r["ctx"], r["policy"].split("@")[0], r["budget_fraction"], type_of(r)): r for r in recs}
-    commits = sorted({r.get("git_commit", "?") for r in recs})
+    cfg, base, ext, types, labels, fr, g, commits = sweep
     out = ["## Retrieval with quantized KV rows", "",
            f"Config `{path}` (records `{os.path.relpath(base)}*{ext}`, engine commit(s) {', '.join(commits)}): each "
            f"retrieval task with K and V rows of {', '.join(f'`{t}`' for t in types)} (as in the section above), the "
            "context compressed before the question. A cell: accuracy (correct of samples) and the MB of K and V kept.",
            "", "| task | policy | share | " + " | ".join(types) + " |", "|---|---|---|" + "---|" * len(types)]
-    for task, ctx in sorted({(r["task"], r["ctx"]) for r in recs}):
+    for task, ctx in sorted({(k[0], k[1]) for k in g}):
         for lab in labels:
             for f in ([1.0] if lab == "full" else fr):
                 row = []
