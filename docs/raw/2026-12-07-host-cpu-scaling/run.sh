@@ -6,7 +6,7 @@
 # and 16 threads. squeezekv alone: llama.cpp's figures for the same machine kind are in
 # docs/raw/2026-12-06-h100-host-cpu-*. Then, after the CPU runs, the whole cuda_test. Carry:
 # out/devsys.tar.xz (bench/cuda/stage_device.sh).
-#   OUT=DIR [LIMIT=240 THREADS="1 2 4 6 8 12 16" TYPES="BF16 Q8_0 Q4_0" ROUNDS=2 BIG=1 OPS_THREADS="2 4 8 16"] \
+#   OUT=DIR [LIMIT=240 THREADS="1 2 4 6 8 12 16" TYPES="BF16 Q8_0 Q4_0" ROUNDS=2 BIG=1 OPS_THREADS="2 4 8 16" CUDA_TEST=1] \
 #     bash docs/raw/2026-12-07-host-cpu-scaling/run.sh
 set -u
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.txt; }
@@ -29,7 +29,8 @@ for t in ${OPS_THREADS:-2 4 8 16}; do
   left 15 && out/dev/squeezekv_bench_ops --config $C -t $t --batch 1 --chunk 512 --rounds 3 --filter gemm 2>&1 | sed "s/^/t$t /" >> $OUT/ops.txt
 done
 cat $OUT/bench.txt $OUT/ops.txt
-# after the CPU runs: the whole cuda_test of this build (the q4_1 values' session bound, 5e-3)
+# after the CPU runs (CUDA_TEST=0: none): the whole cuda_test of this build (the q4_1 values' session bound, 5e-3)
+[ "${CUDA_TEST:-1}" = 0 ] && { el done; exit 0; }
 export SQUEEZEKV_TEST_SHARED=$PWD/out/dev/shared SQUEEZEKV_TEST_REF=$PWD/tests/ref LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64
 el "cuda_test"; timeout 120 out/dev/cuda_test > $OUT/cuda_test.txt 2>&1; el "cuda_test rc $?"
 grep -E "FAILED|PASSED|q4_1 values:" $OUT/cuda_test.txt
