@@ -8,7 +8,7 @@
 //
 //   squeezekv_bench_ops [--device cpu|cuda] [--config bench/configs/llama-3.1-8b.json]
 //                       [--depths 512,4096,32768] [--chunk 512] [--rounds 5] [--filter TEXT] [-t THREADS]
-//                       [--kv-type f16|f32|q8_0|q4_0|q4_1]
+//                       [--kv-type f16|f32|q8_0|q4_0|q4_1] [--kv-recent-f16 R]
 //
 // Times are wall-clock over `reps` back-to-back calls of one op, closed by a copy back (which
 // waits for the device); on CUDA the identical launches are replayed as one CUDA graph from their
@@ -49,6 +49,7 @@ struct Args {
   std::vector<int> batch{1, 4};  // rows of the decode products; sequences of a decode batch's attention (past 1)
   std::string filter;
   KvDType kv_type = KvDType::kF16;  // the attention rows' K and V type
+  int recent_f16 = 0;                // the newest rows also in f16 (--kv-recent-f16; CPU, quantized rows)
 };
 
 std::vector<int> int_list(const std::string& flag, const std::string& s) {
@@ -100,13 +101,17 @@ Args parse(int argc, char** argv) {
       a.filter = value();
     } else if (f == "--kv-type") {
       a.kv_type = parse_kv_dtype(value());
+    } else if (f == "--kv-recent-f16") {
+      a.recent_f16 = int_list(f, value()).at(0);
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "usage: squeezekv_bench_ops [--device cpu|cuda] [--config CONFIG.json] [--depths N,N,..] [--chunk T] [--rounds R]\n"
           "                           [--batch B,B,..] [--filter TEXT] [-t THREADS] [--kv-type f16|f32|q8_0|q4_0|q4_1]\n"
+          "                           [--kv-recent-f16 R]\n"
           "Times every backend op alone at the config's shapes (Hugging Face config.json). --batch: the rows of\n"
           "the decode products and, past 1, the sequences of a decode batch's attention (default 1,4; at most --chunk).\n"
-          "--kv-type: the attention's K and V rows (default f16).\n");
+          "--kv-type: the attention's K and V rows (default f16). --kv-recent-f16: the newest R rows of each depth\n"
+          "also in f16, read in their place (the CPU, a quantized --kv-type).\n");
       std::exit(0);
     } else {
       throw Error("unknown argument '" + f + "' (--help lists them)");
@@ -114,6 +119,9 @@ Args parse(int argc, char** argv) {
   }
   for (int b : a.batch)
     if (b > a.chunk) throw Error("--batch: " + std::to_string(b) + " rows exceed --chunk " + std::to_string(a.chunk));
+  if (a.recent_f16 > 0 && (a.device != Device::kCpu || !kv_quantized(kv_type_of(a.kv_type)) || a.recent_f16 > kMaxRingRows))
+    throw Error("--kv-recent-f16: expected at most " + std::to_string(kMaxRingRows) + " rows, with --device cpu and a quantized --kv-type, got " +
+                std::to_string(a.recent_f16));
   return a;
 }
 
@@ -330,6 +338,15 @@ int run(const Args& args) {
     KvView kv;
     kv.k = K->data(), kv.v = Vb->data(), kv.pos = P->as<int32_t>(), kv.count = N, kv.capacity = cap, kv.n_kv_heads = G, kv.head_dim = D;
     kv.type = kv.v_type = kv_type;
+    // the ring: the newest R positions' rows in f16 too (position p at index p % R), host memory
+    const int R = std::min(args.recent_f16, N);
+    std::vector<uint16_t> ring_rows(static_cast<size_t>(G) * R * D);
+    std::vector<int32_t> ring_pos(static_cast<size_t>(R));
+    if (R > 0) {
+      for (uint16_t& h : ring_rows) h = f32_to_f16(uniform(s));
+      for (int p = N - R; p < N; ++p) ring_pos[static_cast<size_t>(p % R)] = p;
+      kv.ring_k = kv.ring_v = ring_rows.data(), kv.ring_pos = ring_pos.data(), kv.ring = R, kv.ring_from = N - R;
+    }
     std::vector<int32_t> qp1{N - 1};
     auto qpos1 = bench.ints(qp1);
     const std::string depth = std::to_string(N);

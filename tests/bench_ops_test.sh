@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # squeezekv_bench_ops on the CPU at a small shape: one row per op (the decode products at 1 and 4
 # rows, a decode batch of 4 sequences' attention with and without mass), each with a positive time and bandwidth; the
-# attention rows over q8_0 and q4_1 rows (--kv-type) likewise; a wrong flag, value or config is refused naming it.
+# attention rows over q8_0 and q4_1 rows (--kv-type), and q4_1 rows with a recent f16 ring (--kv-recent-f16), likewise; a
+# wrong flag, value or config is refused naming it.
 set -euo pipefail
 bin="$1"; src="$2"
 pass=0; fail=0
@@ -16,6 +17,11 @@ for t in q8_0 q4_1; do
   bad="$(awk -F'|' '/^\| attn/ { if (!($4 + 0 > 0) || !($6 + 0 > 0)) print }' <<<"$out")"
   if [ "$rows" -eq 6 ] && [ -z "$bad" ] && grep -q "$t KV" <<<"$out"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: --kv-type $t: $rows attention rows (expected 6): $out"; fi
 done
+out="$("$bin" --config "$src/bench/configs/small-llama.json" --depths 512 --chunk 64 --rounds 1 -t 2 --kv-type q4_1 --kv-recent-f16 32 --filter attn)"
+rows="$(grep -cE '^\| attn' <<<"$out" || true)"
+if [ "$rows" -eq 6 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: --kv-recent-f16 32: $rows attention rows (expected 6): $out"; fi
+if err="$("$bin" --kv-recent-f16 8 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --kv-recent-f16 over f16 rows accepted"
+elif grep -q -- '--kv-recent-f16: expected at most 4096 rows, with --device cpu and a quantized --kv-type, got 8' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --kv-type q5_0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --kv-type q5_0 accepted"
 elif grep -q -- "--kv-type: unknown value 'q5_0' (expected one of: f16, f32, q8_0, q4_0, q4_1)" <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --depths 0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --depths 0 accepted"

@@ -181,13 +181,14 @@ inline void score_rest(int left, float* s, int64_t s_stride, const float* const*
 }
 
 // out[r][d0..d0 + NV kW) = sum_n p[r][n] v[n][d0..) for R rows and keys n in [n0, n1) (n0 a
-// multiple of 4), over the key quads not skipped; v: rows of vb bytes.
-template <int R, int NV, typename VR>
+// multiple of 4), over the key quads not skipped (skip_quad null: none); v: rows of vb bytes.
+// kAdd: added to what out holds.
+template <int R, int NV, typename VR, bool kAdd = false>
 inline void value_tile(float* const* out, const float* p, int64_t p_stride, const uint8_t* v, int64_t vb, int d0, int n0, int n1,
                        const uint8_t* skip_quad) {
   typename V::Reg a[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NV; ++j) a[r][j] = V::zero();
+    for (int j = 0; j < NV; ++j) a[r][j] = kAdd ? V::load(out[r] + d0 + j * V::kW) : V::zero();
   auto key = [&](int n) {
     const uint8_t* row = v + static_cast<int64_t>(n) * vb;
     typename V::Reg vj[NV];
@@ -205,7 +206,7 @@ inline void value_tile(float* const* out, const float* p, int64_t p_stride, cons
   };
   const int q1 = n1 / 4;
   for (int c = n0 / 4; c < q1; ++c) {
-    if (skip_quad[c]) continue;
+    if (skip_quad != nullptr && skip_quad[c]) continue;
     for (int n = 4 * c; n < 4 * c + 4; ++n) key(n);
   }
   for (int n = n0 > 4 * q1 ? n0 : 4 * q1; n < n1; ++n) key(n);
@@ -214,19 +215,27 @@ inline void value_tile(float* const* out, const float* p, int64_t p_stride, cons
 }
 
 // P V for `rows` rows: 4 at a time, then the 1..3 left (decode: the query heads of one kv head).
-template <int NV, typename VR>
+template <int NV, typename VR, bool kAdd = false>
 void value_rows(float* const* orow, const float* s, int64_t Ns, int rows, const uint8_t* v, int64_t vb, int D, int n0, int n1,
                 const uint8_t* skip) {
   constexpr int kStep = NV * V::kW;
   int r = 0;
   for (; r + 4 <= rows; r += 4)
-    for (int d0 = 0; d0 < D; d0 += kStep) value_tile<4, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
+    for (int d0 = 0; d0 < D; d0 += kStep) value_tile<4, NV, VR, kAdd>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
   const int left = rows - r;
   for (int d0 = 0; d0 < D && left > 0; d0 += kStep) {
-    if (left == 3) value_tile<3, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
-    else if (left == 2) value_tile<2, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
-    else value_tile<1, NV, VR>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
+    if (left == 3) value_tile<3, NV, VR, kAdd>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
+    else if (left == 2) value_tile<2, NV, VR, kAdd>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
+    else value_tile<1, NV, VR, kAdd>(orow + r, s + r * Ns, Ns, v, vb, d0, n0, n1, skip);
   }
+}
+// value_rows with the widest pass over the dims that D and the registers allow.
+template <typename VR, bool kAdd = false>
+void value_rows_wide(float* const* orow, const float* s, int64_t Ns, int rows, const uint8_t* v, int64_t vb, int D, int n0, int n1,
+                     const uint8_t* skip) {
+  if (V::kValueVecs >= 4 && D % (4 * V::kW) == 0) value_rows<(V::kValueVecs >= 4 ? 4 : 1), VR, kAdd>(orow, s, Ns, rows, v, vb, D, n0, n1, skip);
+  else if (D % (2 * V::kW) == 0) value_rows<2, VR, kAdd>(orow, s, Ns, rows, v, vb, D, n0, n1, skip);
+  else value_rows<1, VR, kAdd>(orow, s, Ns, rows, v, vb, D, n0, n1, skip);
 }
 
 // mass[n] += p[n] (or max=) for n in [n0, n1).
@@ -243,12 +252,21 @@ inline void add_mass_to(float* mass, const float* p, int n0, int n1, bool max) {
 // on the heap and grown once, on the first tile that has a ring: static thread-local arrays of
 // this size would come out of every thread's stack in any program that loads the library (an
 // HTTP server's handler threads overflowed theirs, 2026-12-06).
+// Where both K and V have ring rows, a key quad wholly in the ring on 4 consecutive ring rows (the
+// usual case: the ring holds the newest positions, the newest slots) is a ring quad instead: the
+// quantized passes skip it (skip 2), its scores come from the ring's rows by the f16 score tile,
+// and its values from runs of ring quads on consecutive ring rows by the f16 value pass.
 struct RingKeys {
   int n = 0;
   std::vector<int> key, index;
   std::vector<float> p;
+  int quads = 0;
+  std::vector<int> quad, quad_index;  // ring quads: the quad, its first ring row
   void reserve() {
-    if (key.empty()) key.resize(kMaxRingKeys), index.resize(kMaxRingKeys), p.resize(static_cast<size_t>(kMaxRingKeys) * kRowTile);
+    if (key.empty()) {
+      key.resize(kMaxRingKeys), index.resize(kMaxRingKeys), p.resize(static_cast<size_t>(kMaxRingKeys) * kRowTile);
+      quad.resize(kMaxRingKeys / 4 + 1), quad_index.resize(kMaxRingKeys / 4 + 1);
+    }
   }
 };
 
@@ -262,11 +280,50 @@ inline void note_ring_key(const TiledArgs& a, const int32_t* pos, int n, RingKey
   rk.index[rk.n++] = i;
 }
 
+// Whether quad c's four keys are in the ring on consecutive ring rows (then noted as a ring quad).
+inline bool note_ring_quad(const TiledArgs& a, const int32_t* pos, int c, RingKeys& rk) {
+  const int32_t p0 = pos[4 * c];
+  if (p0 < a.ring_from || p0 == kDeadPosition || rk.quads * 4 + 4 > kMaxRingKeys) return false;
+  const int i0 = p0 % a.ring;
+  if (i0 + 4 > a.ring) return false;
+  for (int j = 0; j < 4; ++j)
+    if (pos[4 * c + j] != p0 + j || a.ring_pos[i0 + j] != p0 + j) return false;
+  rk.quad[rk.quads] = c;
+  rk.quad_index[rk.quads++] = i0;
+  return true;
+}
+
 // scale * q . k for one f16 ring row k of D values.
 inline float ring_score(const float* q, const uint16_t* k, int D, float scale) {
   typename V::Reg acc = V::zero();
   for (int d = 0; d < D; d += V::kW) acc = V::fmadd(V::load(q + d), V::load(k + d), acc);
   return V::hsum(acc) * scale;
+}
+
+// The ring quads' scores (s [rows][Ns], their columns) from the ring's f16 rows ring_k [ring][D],
+// by the f16 score tile. Out of line, as ring_quad_values: inlined, their tiles changed how the
+// compiler laid out run_tile's own loops (f16 rows without a ring 20-40% slower, 2026-12-07).
+__attribute__((noinline)) inline void ring_quad_scores(const RingKeys& rk, float* s, int64_t Ns, const float* const* qr, int rows,
+                                                        const uint16_t* ring_k, int D, float scale) {
+  for (int i = 0; i < rk.quads; ++i) {
+    const int c = rk.quad[i];
+    const uint8_t* kc = reinterpret_cast<const uint8_t*>(ring_k + static_cast<int64_t>(rk.quad_index[i]) * D);
+    int r = 0;
+    for (; r + V::kScoreRows <= rows; r += V::kScoreRows) score_tile<V::kScoreRows, RowF16>(s + r * Ns + 4 * c, Ns, qr + r, kc, 2 * D, D, scale);
+    score_rest<V::kScoreRows - 1, RowF16>(rows - r, s + r * Ns + 4 * c, Ns, qr + r, kc, 2 * D, D, scale);
+  }
+}
+// The ring quads' values added to the rows' outputs: each run of quads on consecutive ring rows
+// (ring_v [ring][D]) in one f16 value pass.
+__attribute__((noinline)) inline void ring_quad_values(const RingKeys& rk, float* const* orow, const float* s, int64_t Ns, int rows,
+                                                        const uint16_t* ring_v, int D) {
+  for (int i = 0; i < rk.quads;) {
+    int e = i + 1;
+    while (e < rk.quads && rk.quad[e] == rk.quad[e - 1] + 1 && rk.quad_index[e] == rk.quad_index[e - 1] + 4) ++e;
+    const uint8_t* vr = reinterpret_cast<const uint8_t*>(ring_v + static_cast<int64_t>(rk.quad_index[i]) * D);
+    value_rows_wide<RowF16, true>(orow, s + 4 * rk.quad[i], Ns, rows, vr, 2 * D, D, 0, 4 * (e - i), nullptr);
+    i = e;
+  }
 }
 
 // The tile kernel (attention_tile.h, TileFn) for K rows of format KR and V rows of format VR.
@@ -298,8 +355,9 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
   // the usual case: the ring is the newest rows)
   thread_local RingKeys ring_keys;
   RingKeys& rk = ring_keys;
-  rk.n = 0;
+  rk.n = 0, rk.quads = 0;
   const bool ring = a.ring > 0;
+  const bool ring_quads = ring && a.ring_k != nullptr && a.ring_v != nullptr;
   if (ring) rk.reserve();
   int32_t last = INT32_MIN;
   for (int c = c0; c < c1; ++c) {
@@ -310,8 +368,11 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     }
     skip[c] = first > tile_max;
     last = latest > last ? latest : last;
-    if (ring && !skip[c] && latest >= a.ring_from)
-      for (int i = 0; i < 4; ++i) note_ring_key(a, pos, 4 * c + i, rk);
+    if (ring && !skip[c] && latest >= a.ring_from) {
+      if (ring_quads && note_ring_quad(a, pos, c, rk)) skip[c] = 2;
+      else
+        for (int i = 0; i < 4; ++i) note_ring_key(a, pos, 4 * c + i, rk);
+    }
   }
   for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) {
     last = pos[n] > last ? pos[n] : last;
@@ -321,6 +382,7 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
   const uint16_t* ring_v = a.ring_v != nullptr ? a.ring_v + static_cast<int64_t>(job.g) * a.ring * D : nullptr;
   // scores, key quad outer so each quad is loaded once for the whole tile
   for (int c = c0; c < c1; ++c) {
+    if (skip[c] == 2) continue;  // a ring quad: below
     if (skip[c]) {
       for (int r = 0; r < job.rows; ++r)
         for (int i = 0; i < 4; ++i) s[r * Ns + 4 * c + i] = -INFINITY;
@@ -352,6 +414,7 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
       for (int d = 0; d < D; ++d) acc += qr[r][d] * KR::scalar(k + static_cast<int64_t>(n) * kb, d);
       s[r * Ns + n] = acc * a.scale;
     }
+  if (rk.quads > 0) ring_quad_scores(rk, s, Ns, qr, job.rows, ring_k, D, a.scale);
   if (ring_k != nullptr)
     for (int i = 0; i < rk.n; ++i)
       for (int r = 0; r < job.rows; ++r) s[r * Ns + rk.key[i]] = ring_score(qr[r], ring_k + static_cast<int64_t>(rk.index[i]) * D, D, a.scale);
@@ -433,9 +496,8 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
   float* ring_p = rk.p.data();
   for (int i = 0; i < n_ring_v; ++i)
     for (int r = 0; r < job.rows; ++r) ring_p[i * kRowTile + r] = s[r * Ns + rk.key[i]], s[r * Ns + rk.key[i]] = 0.0f;
-  if (V::kValueVecs >= 4 && D % (4 * V::kW) == 0) value_rows<(V::kValueVecs >= 4 ? 4 : 1), VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
-  else if (D % (2 * V::kW) == 0) value_rows<2, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
-  else value_rows<1, VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
+  value_rows_wide<VR>(orow, s, Ns, job.rows, v, vb, D, n0, n1, skip);
+  if (rk.quads > 0) ring_quad_values(rk, orow, s, Ns, job.rows, ring_v, D);
   for (int i = 0; i < n_ring_v; ++i) {
     const uint16_t* vr = ring_v + static_cast<int64_t>(rk.index[i]) * D;
     for (int r = 0; r < job.rows; ++r) {
