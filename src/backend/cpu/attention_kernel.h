@@ -180,6 +180,16 @@ inline void score_rest(int left, float* s, int64_t s_stride, const float* const*
   }
 }
 
+// scores[r][0..4) for all `rows` rows of a tile against the key quad at k: score_pairs where
+// it applies, else kScoreRows-row tiles and the rows left.
+template <typename KR>
+inline void score_quad(float* s, int64_t s_stride, const float* const* q, int rows, const uint8_t* k, int64_t kb, int D, float scale) {
+  if (KR::kBlock > 0 && rows == 3 && V::kScoreRows == 2) return score_pairs<3, KR>(s, s_stride, q, k, kb, D, scale);  // see score_pairs
+  int r = 0;
+  for (; r + V::kScoreRows <= rows; r += V::kScoreRows) score_tile<V::kScoreRows, KR>(s + r * s_stride, s_stride, q + r, k, kb, D, scale);
+  score_rest<V::kScoreRows - 1, KR>(rows - r, s + r * s_stride, s_stride, q + r, k, kb, D, scale);
+}
+
 // out[r][d0..d0 + NV kW) = sum_n p[r][n] v[n][d0..) for R rows and keys n in [n0, n1) (n0 a
 // multiple of 4), over the key quads not skipped (skip_quad null: none); v: rows of vb bytes.
 // kAdd: added to what out holds.
@@ -305,13 +315,9 @@ inline float ring_score(const float* q, const uint16_t* k, int D, float scale) {
 // compiler laid out run_tile's own loops (f16 rows without a ring 20-40% slower, 2026-12-07).
 __attribute__((noinline)) inline void ring_quad_scores(const RingKeys& rk, float* s, int64_t Ns, const float* const* qr, int rows,
                                                         const uint16_t* ring_k, int D, float scale) {
-  for (int i = 0; i < rk.quads; ++i) {
-    const int c = rk.quad[i];
-    const uint8_t* kc = reinterpret_cast<const uint8_t*>(ring_k + static_cast<int64_t>(rk.quad_index[i]) * D);
-    int r = 0;
-    for (; r + V::kScoreRows <= rows; r += V::kScoreRows) score_tile<V::kScoreRows, RowF16>(s + r * Ns + 4 * c, Ns, qr + r, kc, 2 * D, D, scale);
-    score_rest<V::kScoreRows - 1, RowF16>(rows - r, s + r * Ns + 4 * c, Ns, qr + r, kc, 2 * D, D, scale);
-  }
+  for (int i = 0; i < rk.quads; ++i)
+    score_quad<RowF16>(s + 4 * rk.quad[i], Ns, qr, rows, reinterpret_cast<const uint8_t*>(ring_k + static_cast<int64_t>(rk.quad_index[i]) * D),
+                       2 * D, D, scale);
 }
 // The ring quads' values added to the rows' outputs: each run of quads on consecutive ring rows
 // (ring_v [ring][D]) in one f16 value pass.
@@ -399,14 +405,7 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     if (c + kKeyAhead < c1)
 #pragma GCC unroll 8
       for (int64_t b = 0; b < 4 * kb; b += 64) _mm_prefetch(kn + b, _MM_HINT_T0);
-    if (KR::kBlock > 0 && job.rows == 3 && V::kScoreRows == 2) {  // see score_pairs
-      score_pairs<3, KR>(s + 4 * c, Ns, qr, kc, kb, D, a.scale);
-      continue;
-    }
-    int r = 0;
-    for (; r + V::kScoreRows <= job.rows; r += V::kScoreRows)
-      score_tile<V::kScoreRows, KR>(s + r * Ns + 4 * c, Ns, qr + r, kc, kb, D, a.scale);
-    score_rest<V::kScoreRows - 1, KR>(job.rows - r, s + r * Ns + 4 * c, Ns, qr + r, kc, kb, D, a.scale);
+    score_quad<KR>(s + 4 * c, Ns, qr, job.rows, kc, kb, D, a.scale);
   }
   for (int r = 0; r < job.rows; ++r)
     for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) {
