@@ -537,15 +537,17 @@ TEST(Matmul, PromptChunkSplitIntoRunsForThreadsKeepsTheBits) {
 }
 
 // BF16 weights' prompt chunks with 8-bit-mode activations: on CPUs with AVX-512 BF16 the
-// activations are rounded to bf16 and the pairs multiplied by vdpbf16ps (elsewhere, or with
-// SQUEEZEKV_CPU=avx2, the exact f32 path runs); either way every output stays within bf16's
-// rounding of the activations (2^-8 of sum |w x|) of the exact product, a block of 32 rows and the
-// tail rows after it, an odd number of column pairs, and a bias.
+// activations are rounded to bf16 and the pairs multiplied by vdpbf16ps, on CPUs with AMX the
+// first rows in multiples of 16 by tdpbf16ps (SQUEEZEKV_CPU=avx512: vdpbf16ps alone; elsewhere,
+// or with SQUEEZEKV_CPU=avx2, the exact f32 path runs); either way every output stays within
+// bf16's rounding of the activations (2^-8 of sum |w x|) of the exact product, a block of 32
+// rows and the tail rows after it, tiles of 32 and 16 tokens and the tokens after them (AMX), 16
+// column pairs and more, an odd number of column pairs, and a bias.
 TEST(Matmul, Bf16PromptChunksWithinTheActivationRounding) {
   std::mt19937 rng(59);
   std::normal_distribution<float> nd;
-  for (int64_t C : {96, 50}) {
-    const int64_t R = 40, T = 20;
+  for (auto [C, T] : {std::pair<int64_t, int64_t>{96, 20}, {50, 20}, {64, 50}, {160, 71}}) {
+    const int64_t R = 40;
     std::vector<uint16_t> wb(static_cast<size_t>(R * C));
     for (auto& v : wb) v = f32_to_bf16(nd(rng));
     const WeightMatrix w{DType::BF16, reinterpret_cast<const uint8_t*>(wb.data()), R, C, static_cast<size_t>(C) * 2};

@@ -14,6 +14,9 @@ bool device_available(Device d);
 // The CPU threads a session runs when it asks for none (threads = 0): one per physical core this
 // process may run on (its affinity mask), SMT siblings counted once.
 int default_cpu_threads();
+// The CPU kernels' instruction sets beyond the AVX2 baseline that this process runs (chosen at run
+// time, capped by SQUEEZEKV_CPU), space-separated: "avx512 vnni bf16 amx-bf16"; "avx2" when none.
+std::string cpu_kernels();
 // Read + written bytes/s of a 512 MiB copy by `threads` CPU threads (0: the default count),
 // measured now (about a second; 1 GiB of buffers, which count in the peak RSS).
 double host_copy_bandwidth(int threads);

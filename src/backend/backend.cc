@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_topology.h"
 #include "core/enum_table.h"
 #include "squeezekv/error.h"
@@ -64,6 +66,13 @@ DeviceWeightFormat parse_device_weights(const std::string& s) { return parse_enu
 const char* device_weights_name(DeviceWeightFormat f) { return enum_name(f, kWeightFormats); }
 
 int default_cpu_threads() { return cpu::default_threads(); }
+std::string cpu_kernels() {
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  std::string s;
+  for (auto [on, name] : {std::pair{f.avx512f, "avx512"}, {f.avx512vnni, "vnni"}, {f.avx512bf16, "bf16"}, {f.amx_bf16, "amx-bf16"}})
+    if (on) s += (s.empty() ? "" : " ") + std::string(name);
+  return s.empty() ? "avx2" : s;
+}
 double host_copy_bandwidth(int threads) { return cpu::copy_bandwidth(threads); }
 double host_read_bandwidth(int threads) { return cpu::read_bandwidth(threads); }
 

@@ -1,16 +1,41 @@
 // Run-time choice of the CPU kernels' instruction sets (cpu_features.h).
 #include "backend/cpu/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <cstring>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace squeezekv::cpu {
+namespace {
+
+// AMX: CPUID leaf 7 EDX bits 22 (AMX-BF16) and 24 (AMX-TILE), and Linux's permission for this
+// process to use the 8 KB tile state (asked once; the kernel refuses where the hypervisor or the
+// OS does not enable it, and then no tile instruction runs).
+bool amx_bf16_usable() {
+#if defined(__linux__) && SQUEEZEKV_AMX_KERNEL
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  if (((d >> 22) & 1) == 0 || ((d >> 24) & 1) == 0) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = [] {
     CpuFeatures c;
     const char* cap = std::getenv("SQUEEZEKV_CPU");
     const bool avx2_only = cap != nullptr && std::strcmp(cap, "avx2") == 0;
+    const bool no_amx = avx2_only || (cap != nullptr && std::strcmp(cap, "avx512") == 0);
 #if SQUEEZEKV_AVX512_KERNEL
     c.avx512f = !avx2_only && __builtin_cpu_supports("avx512f");
 #endif
@@ -21,6 +46,7 @@ const CpuFeatures& cpu_features() {
 #if SQUEEZEKV_BF16_KERNEL
     c.avx512bf16 = !avx2_only && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 #endif
+    c.amx_bf16 = !no_amx && c.avx512bf16 && amx_bf16_usable();  // its tails run the AVX-512 BF16 kernel
     (void)avx2_only;
     return c;
   }();

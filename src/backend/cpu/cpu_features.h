@@ -1,7 +1,8 @@
 // Which optional instruction sets the CPU kernels use, decided once at run time: what the CPU
 // runs (and the build compiled), capped by the environment variable SQUEEZEKV_CPU so that tests
-// can run every path on one machine: "avx2" turns the AVX-512 kernels off; unset or "native"
-// uses all the CPU has. AVX2 + FMA + F16C is the baseline the build targets.
+// can run every path on one machine: "avx2" turns the AVX-512 and AMX kernels off, "avx512" the
+// AMX kernels alone; unset or "native" uses all the CPU has. AVX2 + FMA + F16C is the baseline
+// the build targets.
 // Thread safety: read-only after the first call.
 #pragma once
 
@@ -11,6 +12,8 @@ struct CpuFeatures {
   bool avx512f = false;     // the AVX-512 prompt tiles (gemm_avx512.cc)
   bool avx512vnni = false;  // AVX-512 VNNI (+VL) integer dots for the 8-row tiles (tile8_vnni.cc)
   bool avx512bf16 = false;  // AVX-512 BF16 products for BF16 weights' prompt chunks (gemm_bf16.cc)
+  bool amx_bf16 = false;    // AMX tiles for BF16 weights' prompt chunks (gemm_amx.cc): the CPU has them
+                            // and Linux let this process use them (arch_prctl XTILEDATA)
 };
 
 const CpuFeatures& cpu_features();

@@ -36,9 +36,48 @@ inline void gemm_mx32(float* out, int64_t ldo, const uint32_t* x, int64_t ldx, c
   }
 }
 
+// 16 rows of 16 entries (r[i] = row i) into 16 columns: r[j] <- entry j of rows 0..15. 32-bit
+// interleaves within 128-bit lanes, then 64-bit, then two rounds of 128-bit lane picks. (GCC 12
+// warns of the intrinsics' own undefined-vector placeholders here: a false positive.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {  // u[i + c] holds column c + 4 l of rows i..i+3 in lane l
+    u[i + 0] = _mm512_unpacklo_epi64(t[i], t[i + 2]), u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]), u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88), v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88), r[c + 8] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    r[c + 4] = _mm512_shuffle_i32x4(v1, v3, 0x88), r[c + 12] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+#pragma GCC diagnostic pop
+
 }  // namespace
 
 bool available() { return cpu_features().avx512bf16; }
+
+void pack_pairs32(uint32_t* panel, const uint32_t* rows, int64_t stride, int64_t P) {
+  int64_t p = 0;
+  for (; p + 16 <= P; p += 16)
+    for (int half = 0; half < 2; ++half) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(rows + (half * 16 + i) * stride + p);
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) _mm512_storeu_si512(panel + (p + j) * 32 + half * 16, r[j]);
+    }
+  for (; p < P; ++p)
+    for (int i = 0; i < 32; ++i) panel[p * 32 + i] = rows[i * stride + p];
+}
 
 void to_bf16_pairs(uint32_t* out, const float* x, int64_t n) {
   int64_t i = 0;

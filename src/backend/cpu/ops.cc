@@ -285,17 +285,18 @@ struct PartPlan {
 };
 
 // out[t][r0 + 0..32) for kWideBlock BF16 rows: the rows packed as column pairs, times the
-// activations' bf16 pairs xb [T][C / 2] (PartPlan::bf16 is set only where the kernel runs).
+// activations' bf16 pairs xb [T][C / 2] (PartPlan::bf16 is set only where the kernel runs); on
+// CPUs with AMX tiles every row through them (tdpbf16ps), elsewhere through vdpbf16ps.
 void bf16_block(float* out, int64_t R, int64_t r0, const WeightMatrix& w, const uint32_t* xb, int64_t T) {
 #if SQUEEZEKV_BF16_KERNEL
   thread_local std::vector<uint32_t> panel_buf;  // grown once
   const int64_t P = w.cols / 2;
   panel_buf.resize(static_cast<size_t>(P) * kWideBlock);
   uint32_t* panel = panel_buf.data();
-  for (int64_t i = 0; i < kWideBlock; ++i) {
-    const uint32_t* row = reinterpret_cast<const uint32_t*>(w.row(r0 + i));
-    for (int64_t c = 0; c < P; ++c) panel[c * kWideBlock + i] = row[c];
-  }
+  avx512bf16::pack_pairs32(panel, reinterpret_cast<const uint32_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 4), P);
+#if SQUEEZEKV_AMX_KERNEL
+  if (amx::available() && amx::gemm_bf16_panel32(out + r0, R, xb, T, P, panel)) return;
+#endif
   avx512bf16::gemm_panel32(out + r0, R, xb, T, P, panel);
 #else
   (void)out, (void)R, (void)r0, (void)w, (void)xb, (void)T;
@@ -398,7 +399,7 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
 #if SQUEEZEKV_AVX2
     p.fused = p.fused || (decode && has_fused_dot(w.type) && !p.tiled);
 #endif
-    // prompt chunks over BF16 rows: bf16 activations and vdpbf16ps where the CPU has them
+    // prompt chunks over BF16 rows: bf16 activations and vdpbf16ps (AMX tiles) where the CPU has them
 #if SQUEEZEKV_BF16_KERNEL
     p.bf16 = !decode && act == Activations::kInt8 && w.type == DType::BF16 && w.layout == WeightLayout::kRows &&
              w.cols % 2 == 0 && avx512bf16::available();
