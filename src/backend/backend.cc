@@ -174,6 +174,12 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   // or with --batch-invariant gemm_rows for every decode row, a lone sequence's too;
   // SQUEEZEKV_CUDA_BATCH=tuned|blas|gemv|mma chooses one for measurements
   co.batch = o.batch_invariant ? CudaOptions::BatchProducts::kMma : CudaOptions::BatchProducts::kTuned;
+  co.batch_lone_splits = o.batch_invariant;
+  if (const char* e = std::getenv("SQUEEZEKV_CUDA_BATCH_SPLITS")) {  // lone|batch, for measurements
+    const std::string v = e;
+    if (v == "lone" || v == "batch") co.batch_lone_splits = v == "lone";
+    else throw Error("SQUEEZEKV_CUDA_BATCH_SPLITS: expected lone or batch, got '" + v + "'");
+  }
   if (const char* e = std::getenv("SQUEEZEKV_CUDA_BATCH")) {
     const std::string v = e;
     if (v == "tuned") co.batch = CudaOptions::BatchProducts::kTuned;

@@ -469,17 +469,19 @@ class CudaBackend final : public Backend {
       }
       cap_max = std::max(cap_max, v.capacity);
     }
-    // each sequence's splits as its lone launch has them (attention_decode)
+    // each sequence's splits as its lone launch has them (attention_decode), or with
+    // batch_lone_splits off at most as many as fill the GPU over the whole batch
     AttnShape a{};
     a.T = 1, a.H = H, a.G = G, a.grp = H / G, a.D = D, a.N = 0, a.cap = 0, a.qt = 1, a.direct = 0;
     a.min_keys = opt_.decode_split_keys;
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int gmax = a.grp <= 4 ? 4 : 8;
     const bool mma = mma_decode(c0.kv, a.grp);
+    const int batch_cap = opt_.batch_lone_splits ? kMaxSplits : std::max(1, (decode_blocks(mma) * sms_) / (n * G));
     int most = 1;
     for (int i = 0; i < n; ++i) {
       const KvView& v = c[i].kv;
-      const int splits = decode_splits(v.capacity, G, mma);
+      const int splits = std::min(decode_splits(v.capacity, G, mma), batch_cap);
       const KeyRange kr = key_range(v.count, splits, a.min_keys);
       most = std::max(most, kr.splits);
       const AttentionProbe* p = c[i].probe;
@@ -669,9 +671,11 @@ class CudaBackend final : public Backend {
   // tensor cores): enough blocks to keep every SM streaming (CudaOptions::decode_blocks_per_sm a
   // sequence), at least decode_split_keys each. A lone sequence and a batch split alike.
   int decode_splits(int n_bound, int G, bool mma) const {
-    const int per_sm = opt_.decode_blocks_per_sm > 0 ? opt_.decode_blocks_per_sm : mma ? 8 : 4;
-    return std::max(1, std::min({(per_sm * sms_) / G, (n_bound + opt_.decode_split_keys - 1) / opt_.decode_split_keys, kMaxSplits}));
+    return std::max(1, std::min({(decode_blocks(mma) * sms_) / G, (n_bound + opt_.decode_split_keys - 1) / opt_.decode_split_keys,
+                                 kMaxSplits}));
   }
+  // A decode step's attention blocks per SM (CudaOptions::decode_blocks_per_sm, or the kernel's own).
+  int decode_blocks(bool mma) const { return opt_.decode_blocks_per_sm > 0 ? opt_.decode_blocks_per_sm : mma ? 8 : 4; }
   // Whether a decode step's attention runs on the tensor cores (attn_decode_mma.h): a lone
   // sequence and a batch choose alike, so a sequence's bits do not depend on the batch.
   bool mma_decode(const KvView& kv, int grp) const { return opt_.mma_decode && decode_mma_serves(kv, grp); }

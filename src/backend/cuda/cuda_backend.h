@@ -47,6 +47,12 @@ struct CudaOptions {
   // tensor-core kernel's one-warp blocks (H100, 2026-12-06: q8_0 rows at depth 32768 5% faster
   // than 4, f16 the same) and 4 of the CUDA-core kernel's four-warp blocks
   int decode_blocks_per_sm = 0;
+  // a decode batch's attention splits each sequence's keys as its lone launch does (true, with
+  // --batch-invariant: a sequence's bits alone), or at most into as many splits as fill
+  // decode_blocks_per_sm over the whole batch (false, the default: a batch of many long sequences
+  // fills the GPU with few splits each, so fewer partial sums are written and merged; a
+  // sequence's attention within rounding of its lone one)
+  bool batch_lone_splits = false;
   bool packed_mma = true;  // a decode batch over packed weights on the tensor cores (gemm_rows_q.h)
   // a decode batch's KV writes and attention in one launch for all its sequences (each with its
   // lone arithmetic); off: one sequence after another
