@@ -70,6 +70,8 @@ case "$("$bin" generate -m "$m" --tokenizer "$tok" -p hi --device cuda 2>&1 < /d
        generate -m "$m" --tokenizer "$tok" -p hi --device cuda
      SQUEEZEKV_CUDA_ROWS_STEP=96 expect_error "SQUEEZEKV_CUDA_ROWS_STEP: expected 64 or 128, got 96" \
        generate -m "$m" --tokenizer "$tok" -p hi --device cuda
+     SQUEEZEKV_CUDA_BATCH_SPLITS=some expect_error "SQUEEZEKV_CUDA_BATCH_SPLITS: expected lone or batch, got 'some'" \
+       generate -m "$m" --tokenizer "$tok" -p hi --device cuda
      # KV row types the device does not store, the flag of the side it lacks named (head dim 32)
      sl="$(dirname "$0")/../bench/configs/small-llama.json"
      expect_error "--kv-type q4_1: the CUDA backend stores" generate --dummy "$sl" -p hi --device cuda --kv-type q4_1
