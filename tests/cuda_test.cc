@@ -1518,6 +1518,55 @@ TEST_F(Cuda, DecodeBatchWithinItsTolerance) {
     }
 }
 
+// By default a decode batch splits each sequence's keys by the batch (CudaOptions::
+// batch_lone_splits off): 96 sequences of 1,100-1,385 keys on the wide shape (2 kv heads) take
+// at most 8 x SMs / 192 splits each (5 on a 132-SM card) where alone they take 9-11. With the
+// products fixed (gemm_rows, --batch-invariant) and the splits the only difference, the logits
+// of the two batches stay within f32 rounding of each other and pick the same tokens.
+TEST_F(Cuda, DecodeBatchSplitByTheBatchWithinRounding) {
+  const auto models = batch_models();
+  const Model& m = *models[1];
+  const int B = 96, V = m.config().vocab_size, steps = 6;
+  SessionOptions so;
+  so.device = Device::kCuda;
+  so.batch_invariant = true;  // the products' bits fixed; the splits set below
+  std::vector<std::vector<float>> logits[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    setenv("SQUEEZEKV_CUDA_BATCH_SPLITS", mode == 0 ? "lone" : "batch", 1);
+    Engine e(m, so, B);
+    unsetenv("SQUEEZEKV_CUDA_BATCH_SPLITS");
+    std::vector<SequenceId> ids;
+    for (int i = 0; i < B; ++i) {
+      CacheConfig c;
+      c.max_tokens = 1600;
+      ids.push_back(e.add_sequence(c));
+      const std::vector<int> p = prompt(m, 1100 + 3 * i);
+      e.prefill(ids.back(), p);
+    }
+    std::vector<int> tok(B);
+    for (int t = 0; t < steps; ++t) {
+      for (int i = 0; i < B; ++i) tok[i] = 3 + (t * 31 + i * 17) % (V - 3);
+      const auto y = e.decode(ids, tok);
+      logits[mode].emplace_back(y.begin(), y.end());
+    }
+  }
+  double worst = 0, scale = 0;
+  int agree = 0, differ = 0;
+  for (int t = 0; t < steps; ++t)
+    for (int i = 0; i < B; ++i) {
+      const float* a = logits[0][t].data() + static_cast<size_t>(i) * V;
+      const float* b = logits[1][t].data() + static_cast<size_t>(i) * V;
+      differ += !std::equal(a, a + V, b);
+      for (int v = 0; v < V; ++v) worst = std::max(worst, double(std::fabs(a[v] - b[v]))), scale = std::max(scale, double(std::fabs(a[v])));
+      agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+    }
+  std::printf("batch of %d split by the batch: %d of %d sequence steps differ from the lone splits, max %.3g of the scale, argmax agree %d\n",
+              B, differ, B * steps, worst / std::max(1.0, scale), agree);
+  EXPECT_GT(differ, 0) << "the splits did not change: the test no longer covers the batch's splits";
+  EXPECT_LE(worst, 1e-4 * std::max(1.0, scale));
+  EXPECT_GE(agree, B * steps - 2);
+}
+
 TEST_F(Cuda, GraphReplayEqualsDirectLaunches) {
   auto m = Model::dummy(test::ref_dir() + "/../../bench/configs/small-llama.json");
   const auto ids = prompt(*m, 500);
