@@ -537,8 +537,8 @@ TEST(Matmul, PromptChunkSplitIntoRunsForThreadsKeepsTheBits) {
 }
 
 // BF16 weights' prompt chunks with 8-bit-mode activations: on CPUs with AVX-512 BF16 the
-// activations are rounded to bf16 and the pairs multiplied by vdpbf16ps, on CPUs with AMX the
-// first rows in multiples of 16 by tdpbf16ps (SQUEEZEKV_CPU=avx512: vdpbf16ps alone; elsewhere,
+// activations are rounded to bf16 and the pairs multiplied by vdpbf16ps, on CPUs with AMX every
+// row by tdpbf16ps where the pairs fill whole tiles (SQUEEZEKV_CPU=avx512: vdpbf16ps; elsewhere,
 // or with SQUEEZEKV_CPU=avx2, the exact f32 path runs); either way every output stays within
 // bf16's rounding of the activations (2^-8 of sum |w x|) of the exact product, a block of 32
 // rows and the tail rows after it, tiles of 32 and 16 tokens and the tokens after them (AMX), 16

@@ -265,8 +265,8 @@ std::string report_table(const Model& model, const SessionOptions& so, const Ben
                 c.name.c_str(), arch_name(c.arch), c.n_layers, c.dim, c.n_heads, c.n_kv_heads, mib(w.matrix_bytes),
                 types.c_str());
   out += line;
-  std::snprintf(line, sizeof line, "device: %s (host: %s; kernels %s) | decode: %s | kv: %s\n\n", r.device.c_str(), cpu_name().c_str(), cpu_kernels().c_str(),
-                decode_activations_name(so.decode_activations), kv_desc(so).c_str());
+  std::snprintf(line, sizeof line, "device: %s (host: %s; kernels %s) | decode: %s | kv: %s\n\n", r.device.c_str(),
+                cpu_name().c_str(), cpu_kernels().c_str(), decode_activations_name(so.decode_activations), kv_desc(so).c_str());
   out += line;
   if (r.bandwidth > 0) {
     if (r.bandwidth >= 1e12)

@@ -46,7 +46,9 @@ const CpuFeatures& cpu_features() {
 #if SQUEEZEKV_BF16_KERNEL
     c.avx512bf16 = !avx2_only && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 #endif
-    c.amx_bf16 = !no_amx && c.avx512bf16 && amx_bf16_usable();  // its tails run the AVX-512 BF16 kernel
+    // the AVX-512 BF16 kernel rounds the activations, packs the panels and takes matrices whose
+    // column pairs are not whole tiles
+    c.amx_bf16 = !no_amx && c.avx512bf16 && amx_bf16_usable();
     (void)avx2_only;
     return c;
   }();

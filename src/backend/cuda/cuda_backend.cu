@@ -669,7 +669,8 @@ class CudaBackend final : public Backend {
   }
   // The most splits of a decode step's keys (n_bound keys at most, G kv heads; mma: on the
   // tensor cores): enough blocks to keep every SM streaming (CudaOptions::decode_blocks_per_sm a
-  // sequence), at least decode_split_keys each. A lone sequence and a batch split alike.
+  // sequence), at least decode_split_keys each: a lone sequence's, and a batch's too with
+  // batch_lone_splits (otherwise capped by the batch: decode_batch).
   int decode_splits(int n_bound, int G, bool mma) const {
     return std::max(1, std::min({(decode_blocks(mma) * sms_) / G, (n_bound + opt_.decode_split_keys - 1) / opt_.decode_split_keys,
                                  kMaxSplits}));
