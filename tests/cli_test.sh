@@ -61,6 +61,10 @@ expect_error "--kv-memory" generate -m "$m" --tokenizer "$tok" -p hi --kv-memory
 expect_error "--kv-memory" generate -m "$m" --tokenizer "$tok" -p hi --kv-memory 100K --ctx 4096  # a full cache beyond the pool
 out="$("$bin" generate -m "$m" --tokenizer "$tok" -p "Once upon a time" -n 8 --temp 0 -t 2 --kv-memory 0.5 2>&1)"; rc=$?
 [ $rc -eq 0 ] && ok || bad "--kv-memory 0.5 (a share of the free memory) refused: $out"
+# the CPU kernels' cap: a value it does not know refused, naming it; avx2 named by the bench
+SQUEEZEKV_CPU=avx51 expect_error "SQUEEZEKV_CPU: expected native, avx512 or avx2, got 'avx51'" generate -m "$m" --tokenizer "$tok" -p hi
+out="$(SQUEEZEKV_CPU=avx2 "$bin" bench -m "$m" --tokenizer "$tok" -t 1 -p 8 -n 2 -r 1 2>&1)"
+case "$out" in *"kernels avx2)"*) ok ;; *) bad "bench under SQUEEZEKV_CPU=avx2 does not name its kernels avx2: $out" ;; esac
 # a build without the CUDA backend, or a machine without a GPU, says so (this test runs without one)
 if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
 # a build with the CUDA backend refuses a measurement switch's unknown value, naming it, before any device work

@@ -113,6 +113,7 @@ MakeCudaBackend cuda_factory() {
 #endif
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
+  cpu::check_cpu_cap();  // a host's kernels serve every device's CPU side
   if (o.device == Device::kCpu) return make_cpu_backend(o.threads, o.decode == Activations::kInt8);
 #if SQUEEZEKV_CUDA
   CudaOptions co;

@@ -1,10 +1,13 @@
 // Run-time choice of the CPU kernels' instruction sets (cpu_features.h).
 #include "backend/cpu/cpu_features.h"
 
+#include "squeezekv/error.h"
+
 #include <cpuid.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,6 +32,14 @@ bool amx_bf16_usable() {
 }
 
 }  // namespace
+
+void check_cpu_cap() {
+  const char* cap = std::getenv("SQUEEZEKV_CPU");
+  if (cap == nullptr) return;
+  for (const char* ok : {"native", "avx512", "avx2"})
+    if (std::strcmp(cap, ok) == 0) return;
+  throw Error(std::string("SQUEEZEKV_CPU: expected native, avx512 or avx2, got '") + cap + "'");
+}
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = [] {

@@ -18,4 +18,8 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 
+// Throws Error naming SQUEEZEKV_CPU when it is set to anything but native, avx512 or avx2 (checked
+// where a backend is made, before any kernel reads cpu_features()).
+void check_cpu_cap();
+
 }  // namespace squeezekv::cpu
