@@ -35,6 +35,7 @@
 #include "squeezekv/device.h"
 #include "squeezekv/error.h"
 #include "squeezekv/kv_cache.h"
+#include "squeezekv/session.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ struct Args {
   std::string filter;
   KvDType kv_type = KvDType::kF16;  // the attention rows' K and V type
   int recent_f16 = 0;                // the newest rows also in f16 (--kv-recent-f16; CPU, quantized rows)
-  Activations act = Activations::kF32;  // the products' activations (--activations)
+  DecodeActivations act = DecodeActivations::kF32;  // the products' activations (--decode-activations, as the CLI's)
 };
 
 std::vector<int> int_list(const std::string& flag, const std::string& s) {
@@ -105,21 +106,18 @@ Args parse(int argc, char** argv) {
       a.kv_type = parse_kv_dtype(value());
     } else if (f == "--kv-recent-f16") {
       a.recent_f16 = int_list(f, value()).at(0);
-    } else if (f == "--activations") {
-      const std::string v = value();
-      if (v == "f32") a.act = Activations::kF32;
-      else if (v == "int8") a.act = Activations::kInt8;
-      else throw Error("--activations: expected f32 or int8, got '" + v + "'");
+    } else if (f == "--decode-activations") {
+      a.act = parse_decode_activations(value());
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "usage: squeezekv_bench_ops [--device cpu|cuda] [--config CONFIG.json] [--depths N,N,..] [--chunk T] [--rounds R]\n"
           "                           [--batch B,B,..] [--filter TEXT] [-t THREADS] [--kv-type f16|f32|q8_0|q4_0|q4_1]\n"
-          "                           [--kv-recent-f16 R] [--activations f32|int8]\n"
+          "                           [--kv-recent-f16 R] [--decode-activations f32|int8]\n"
           "Times every backend op alone at the config's shapes (Hugging Face config.json). --batch: the rows of\n"
           "the decode products and, past 1, the sequences of a decode batch's attention (default 1,4; at most --chunk).\n"
           "--kv-type: the attention's K and V rows (default f16). --kv-recent-f16: the newest R rows of each depth\n"
-          "also in f16, read in their place (the CPU, a quantized --kv-type). --activations: the products' (default\n"
-          "f32, exact; int8: what generate runs, 8-bit decode rows, bf16 prompt rows for BF16 weights where the CPU has them).\n");
+          "also in f16, read in their place (the CPU, a quantized --kv-type). --decode-activations: the products', as the\n"
+          "CLI's (default here f32, exact; int8: what generate runs, 8-bit rows, bf16 prompt rows for BF16 weights where the CPU has them).\n");
       std::exit(0);
     } else {
       throw Error("unknown argument '" + f + "' (--help lists them)");
@@ -235,9 +233,10 @@ int run(const Args& args) {
   const double bw = b.copy_bandwidth();
   const int E = c.dim, H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, F = c.ffn_dim, V = c.vocab_size, Tc = args.chunk;
   const KvType kv_type = kv_type_of(args.kv_type);
+  const Activations act = args.act == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
   const std::string where = b.describe() + (args.device == Device::kCpu ? " (kernels " + cpu_kernels() + ")" : "");
   std::printf("# %s; %s: E %d, H %d, G %d, D %d, F %d, V %d; bf16 weights, %s activations, %s KV\n", where.c_str(), args.config.c_str(),
-              E, H, G, D, F, V, args.act == Activations::kInt8 ? "int8" : "f32", kv_dtype_name(args.kv_type));
+              E, H, G, D, F, V, decode_activations_name(args.act), kv_dtype_name(args.kv_type));
   if (bw > 0) std::printf("# copy bandwidth %.0f GB/s (read + written); %% = the row's bytes over it\n", bw / 1e9);
   std::printf("| %-24s | %-26s | %9s | %-19s | %8s | %6s | %7s |\n", "op", "shape", "us", "min-max us", "GB/s", "% bw", "GFLOP/s");
   std::printf("|---|---|---:|---|---:|---:|---:|\n");
@@ -275,22 +274,22 @@ int run(const Args& args) {
       const double wbytes = 2.0 * m.w.rows * m.w.cols;
       bench.time(std::string("gemv ") + m.name + (T > 1 ? " x" + std::to_string(T) : ""), dims({T, m.w.cols}) + " @ " + dims({m.w.rows, m.w.cols}) + "^T",
                  wbytes, 2.0 * T * m.w.rows * m.w.cols,
-                 [&, T] { b.matmul_rows(op, xp, m.w, T, nullptr, args.act); });
+                 [&, T] { b.matmul_rows(op, xp, m.w, T, nullptr, act); });
     }
   {
     const RopeSpec rope{pos->as<int32_t>(), inv_freq->as<float>(), D, c.rope_adjacent_pairs ? RopePairing::kAdjacent : RopePairing::kHalves};
     const MatmulPart parts[3] = {{op, &mats[0].w, nullptr, &rope}, {op2, &mats[1].w, nullptr, &rope}, {op3, &mats[2].w, nullptr, nullptr}};
     const double wbytes = 2.0 * (mats[0].w.rows + mats[1].w.rows + mats[2].w.rows) * E;
-    bench.time("gemv qkv+rope", dims({1, E}) + " @ q,k,v", wbytes, wbytes, [&] { b.matmuls(parts, 3, xp, 1, args.act, RowMode::kChunk); });
+    bench.time("gemv qkv+rope", dims({1, E}) + " @ q,k,v", wbytes, wbytes, [&] { b.matmuls(parts, 3, xp, 1, act, RowMode::kChunk); });
     bench.time("gemv gate,up+swiglu", dims({1, E}) + " @ 2x" + dims({F, E}), 4.0 * F * E, 4.0 * F * E,
-               [&] { b.matmul_swiglu(op, op2, xp, mats[4].w, mats[5].w, 1, args.act, RowMode::kChunk); });
+               [&] { b.matmul_swiglu(op, op2, xp, mats[4].w, mats[5].w, 1, act, RowMode::kChunk); });
   }
   for (const Mat& m : mats) {
     if (std::strcmp(m.name, "k") == 0 || std::strcmp(m.name, "v") == 0 || std::strcmp(m.name, "up") == 0) continue;
     const double fl = 2.0 * Tc * m.w.rows * m.w.cols;
     bench.time(std::string("gemm ") + m.name, dims({Tc, m.w.cols}) + " @ " + dims({m.w.rows, m.w.cols}) + "^T",
                2.0 * m.w.rows * m.w.cols + 4.0 * Tc * (m.w.rows + m.w.cols), fl,
-               [&] { b.matmul(op, xp, m.w, Tc, nullptr, args.act); });
+               [&] { b.matmul(op, xp, m.w, Tc, nullptr, act); });
   }
 
   // ---- element-wise

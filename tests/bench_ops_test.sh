@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # squeezekv_bench_ops on the CPU at a small shape: one row per op (the decode products at 1 and 4
 # rows, a decode batch of 4 sequences' attention with and without mass), each with a positive time and bandwidth; the
-# attention rows over q8_0 and q4_1 rows (--kv-type), and q4_1 rows with a recent f16 ring (--kv-recent-f16), likewise; a
-# wrong flag, value or config is refused naming it.
+# attention rows over q8_0 and q4_1 rows (--kv-type), q4_1 rows with a recent f16 ring (--kv-recent-f16) and the
+# products with 8-bit activations (--decode-activations int8), likewise; a wrong flag, value or config is refused naming it.
 set -euo pipefail
 bin="$1"; src="$2"
 pass=0; fail=0
@@ -20,6 +20,12 @@ done
 out="$("$bin" --config "$src/bench/configs/small-llama.json" --depths 512 --chunk 64 --rounds 1 -t 2 --kv-type q4_1 --kv-recent-f16 32 --filter attn)"
 rows="$(grep -cE '^\| attn' <<<"$out" || true)"
 if [ "$rows" -eq 6 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: --kv-recent-f16 32: $rows attention rows (expected 6): $out"; fi
+out="$("$bin" --config "$src/bench/configs/small-llama.json" --depths 512 --chunk 64 --rounds 1 -t 2 --decode-activations int8 --filter gem)"
+rows="$(grep -cE '^\| gem' <<<"$out" || true)"
+bad="$(awk -F'|' '/^\| gem/ { if (!($4 + 0 > 0) || !($6 + 0 > 0)) print }' <<<"$out")"
+if [ "$rows" -gt 0 ] && [ -z "$bad" ] && grep -q "int8 activations" <<<"$out"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: --decode-activations int8: $out"; fi
+if err="$("$bin" --decode-activations int4 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --decode-activations int4 accepted"
+elif grep -q -- "--decode-activations: unknown value 'int4'" <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --kv-recent-f16 8 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --kv-recent-f16 over f16 rows accepted"
 elif grep -q -- '--kv-recent-f16: expected at most 4096 rows, with --device cpu and a quantized --kv-type, got 8' <<<"$err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $err"; fi
 if err="$("$bin" --kv-type q5_0 2>&1)"; then fail=$((fail + 1)); echo "FAILED: --kv-type q5_0 accepted"

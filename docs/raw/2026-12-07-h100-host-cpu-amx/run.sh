@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # BF16 prompt products on AMX tiles against AVX-512 BF16 alone (issue 32), on the GPU machine's 16
 # Xeon cores (CPU only, no GPU work): the products' tests with AMX on (the default there) and off
-# (SQUEEZEKV_CPU=avx512); every product alone at 512 rows (`squeezekv_bench_ops --filter gemm --activations int8`,
+# (SQUEEZEKV_CPU=avx512); every product alone at 512 rows (`squeezekv_bench_ops --filter gemm --decode-activations int8`,
 # bf16 weights) at OPS_THREADS, AMX on/off alternated; then `squeezekv bench -p 512 -n 32` on
 # random-weight SmolLM2-135M shapes (BF16 on/off alternated, Q8_0 and Q4_0 beside them) at THREADS
 # and the Llama-3.2-1B shape (BF16 on/off, Q8_0; -n 16) at BIG_THREADS, ROUNDS rounds. squeezekv alone.
@@ -19,7 +19,7 @@ for cap in native avx512; do
 done
 C=bench/configs/smollm2-135m.json B=bench/configs/llama-3.2-1b.json
 for t in ${OPS_THREADS:-1 4 16}; do for cap in native avx512 native avx512; do
-  left 60 && SQUEEZEKV_CPU=$cap out/dev/squeezekv_bench_ops --config $C -t $t --batch 1 --chunk 512 --rounds 3 --filter gemm --activations int8 2>&1 |
+  left 60 && SQUEEZEKV_CPU=$cap out/dev/squeezekv_bench_ops --config $C -t $t --batch 1 --chunk 512 --rounds 3 --filter gemm --decode-activations int8 2>&1 |
     grep -E "^# cpu|gemm" | sed "s/^/$cap t$t /" >> $OUT/ops.txt
 done; done
 el "ops"
