@@ -31,22 +31,30 @@ bool amx_bf16_usable() {
 #endif
 }
 
+// SQUEEZEKV_CPU's values, each capping the kernels more than the one before it.
+constexpr const char* kCaps[] = {"native", "avx512", "avx2"};
+
+// SQUEEZEKV_CPU's index in kCaps (0 when unset), -1 for a value not there.
+int cap_level() {
+  const char* cap = std::getenv("SQUEEZEKV_CPU");
+  if (cap == nullptr) return 0;
+  for (int i = 0; i < 3; ++i)
+    if (std::strcmp(cap, kCaps[i]) == 0) return i;
+  return -1;
+}
+
 }  // namespace
 
 void check_cpu_cap() {
-  const char* cap = std::getenv("SQUEEZEKV_CPU");
-  if (cap == nullptr) return;
-  for (const char* ok : {"native", "avx512", "avx2"})
-    if (std::strcmp(cap, ok) == 0) return;
-  throw Error(std::string("SQUEEZEKV_CPU: expected native, avx512 or avx2, got '") + cap + "'");
+  if (cap_level() < 0)
+    throw Error(std::string("SQUEEZEKV_CPU: expected native, avx512 or avx2, got '") + std::getenv("SQUEEZEKV_CPU") + "'");
 }
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = [] {
     CpuFeatures c;
-    const char* cap = std::getenv("SQUEEZEKV_CPU");
-    const bool avx2_only = cap != nullptr && std::strcmp(cap, "avx2") == 0;
-    const bool no_amx = avx2_only || (cap != nullptr && std::strcmp(cap, "avx512") == 0);
+    const int level = cap_level();  // a value check_cpu_cap refuses caps nothing here
+    const bool avx2_only = level == 2, no_amx = level >= 1;
 #if SQUEEZEKV_AVX512_KERNEL
     c.avx512f = !avx2_only && __builtin_cpu_supports("avx512f");
 #endif
