@@ -1543,7 +1543,9 @@ TEST_F(Cuda, DecodeBatchSplitByTheBatchWithinRounding) {
       c.max_tokens = 1600;
       ids.push_back(e.add_sequence(c));
       const std::vector<int> p = prompt(m, 1100 + 3 * i);
-      e.prefill(ids.back(), p);
+      const int n = static_cast<int>(p.size()), chunk = e.prefill_chunk();
+      for (int at = 0; at < n; at += chunk)
+        e.prefill(ids.back(), std::span<const int>(p).subspan(at, std::min(chunk, n - at)), n);
     }
     std::vector<int> tok(B);
     for (int t = 0; t < steps; ++t) {
