@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "core/half.h"
 #include "core/kv_rows.h"
+#include "core/quant.h"
 #include "core/random.h"
 #include "kv/layer_cache.h"
 #include "model/loaders.h"
@@ -53,7 +54,20 @@ struct Args {
   KvDType kv_type = KvDType::kF16;  // the attention rows' K and V type
   int recent_f16 = 0;                // the newest rows also in f16 (--kv-recent-f16; CPU, quantized rows)
   DecodeActivations act = DecodeActivations::kF32;  // the products' activations (--decode-activations, as the CLI's)
+  DType weights = DType::BF16;  // the products' matrices (--weights: BF16 or a block type, random blocks)
 };
+
+// --weights: BF16 or a block type by its GGUF name (Q8_0, Q4_K, ...).
+DType parse_weights(const std::string& s) {
+  std::string names;
+  for (int i = 0; i < kDTypeCount; ++i) {
+    const DType t = static_cast<DType>(i);
+    if (t == DType::F32 || t == DType::F16) continue;
+    if (s == dtype_info(t).name) return t;
+    names += (names.empty() ? "" : ", ") + std::string(dtype_info(t).name);
+  }
+  throw Error("--weights: expected one of " + names + ", got '" + s + "'");
+}
 
 std::vector<int> int_list(const std::string& flag, const std::string& s) {
   std::vector<int> out;
@@ -108,16 +122,20 @@ Args parse(int argc, char** argv) {
       a.recent_f16 = int_list(f, value()).at(0);
     } else if (f == "--decode-activations") {
       a.act = parse_decode_activations(value());
+    } else if (f == "--weights") {
+      a.weights = parse_weights(value());
     } else if (f == "-h" || f == "--help") {
       std::printf(
           "usage: squeezekv_bench_ops [--device cpu|cuda] [--config CONFIG.json] [--depths N,N,..] [--chunk T] [--rounds R]\n"
           "                           [--batch B,B,..] [--filter TEXT] [-t THREADS] [--kv-type f16|f32|q8_0|q4_0|q4_1]\n"
-          "                           [--kv-recent-f16 R] [--decode-activations f32|int8]\n"
+          "                           [--kv-recent-f16 R] [--decode-activations f32|int8] [--weights BF16|Q8_0|Q4_0|Q4_K|..]\n"
           "Times every backend op alone at the config's shapes (Hugging Face config.json). --batch: the rows of\n"
           "the decode products and, past 1, the sequences of a decode batch's attention (default 1,4; at most --chunk).\n"
           "--kv-type: the attention's K and V rows (default f16). --kv-recent-f16: the newest R rows of each depth\n"
           "also in f16, read in their place (the CPU, a quantized --kv-type). --decode-activations: the products', as the\n"
-          "CLI's (default here f32, exact; int8: what generate runs, 8-bit rows, bf16 prompt rows for BF16 weights where the CPU has them).\n");
+          "CLI's (default here f32, exact; int8: what generate runs, 8-bit rows, bf16 prompt rows for BF16 weights where the CPU has them).\n"
+          "--weights: the products' matrices, BF16 (default) or random blocks of a block type (the config's widths a\n"
+          "multiple of its block).\n");
       std::exit(0);
     } else {
       throw Error("unknown argument '" + f + "' (--help lists them)");
@@ -149,13 +167,25 @@ class Bench {
     b_.upload(buf->data(), h.data(), h.size() * sizeof(int32_t));
     return buf;
   }
-  // A bf16 matrix [R][C] as the backend uses it: a device's own copy (in keep_), or on the CPU the
-  // host bytes themselves (kept in host_ for as long as the bench runs).
-  WeightMatrix matrix(int64_t R, int64_t C, float scale) {
-    std::vector<uint16_t>& h = host_.emplace_back(static_cast<size_t>(R * C));
-    for (uint16_t& v : h) v = f32_to_bf16(uniform(seed_) * scale);
+  // A matrix [R][C] of type t (BF16: uniform values; a block type: random blocks, core/quant.h) as
+  // the backend uses it: a device's own copy (in keep_), or on the CPU the host bytes themselves
+  // (kept in host_ for as long as the bench runs).
+  WeightMatrix matrix(DType t, int64_t R, int64_t C, float scale) {
+    const int64_t per = dtype_info(t).block_values;
+    if (C % per != 0)
+      throw Error("--weights " + std::string(dtype_info(t).name) + ": a matrix of " + std::to_string(C) + " columns is not whole blocks of " +
+                  std::to_string(per));
+    std::vector<uint8_t>& h = host_.emplace_back(dtype_bytes(t, R * C));
+    if (t == DType::BF16) {
+      for (size_t i = 0; i < h.size(); i += 2) {
+        const uint16_t v = f32_to_bf16(uniform(seed_) * scale);
+        std::memcpy(h.data() + i, &v, 2);
+      }
+    } else {
+      random_blocks(t, h.data(), R * C / per, scale, splitmix64(seed_), host_.size());
+    }
     WeightMatrix w;
-    w.type = DType::BF16, w.data = reinterpret_cast<const uint8_t*>(h.data()), w.rows = R, w.cols = C, w.row_bytes = C * 2;
+    w.type = t, w.data = h.data(), w.rows = R, w.cols = C, w.row_bytes = dtype_bytes(t, C);
     keep_.emplace_back();
     const WeightMatrix used = b_.prepare_weight(w, Backend::WeightUse::kMatrix, keep_.back());
     if (!b_.host_visible()) host_.pop_back();  // the device copied it
@@ -209,7 +239,7 @@ class Bench {
   double bw_ = 0;
   std::unique_ptr<Buffer> sync_;
   std::vector<std::unique_ptr<Buffer>> keep_;
-  std::deque<std::vector<uint16_t>> host_;  // a deque: earlier matrices' bytes stay where they are
+  std::deque<std::vector<uint8_t>> host_;  // a deque: earlier matrices' bytes stay where they are
 };
 
 std::string dims(std::initializer_list<int64_t> d) {
@@ -235,8 +265,9 @@ int run(const Args& args) {
   const KvType kv_type = kv_type_of(args.kv_type);
   const Activations act = args.act == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
   const std::string where = b.describe() + (args.device == Device::kCpu ? " (kernels " + cpu_kernels() + ")" : "");
-  std::printf("# %s; %s: E %d, H %d, G %d, D %d, F %d, V %d; bf16 weights, %s activations, %s KV\n", where.c_str(), args.config.c_str(),
-              E, H, G, D, F, V, decode_activations_name(args.act), kv_dtype_name(args.kv_type));
+  std::printf("# %s; %s: E %d, H %d, G %d, D %d, F %d, V %d; %s weights, %s activations, %s KV\n", where.c_str(), args.config.c_str(),
+              E, H, G, D, F, V, std::string(dtype_info(args.weights).name).c_str(), decode_activations_name(args.act),
+              kv_dtype_name(args.kv_type));
   if (bw > 0) std::printf("# copy bandwidth %.0f GB/s (read + written); %% = the row's bytes over it\n", bw / 1e9);
   std::printf("| %-24s | %-26s | %9s | %-19s | %8s | %6s | %7s |\n", "op", "shape", "us", "min-max us", "GB/s", "% bw", "GFLOP/s");
   std::printf("|---|---|---:|---|---:|---:|---:|\n");
@@ -265,13 +296,15 @@ int run(const Args& args) {
     const char* name;
     WeightMatrix w;
   };
-  std::vector<Mat> mats{{"q", bench.matrix(int64_t{H} * D, E, ws)}, {"k", bench.matrix(int64_t{G} * D, E, ws)},
-                        {"v", bench.matrix(int64_t{G} * D, E, ws)}, {"o", bench.matrix(E, int64_t{H} * D, ws)},
-                        {"gate", bench.matrix(F, E, ws)},           {"up", bench.matrix(F, E, ws)},
-                        {"down", bench.matrix(E, F, ws)},           {"head", bench.matrix(V, E, ws)}};
+  const DType wt = args.weights;
+  auto bytes_of = [&](int64_t R, int64_t C) { return static_cast<double>(dtype_bytes(wt, R * C)); };
+  std::vector<Mat> mats{{"q", bench.matrix(wt, int64_t{H} * D, E, ws)}, {"k", bench.matrix(wt, int64_t{G} * D, E, ws)},
+                        {"v", bench.matrix(wt, int64_t{G} * D, E, ws)}, {"o", bench.matrix(wt, E, int64_t{H} * D, ws)},
+                        {"gate", bench.matrix(wt, F, E, ws)},           {"up", bench.matrix(wt, F, E, ws)},
+                        {"down", bench.matrix(wt, E, F, ws)},           {"head", bench.matrix(wt, V, E, ws)}};
   for (const Mat& m : mats)
     for (int T : args.batch) {
-      const double wbytes = 2.0 * m.w.rows * m.w.cols;
+      const double wbytes = bytes_of(m.w.rows, m.w.cols);
       bench.time(std::string("gemv ") + m.name + (T > 1 ? " x" + std::to_string(T) : ""), dims({T, m.w.cols}) + " @ " + dims({m.w.rows, m.w.cols}) + "^T",
                  wbytes, 2.0 * T * m.w.rows * m.w.cols,
                  [&, T] { b.matmul_rows(op, xp, m.w, T, nullptr, act); });
@@ -279,16 +312,16 @@ int run(const Args& args) {
   {
     const RopeSpec rope{pos->as<int32_t>(), inv_freq->as<float>(), D, c.rope_adjacent_pairs ? RopePairing::kAdjacent : RopePairing::kHalves};
     const MatmulPart parts[3] = {{op, &mats[0].w, nullptr, &rope}, {op2, &mats[1].w, nullptr, &rope}, {op3, &mats[2].w, nullptr, nullptr}};
-    const double wbytes = 2.0 * (mats[0].w.rows + mats[1].w.rows + mats[2].w.rows) * E;
-    bench.time("gemv qkv+rope", dims({1, E}) + " @ q,k,v", wbytes, wbytes, [&] { b.matmuls(parts, 3, xp, 1, act, RowMode::kChunk); });
-    bench.time("gemv gate,up+swiglu", dims({1, E}) + " @ 2x" + dims({F, E}), 4.0 * F * E, 4.0 * F * E,
+    const double wbytes = bytes_of(mats[0].w.rows + mats[1].w.rows + mats[2].w.rows, E);
+    bench.time("gemv qkv+rope", dims({1, E}) + " @ q,k,v", wbytes, 2.0 * (mats[0].w.rows + mats[1].w.rows + mats[2].w.rows) * E, [&] { b.matmuls(parts, 3, xp, 1, act, RowMode::kChunk); });
+    bench.time("gemv gate,up+swiglu", dims({1, E}) + " @ 2x" + dims({F, E}), 2.0 * bytes_of(F, E), 4.0 * F * E,
                [&] { b.matmul_swiglu(op, op2, xp, mats[4].w, mats[5].w, 1, act, RowMode::kChunk); });
   }
   for (const Mat& m : mats) {
     if (std::strcmp(m.name, "k") == 0 || std::strcmp(m.name, "v") == 0 || std::strcmp(m.name, "up") == 0) continue;
     const double fl = 2.0 * Tc * m.w.rows * m.w.cols;
     bench.time(std::string("gemm ") + m.name, dims({Tc, m.w.cols}) + " @ " + dims({m.w.rows, m.w.cols}) + "^T",
-               2.0 * m.w.rows * m.w.cols + 4.0 * Tc * (m.w.rows + m.w.cols), fl,
+               bytes_of(m.w.rows, m.w.cols) + 4.0 * Tc * (m.w.rows + m.w.cols), fl,
                [&] { b.matmul(op, xp, m.w, Tc, nullptr, act); });
   }
 
