@@ -8,7 +8,8 @@
 //
 //   squeezekv_bench_ops [--device cpu|cuda] [--config bench/configs/llama-3.1-8b.json]
 //                       [--depths 512,4096,32768] [--chunk 512] [--rounds 5] [--filter TEXT] [-t THREADS]
-//                       [--kv-type f16|f32|q8_0|q4_0|q4_1] [--kv-recent-f16 R]
+//                       [--kv-type f16|f32|q8_0|q4_0|q4_1] [--kv-recent-f16 R] [--decode-activations f32|int8]
+//                       [--weights BF16|Q8_0|Q4_0|Q4_K|..]
 //
 // Times are wall-clock over `reps` back-to-back calls of one op, closed by a copy back (which
 // waits for the device); on CUDA the identical launches are replayed as one CUDA graph from their
