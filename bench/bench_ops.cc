@@ -258,6 +258,9 @@ int run(const Args& args) {
   BackendOptions bo;
   bo.device = args.device;
   bo.threads = args.threads;
+  // int8: the backend of a session with int8 decode (the CPU's 8-row weight tiles, 8-bit queries
+  // against Q8_0 keys), as generate runs
+  bo.decode = args.act == DecodeActivations::kInt8 ? Activations::kInt8 : Activations::kF32;
   std::unique_ptr<Backend> be = make_backend(bo);
   Backend& b = *be;
   Bench bench(b, args);

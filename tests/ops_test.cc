@@ -20,6 +20,7 @@
 
 #include "squeezekv/error.h"
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_topology.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
@@ -777,7 +778,8 @@ TEST(Attention, DeadSlotsAreInvisible) {
     p1.entropy = p2.entropy = true;
     const cpu::KvView a = view_of(cpu::KvType::kF32, k, v, none, none, pos, N, cap, G, D);
     const cpu::KvView b = view_of(cpu::KvType::kF32, k2, v2, none, none, pos2, N, cap, G, D);
-    auto run = fast ? cpu::attention : cpu::ref::attention;
+    auto run = [fast](float* o, const float* qq, const int32_t* qp, int64_t TT, int HH, const cpu::KvView& kv, cpu::AttentionProbe* pr,
+                      float* sc) { fast ? cpu::attention(o, qq, qp, TT, HH, kv, pr, sc) : cpu::ref::attention(o, qq, qp, TT, HH, kv, pr, sc); };
     run(o1.data(), q.data(), qpos.data(), T, H, a, &p1, scratch.data());
     run(o2.data(), q.data(), qpos.data(), T, H, b, &p2, scratch.data());
     for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-5) << (fast ? "fast" : "ref");
@@ -1047,6 +1049,87 @@ TEST(Attention, QuantizedRowsMatchTheReference) {
             ++cases;
           }
   EXPECT_EQ(cases, 6 * 3 * 22);  // every size above ran (N = 1: T = 1; N = 5 and 2053: T = 1, 2)
+}
+
+// Q8_0 keys met by 8-bit queries (int8 decode, cpu::attention's act; CPUs with AVX-512 VNNI): a
+// one-token call's output and mass equal, within f32 rounding, the row reference's over the same
+// keys with each query row replaced by its 8-bit rounding (quantize_q8: the integers times their
+// block's scale), for every V type beside Q8_0 keys, GQA groups of 1 to 8, key counts around the
+// kernel's groups of 16 keys (and its quads and tail), positions in order and shuffled with dead
+// slots, and as one call of a decode batch; the same call in prompt chunks (T > 1), under f32
+// decode, or on CPUs without VNNI keeps f32 queries.
+TEST(Attention, Q8KeysMeetEightBitQueries) {
+  using T_ = cpu::KvType;
+  const bool int8 = cpu::cpu_features().avx512vnni;
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  const int D = 64;
+  int cases = 0;
+  for (T_ vt : {T_::kQ8_0, T_::kF16, T_::kQ4_1})
+    for (auto [H, G] : {std::pair{6, 2}, std::pair{9, 3}, std::pair{8, 1}, std::pair{4, 4}})
+      for (int N : {1, 5, 15, 16, 17, 63, 64, 65, 131, 1000})
+        for (bool gapped : {false, true}) {
+          const int cap = N + 7, T = 1;
+          const size_t kb = kv_row_bytes(T_::kQ8_0, D), vb = kv_row_bytes(vt, D);
+          std::vector<uint8_t> k(size_t(G) * cap * kb), v(size_t(G) * cap * vb);
+          std::vector<float> row(D), q(size_t(H) * D), q8(q.size());
+          for (size_t r = 0; r < size_t(G) * cap; ++r) {
+            for (float& e : row) e = nd(rng);
+            kv_quantize_row(T_::kQ8_0, row.data(), k.data() + r * kb, D);
+            for (float& e : row) e = nd(rng);
+            kv_quantize_row(vt, row.data(), v.data() + r * vb, D);
+          }
+          for (float& e : q) e = nd(rng) * (rng() % 5 == 0 ? 6.0f : 1.0f);
+          for (int h = 0; h < H; ++h) {  // the query rows as the kernel rounds them
+            cpu::Q8Block b[2];
+            cpu::quantize_q8(b, q.data() + h * D, D);
+            for (int i = 0; i < D; ++i) q8[h * D + i] = static_cast<float>(b[i / 32].q[i % 32]) * b[i / 32].d;
+          }
+          std::vector<int32_t> pos(size_t(G) * cap);
+          for (int g = 0; g < G; ++g) {
+            for (int j = 0; j < N; ++j) pos[g * cap + j] = gapped ? 3 * j + g : j;
+            if (gapped) {
+              std::shuffle(pos.begin() + g * cap, pos.begin() + g * cap + N, rng);
+              if (N > 3) pos[g * cap + N / 2] = kDeadPosition;
+            }
+          }
+          const int32_t qpos = gapped ? 3 * N : N;
+          cpu::KvView kv;
+          kv.type = T_::kQ8_0, kv.v_type = vt, kv.k = k.data(), kv.v = v.data(), kv.pos = pos.data();
+          kv.count = N, kv.capacity = cap, kv.n_kv_heads = G, kv.head_dim = D;
+          std::vector<float> scratch(cpu::attention_scratch_floats(T, H, cap) * 2);  // a batch of two: each call's, by capacity
+          auto run = [&](int how, const std::vector<float>& qq, std::vector<float>& out, std::vector<float>& mass) {
+            out.assign(q.size(), 0.0f);
+            mass.assign(size_t(G) * N, 0.0f);
+            cpu::AttentionProbe probe;
+            probe.mass = mass.data();
+            if (how == 0) cpu::attention(out.data(), qq.data(), &qpos, T, H, kv, &probe, scratch.data(), Activations::kInt8);
+            if (how == 1) cpu::ref::attention(out.data(), qq.data(), &qpos, T, H, kv, &probe, scratch.data());
+            if (how == 2) cpu::attention(out.data(), qq.data(), &qpos, T, H, kv, &probe, scratch.data(), Activations::kF32);
+            if (how == 3) {  // one call of a decode batch of two (the other a copy)
+              std::vector<float> out2(q.size()), mass2(mass.size());
+              cpu::AttentionProbe probe2;
+              probe2.mass = mass2.data();
+              const AttentionCall calls[2] = {{out.data(), qq.data(), &qpos, T, H, kv, &probe, {}},
+                                            {out2.data(), qq.data(), &qpos, T, H, kv, &probe2, {}}};
+              cpu::attention_batch(calls, 2, scratch.data(), Activations::kInt8);
+            }
+          };
+          const std::string where = "V " + std::to_string(int(vt)) + " H=" + std::to_string(H) + " G=" + std::to_string(G) +
+                                    " N=" + std::to_string(N) + (gapped ? " gapped" : "");
+          std::vector<float> o_int8, m_int8, o_ref, m_ref, o_f32, m_f32, o_batch, m_batch;
+          run(0, q, o_int8, m_int8);
+          run(1, int8 ? q8 : q, o_ref, m_ref);
+          for (size_t i = 0; i < o_ref.size(); ++i) ASSERT_NEAR(o_int8[i], o_ref[i], 2e-5f * (1.0f + std::abs(o_ref[i]))) << where;
+          for (size_t i = 0; i < m_ref.size(); ++i) ASSERT_NEAR(m_int8[i], m_ref[i], 2e-6f * (1.0f + m_ref[i])) << where;
+          run(3, q, o_batch, m_batch);  // a decode batch's call: the call's own bits
+          ASSERT_EQ(0, std::memcmp(o_batch.data(), o_int8.data(), o_int8.size() * sizeof(float))) << where;
+          run(2, q, o_f32, m_f32);  // f32 decode: f32 queries, within the 8-bit rounding of the int8 call's
+          run(1, q, o_ref, m_ref);
+          for (size_t i = 0; i < o_ref.size(); ++i) ASSERT_NEAR(o_f32[i], o_ref[i], 2e-5f * (1.0f + std::abs(o_ref[i]))) << where;
+          ++cases;
+        }
+  EXPECT_EQ(cases, 3 * 4 * 10 * 2);
 }
 
 // The recent ring (--kv-recent-f16): a held row whose position the ring holds is read from the

@@ -238,9 +238,10 @@ class Backend {
 // The CPU backend with `threads` OpenMP threads (0: one per physical core, cpu_topology.h). The
 // threads belong to the object: two backends with different counts may run side by side on
 // different host threads.
-// tile8_weights: Q4_0/Q4_1/Q8_0/IQ4_NL matrices are laid out as 8-row tiles for the int8 kernels
-// (backend/cpu/tile8.h; a copy of the same size), as sessions with 8-bit decode activations want.
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool tile8_weights = false);
+// int8_decode: the arithmetic of sessions with 8-bit decode activations: Q4_0/Q4_1/Q8_0/IQ4_NL
+// matrices laid out as 8-row tiles for the int8 kernels (backend/cpu/tile8.h; a copy of the same
+// size), and a decode step's Q8_0 keys met by 8-bit queries (cpu::attention's act).
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool int8_decode = false);
 
 struct BackendOptions {
   Device device = Device::kCpu;

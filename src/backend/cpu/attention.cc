@@ -16,12 +16,36 @@
 #include <vector>
 
 #include "backend/cpu/attention_tile.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 #include "core/half.h"
 #include "core/kv_rows.h"
 
 namespace squeezekv::cpu {
+
+namespace attn {
+
+void quantize_query(const float* x, float scale, Q8Query& out) {
+  quantize_q8(out.b, x, 64);
+  out.d[0] = out.b[0].d * scale, out.d[1] = out.b[1].d * scale;
+}
+
+float q8_score(const Q8Query& q, const uint8_t* k) {
+  int32_t i[2] = {0, 0};
+  for (int b = 0; b < 2; ++b)
+    for (int j = 0; j < 32; ++j) i[b] += static_cast<int32_t>(q.b[b].q[j]) * static_cast<int8_t>(k[34 * b + 2 + j]);
+  const float d0 = f16_to_f32(static_cast<uint16_t>(k[0] | k[1] << 8)), d1 = f16_to_f32(static_cast<uint16_t>(k[34] | k[35] << 8));
+  const float s = static_cast<float>(i[0]) * (d0 * q.d[0]);
+  return std::fma(static_cast<float>(i[1]), d1 * q.d[1], s);
+}
+
+#if !SQUEEZEKV_VNNI_KERNEL
+Q8ScoresFn vnni_q8_scores16() { return nullptr; }
+#endif
+
+}  // namespace attn
+
 namespace {
 
 using attn::kRowTile;
@@ -248,7 +272,7 @@ uint8_t* skip_scratch(int N) {
 }
 
 TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
-                     const AttentionProbe* probe) {
+                     const AttentionProbe* probe, Activations act) {
   TiledPlan p;
   p.G = kv.n_kv_heads;
   p.N = kv.count;
@@ -264,6 +288,11 @@ TiledPlan plan_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
   if (p.n_tiles <= kFewTiles && kv.head_dim <= 256)
     p.S = static_cast<int>(std::clamp<int64_t>(p.N / kSegmentKeys, 1, kMaxSegments));
   p.tile = tile_kernel(kv.type, kv.v_type);
+  // 8-bit queries against Q8_0 keys: under int8 decode arithmetic, for one query token (decode
+  // steps; a longer chunk's held rows come dequantized, kv.type f32), head dim 64, on the AVX-512
+  // tiles of a CPU with VNNI (elsewhere f32 queries, as before)
+  if (act == Activations::kInt8 && T == 1 && kv.type == KvType::kQ8_0 && kv.head_dim == 64 && p.tile == attn::avx512_tile(kv.type, kv.v_type))
+    p.a.q8_scores = attn::vnni_q8_scores16();
   return p;
 }
 
@@ -350,9 +379,9 @@ KvView dequantized_for_tiles(const KvView& kv, int64_t T, int H) {
 }
 
 void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv_in,
-                     AttentionProbe* probe, float* scratch) {
+                     AttentionProbe* probe, float* scratch, Activations act) {
   const KvView kv = dequantized_for_tiles(kv_in, T, H);
-  TiledPlan p = plan_tiled(out, q, q_pos, T, H, kv, probe);
+  TiledPlan p = plan_tiled(out, q, q_pos, T, H, kv, probe, act);
   if (kv.k != kv_in.k) p.a.kv_rows = kv.count;  // the scratch holds N rows a head
   const TiledArgs& a = p.a;
   const int N = p.N, S = p.S;
@@ -398,7 +427,7 @@ void attention_tiled(float* out, const float* q, const int32_t* q_pos, int64_t T
 // dequantizes_for_tiles) run on their own, as alone: the same path, so the same bits (a packed
 // prefill of several sequences once read 4-bit rows through the register path and answered
 // otherwise than alone, 2026-12-06).
-void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
+void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch, Activations act) {
   thread_local std::vector<TiledPlan> plans;
   thread_local std::vector<float*> scratch_of;
   thread_local std::vector<int64_t> first_job;  // [n + 1] each pooled call's first job
@@ -412,7 +441,7 @@ void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
   float* next = scratch;
   for (int c = 0; c < n; ++c) {
     const AttentionCall& k = calls[c];
-    plans.push_back(plan_tiled(k.out, k.q, k.q_pos, k.T, k.H, k.kv, k.probe));
+    plans.push_back(plan_tiled(k.out, k.q, k.q_pos, k.T, k.H, k.kv, k.probe, act));
     scratch_of.push_back(next);
     next += attention_scratch_floats(k.T, k.H, k.kv.capacity);
     alone.push_back(plans[c].S != 1 || dequantizes_for_tiles(k.kv, k.T, k.H));
@@ -422,7 +451,7 @@ void attention_batch_tiled(const AttentionCall* calls, int n, float* scratch) {
   call_of.resize(jobs.size());
   for (int c = 0; c < n; ++c) {
     if (alone[c]) {
-      attention_tiled(calls[c].out, calls[c].q, calls[c].q_pos, calls[c].T, calls[c].H, calls[c].kv, calls[c].probe, scratch_of[c]);
+      attention_tiled(calls[c].out, calls[c].q, calls[c].q_pos, calls[c].T, calls[c].H, calls[c].kv, calls[c].probe, scratch_of[c], act);
       continue;
     }
     make_jobs(plans[c], jobs.data() + first_job[c], scratch_of[c]);
@@ -518,21 +547,24 @@ void attention_rows(float* out, const float* q, const int32_t* q_pos, int64_t T,
 }  // namespace
 
 void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
-               AttentionProbe* probe, float* scratch) {
+               AttentionProbe* probe, float* scratch, Activations act) {
 #if SQUEEZEKV_AVX2
-  if (kv.head_dim % 16 == 0 && tile_kernel(kv.type, kv.v_type) != nullptr) return attention_tiled(out, q, q_pos, T, H, kv, probe, scratch);
+  if (kv.head_dim % 16 == 0 && tile_kernel(kv.type, kv.v_type) != nullptr)
+    return attention_tiled(out, q, q_pos, T, H, kv, probe, scratch, act);
+#else
+  (void)act;
 #endif
   attention_rows(out, q, q_pos, T, H, kv, probe, scratch);
 }
 
-void attention_batch(const AttentionCall* calls, int n, float* scratch) {
+void attention_batch(const AttentionCall* calls, int n, float* scratch, Activations act) {
 #if SQUEEZEKV_AVX2
   bool tiled = true;
   for (int c = 0; c < n; ++c) tiled = tiled && calls[c].kv.head_dim % 16 == 0 && tile_kernel(calls[c].kv.type, calls[c].kv.v_type) != nullptr;
-  if (tiled) return attention_batch_tiled(calls, n, scratch);
+  if (tiled) return attention_batch_tiled(calls, n, scratch, act);
 #endif
   for (int c = 0; c < n; ++c) {
-    attention(calls[c].out, calls[c].q, calls[c].q_pos, calls[c].T, calls[c].H, calls[c].kv, calls[c].probe, scratch);
+    attention(calls[c].out, calls[c].q, calls[c].q_pos, calls[c].T, calls[c].H, calls[c].kv, calls[c].probe, scratch, act);
     scratch += attention_scratch_floats(calls[c].T, calls[c].H, calls[c].kv.capacity);
   }
 }

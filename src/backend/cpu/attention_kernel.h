@@ -386,15 +386,14 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
   }
   const uint16_t* ring_k = a.ring_k != nullptr ? a.ring_k + static_cast<int64_t>(job.g) * a.ring * D : nullptr;
   const uint16_t* ring_v = a.ring_v != nullptr ? a.ring_v + static_cast<int64_t>(job.g) * a.ring * D : nullptr;
-  // scores, key quad outer so each quad is loaded once for the whole tile
-  for (int c = c0; c < c1; ++c) {
-    if (skip[c] == 2) continue;  // a ring quad: below
-    if (skip[c]) {
-      for (int r = 0; r < job.rows; ++r)
-        for (int i = 0; i < 4; ++i) s[r * Ns + 4 * c + i] = -INFINITY;
-      continue;
-    }
-    const uint8_t* kc = k + static_cast<int64_t>(4 * c) * kb;
+  // Q8_0 keys against 8-bit queries (TiledArgs::q8_scores): the rows' queries rounded once here,
+  // 16 keys a call where four quads in a row are to be scored, q8_score for the quads and keys left
+  constexpr bool kQ8Keys = std::is_same_v<KR, RowQ8_0>;
+  const bool q8 = kQ8Keys && a.q8_scores != nullptr;
+  Q8Query q8q[kRowTile];
+  if (q8)
+    for (int r = 0; r < job.rows; ++r) quantize_query(qr[r], a.scale, q8q[r]);
+  auto prefetch_quad = [&](int c) {
     // the quad's values are read after the softmax: fetched now, while the scores are formed
     // (a decode step's tiles read short runs of rows, which the hardware prefetcher misses)
     const char* vc = reinterpret_cast<const char*>(v + static_cast<int64_t>(4 * c) * vb);
@@ -405,10 +404,36 @@ void run_tile(const TiledArgs& a, TileJob& job, int n0, int n1, float* s, Segmen
     if (c + kKeyAhead < c1)
 #pragma GCC unroll 8
       for (int64_t b = 0; b < 4 * kb; b += 64) _mm_prefetch(kn + b, _MM_HINT_T0);
-    score_quad<KR>(s + 4 * c, Ns, qr, job.rows, kc, kb, D, a.scale);
+  };
+  // scores, key quad outer so each quad is loaded once for the whole tile
+  for (int c = c0; c < c1; ++c) {
+    if (q8 && c + 4 <= c1 && (skip[c] | skip[c + 1] | skip[c + 2] | skip[c + 3]) == 0) {
+      for (int i = 0; i < 4; ++i) prefetch_quad(c + i);
+      a.q8_scores(s + 4 * c, Ns, q8q, job.rows, k + static_cast<int64_t>(4 * c) * kb, kb);
+      c += 3;
+      continue;
+    }
+    if (skip[c] == 2) continue;  // a ring quad: below
+    if (skip[c]) {
+      for (int r = 0; r < job.rows; ++r)
+        for (int i = 0; i < 4; ++i) s[r * Ns + 4 * c + i] = -INFINITY;
+      continue;
+    }
+    const uint8_t* kc = k + static_cast<int64_t>(4 * c) * kb;
+    prefetch_quad(c);
+    if (q8) {
+      for (int r = 0; r < job.rows; ++r)
+        for (int i = 0; i < 4; ++i) s[r * Ns + 4 * c + i] = q8_score(q8q[r], kc + i * kb);
+    } else {
+      score_quad<KR>(s + 4 * c, Ns, qr, job.rows, kc, kb, D, a.scale);
+    }
   }
   for (int r = 0; r < job.rows; ++r)
     for (int n = n0 > 4 * c1 ? n0 : 4 * c1; n < n1; ++n) {
+      if (q8) {
+        s[r * Ns + n] = q8_score(q8q[r], k + static_cast<int64_t>(n) * kb);
+        continue;
+      }
       float acc = 0.0f;
       for (int d = 0; d < D; ++d) acc += qr[r][d] * KR::scalar(k + static_cast<int64_t>(n) * kb, d);
       s[r * Ns + n] = acc * a.scale;

@@ -6,11 +6,31 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/quant_dot.h"
 #include "core/kv_view.h"
 
 namespace squeezekv::cpu::attn {
 
 constexpr int kRowTile = 16;  // query rows whose score rows [kRowTile][N] are held at once
+
+// Q8_0 keys met by 8-bit queries (TiledArgs::q8_scores): a query row of 64 values rounded to 8
+// bits a block of 32 (quantize_q8, as the products' int8 activations are), its scales times the
+// attention's scale. A (row, key) score is then, with i_b the exact integer dot product of block
+// b, s = float(i_0) * (d_k0 * d_q0) and s = fma(float(i_1), d_k1 * d_q1, s): the vector kernel
+// and q8_score form the same float.
+struct Q8Query {
+  Q8Block b[2];
+  float d[2];  // b[i].d * scale
+};
+void quantize_query(const float* x, float scale, Q8Query& out);
+// The score of one Q8_0 key row (64 values: two blocks of a f16 scale and 32 int8).
+float q8_score(const Q8Query& q, const uint8_t* k);
+// s[r * s_stride + n] for 16 consecutive keys n (rows kb bytes apart) and `rows` queries: the
+// keys' bytes transposed (16 keys' dims 4j..4j+3 in one register) and summed by vpdpbusd into 16
+// keys' lanes at once, no horizontal sums (attention_vnni.cc).
+using Q8ScoresFn = void (*)(float* s, int64_t s_stride, const Q8Query* q, int rows, const uint8_t* k, int64_t kb);
+// The kernel where the build has it and the CPU runs AVX-512 VNNI; else null.
+Q8ScoresFn vnni_q8_scores16();
 
 struct TiledArgs {
   const float* q;  // [T][H*D]
@@ -32,6 +52,9 @@ struct TiledArgs {
   const int32_t* ring_pos = nullptr; // [ring]
   int ring = 0;
   int32_t ring_from = 0;
+  // Q8_0 keys of head dim 64 met by 8-bit queries (Q8Query): 16 keys a call here, the rest by
+  // q8_score; null: f32 queries (attention.cc says when).
+  Q8ScoresFn q8_scores = nullptr;
 };
 
 // One tile of up to kRowTile rows of one kv head. Rows are (token, query head of the group) pairs,

@@ -55,9 +55,9 @@ class HostBuffer final : public Buffer {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, bool tile8_weights)
+  CpuBackend(int threads, bool int8_decode)
       : threads_(threads > 0 ? threads : cpu::default_threads()),
-        tile8_(tile8_weights) {}
+        int8_decode_(int8_decode) {}
 
   Device kind() const override { return Device::kCpu; }
   std::string describe() const override { return "cpu, " + std::to_string(threads_) + " threads"; }
@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   // The stored bytes as they are, or (int8 decode) Q4_0/Q4_1/Q8_0/IQ4_NL matrices as 8-row tiles.
   WeightMatrix prepare_weight(const WeightMatrix& w, WeightUse use, std::unique_ptr<Buffer>& keep) override {
-    if (!tile8_ || use != WeightUse::kMatrix || !cpu::can_tile8(w)) return w;
+    if (!int8_decode_ || use != WeightUse::kMatrix || !cpu::can_tile8(w)) return w;
     keep = std::make_unique<HostBuffer>(cpu::tile8_bytes(w));
     const WeightMatrix tiled = cpu::make_tile8(w, keep->as<uint8_t>());
     if (w.file_backed) {  // the file's pages of this matrix are not read again: memory holds one copy
@@ -127,7 +127,7 @@ class CpuBackend final : public Backend {
     const size_t need = static_cast<size_t>(cpu::attention_scratch_floats(T, H, kv.capacity));
     if (scratch_.size() < need) scratch_.resize(need);
     if (kv_rotates_keys(kv.type)) q = rotate_queries(q, T * H, kv.head_dim, 0);
-    cpu::attention(out, q, q_pos, T, H, kv, probe, scratch_.data());
+    cpu::attention(out, q, q_pos, T, H, kv, probe, scratch_.data(), attention_act());
   }
   void attention_batch(AttentionCall* calls, int n) override {
     use_threads();
@@ -138,7 +138,7 @@ class CpuBackend final : public Backend {
       if (kv_rotates_keys(calls[i].kv.type)) rows += static_cast<size_t>(calls[i].T) * calls[i].H * calls[i].kv.head_dim;
     }
     if (scratch_.size() < need) scratch_.resize(need);
-    if (rows == 0) return cpu::attention_batch(calls, n, scratch_.data());
+    if (rows == 0) return cpu::attention_batch(calls, n, scratch_.data(), attention_act());
     // the calls whose keys are rotated meet rotated queries (their own copies, side by side)
     batch_calls_.assign(calls, calls + n);
     if (rotated_q_.size() < rows) rotated_q_.resize(rows);
@@ -148,8 +148,10 @@ class CpuBackend final : public Backend {
       c.q = rotate_queries(c.q, c.T * c.H, c.kv.head_dim, at);
       at += static_cast<size_t>(c.T) * c.H * c.kv.head_dim;
     }
-    cpu::attention_batch(batch_calls_.data(), n, scratch_.data());
+    cpu::attention_batch(batch_calls_.data(), n, scratch_.data(), attention_act());
   }
+  // Sessions with int8 decode activations meet Q8_0 keys with 8-bit queries too (cpu::attention).
+  Activations attention_act() const { return int8_decode_ ? Activations::kInt8 : Activations::kF32; }
   // rows [n][D] of queries rotated as their keys were (kv_rotate), into rotated_q_ from `at`.
   const float* rotate_queries(const float* q, int64_t n, int D, size_t at) {
     if (rotated_q_.size() < at + static_cast<size_t>(n) * D) rotated_q_.resize(at + static_cast<size_t>(n) * D);
@@ -267,7 +269,7 @@ class CpuBackend final : public Backend {
   void use_threads() const { omp_set_num_threads(threads_); }
   int threads_;
   double bandwidth_ = 0.0;      // copy_bandwidth(), once measured
-  bool tile8_;                  // int8 decode: Q4_0/Q4_1/Q8_0/IQ4_NL matrices as 8-row tiles
+  bool int8_decode_;            // int8 decode: Q4_0/Q4_1/Q8_0/IQ4_NL matrices as 8-row tiles, Q8_0 keys met by 8-bit queries
   std::vector<float> scratch_;  // attention
   std::vector<float> rotated_;  // a key row on its way into a rotated type [D]
   std::vector<float> rotated_q_;  // queries meeting rotated keys [rows][D]
@@ -277,8 +279,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool tile8_weights) {
-  return std::make_unique<CpuBackend>(threads, tile8_weights);
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool int8_decode) {
+  return std::make_unique<CpuBackend>(threads, int8_decode);
 }
 
 }  // namespace squeezekv

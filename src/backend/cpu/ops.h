@@ -56,12 +56,15 @@ void add(float* x, const float* y, int64_t n);
 // position q_pos[t]) sees key j of its kv head iff pos[j] <= q_pos[t].
 //   out[T][H*D], q[T][H*D] (already rotated), scale = 1/sqrt(D).
 //   probe: may be null. scratch: at least attention_scratch_floats(T, H, N) floats.
+//   act: kInt8 (int8 decode arithmetic): a one-token call over Q8_0 keys of head dim 64 meets
+//   them with its query rows rounded to 8 bits a block of 32, in integer dot products, where the
+//   CPU has AVX-512 VNNI (attention_tile.h Q8Query); elsewhere, and with kF32, f32 queries.
 void attention(float* out, const float* q, const int32_t* q_pos, int64_t T, int H, const KvView& kv,
-               AttentionProbe* probe, float* scratch);
+               AttentionProbe* probe, float* scratch, Activations act = Activations::kF32);
 int64_t attention_scratch_floats(int64_t T, int H, int N);
 // Several calls at once (a decode batch, one per sequence), each with exactly its own call's
 // results; scratch: the sum of attention_scratch_floats(T, H, kv.capacity) over the calls.
-void attention_batch(const AttentionCall* calls, int n, float* scratch);
+void attention_batch(const AttentionCall* calls, int n, float* scratch, Activations act = Activations::kF32);
 
 namespace ref {
 float dot(const float* a, const float* b, int64_t n);
