@@ -21,6 +21,7 @@
 #include "backend/cpu/simd.h"
 #include "core/half.h"
 #include "core/kv_rows.h"
+#include "core/quant.h"
 
 namespace squeezekv::cpu {
 
@@ -32,10 +33,11 @@ void quantize_query(const float* x, float scale, Q8Query& out) {
 }
 
 float q8_score(const Q8Query& q, const uint8_t* k) {
+  constexpr int kBlock = dtype_info(DType::Q8_0).block_bytes;  // a KV row's Q8_0 blocks are GGUF's
   int32_t i[2] = {0, 0};
   for (int b = 0; b < 2; ++b)
-    for (int j = 0; j < 32; ++j) i[b] += static_cast<int32_t>(q.b[b].q[j]) * static_cast<int8_t>(k[34 * b + 2 + j]);
-  const float d0 = f16_to_f32(static_cast<uint16_t>(k[0] | k[1] << 8)), d1 = f16_to_f32(static_cast<uint16_t>(k[34] | k[35] << 8));
+    for (int j = 0; j < 32; ++j) i[b] += static_cast<int32_t>(q.b[b].q[j]) * static_cast<int8_t>(k[kBlock * b + 2 + j]);
+  const float d0 = load_f16(k), d1 = load_f16(k + kBlock);
   const float s = static_cast<float>(i[0]) * (d0 * q.d[0]);
   return std::fma(static_cast<float>(i[1]), d1 * q.d[1], s);
 }

@@ -35,7 +35,7 @@ __attribute__((always_inline)) inline void transpose16(__m512i* x) {
 }
 
 // A Q8_0 row of 64 values: [f16 d0][32 int8][f16 d1][32 int8].
-constexpr int kBlockBytes = 34;
+constexpr int kBlockBytes = dtype_info(DType::Q8_0).block_bytes;
 
 void scores16(float* s, int64_t s_stride, const Q8Query* q, int rows, const uint8_t* k, int64_t kb) {
   __m512i x[16];
