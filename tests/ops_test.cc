@@ -1066,8 +1066,8 @@ TEST(Attention, Q8KeysMeetEightBitQueries) {
   const int D = 64;
   int cases = 0;
   for (T_ vt : {T_::kQ8_0, T_::kF16, T_::kQ4_1})
-    for (auto [H, G] : {std::pair{6, 2}, std::pair{9, 3}, std::pair{8, 1}, std::pair{4, 4}})
-      for (int N : {1, 5, 15, 16, 17, 63, 64, 65, 131, 1000})
+    for (auto [H, G] : {std::pair{6, 2}, std::pair{9, 3}, std::pair{8, 1}, std::pair{4, 4}, std::pair{10, 5}})
+      for (int N : {1, 5, 15, 16, 17, 63, 64, 65, 131, 1000, 4100})
         for (bool gapped : {false, true}) {
           const int cap = N + 7, T = 1;
           const size_t kb = kv_row_bytes(T_::kQ8_0, D), vb = kv_row_bytes(vt, D);
@@ -1093,7 +1093,7 @@ TEST(Attention, Q8KeysMeetEightBitQueries) {
               if (N > 3) pos[g * cap + N / 2] = kDeadPosition;
             }
           }
-          const int32_t qpos = gapped ? 3 * N : N;
+          const int32_t qpos = gapped ? 3 * N + G : N;  // after every key (3 j + g)
           cpu::KvView kv;
           kv.type = T_::kQ8_0, kv.v_type = vt, kv.k = k.data(), kv.v = v.data(), kv.pos = pos.data();
           kv.count = N, kv.capacity = cap, kv.n_kv_heads = G, kv.head_dim = D;
@@ -1121,7 +1121,8 @@ TEST(Attention, Q8KeysMeetEightBitQueries) {
           run(0, q, o_int8, m_int8);
           run(1, int8 ? q8 : q, o_ref, m_ref);
           for (size_t i = 0; i < o_ref.size(); ++i) ASSERT_NEAR(o_int8[i], o_ref[i], 2e-5f * (1.0f + std::abs(o_ref[i]))) << where;
-          for (size_t i = 0; i < m_ref.size(); ++i) ASSERT_NEAR(m_int8[i], m_ref[i], 2e-6f * (1.0f + m_ref[i])) << where;
+          // (the mass: float sums over the keys, so a tolerance that grows with them)
+          for (size_t i = 0; i < m_ref.size(); ++i) ASSERT_NEAR(m_int8[i], m_ref[i], 2e-6f * (1.0f + m_ref[i]) * std::max(1, N / 1000)) << where;
           run(3, q, o_batch, m_batch);  // a decode batch's call: the call's own bits
           ASSERT_EQ(0, std::memcmp(o_batch.data(), o_int8.data(), o_int8.size() * sizeof(float))) << where;
           run(2, q, o_f32, m_f32);  // f32 decode: f32 queries, within the 8-bit rounding of the int8 call's
@@ -1129,7 +1130,7 @@ TEST(Attention, Q8KeysMeetEightBitQueries) {
           for (size_t i = 0; i < o_ref.size(); ++i) ASSERT_NEAR(o_f32[i], o_ref[i], 2e-5f * (1.0f + std::abs(o_ref[i]))) << where;
           ++cases;
         }
-  EXPECT_EQ(cases, 3 * 4 * 10 * 2);
+  EXPECT_EQ(cases, 3 * 5 * 11 * 2);
 }
 
 // The recent ring (--kv-recent-f16): a held row whose position the ring holds is read from the
@@ -1138,13 +1139,14 @@ TEST(Attention, Q8KeysMeetEightBitQueries) {
 // position's row was replaced by its ring row beforehand (no ring): rings of 4, 32 and 200 rows
 // (smaller and larger than the held rows), some indices stale (holding an older position, so
 // their rows are read as stored), K/V pairs with one side unquantized (no ring half there),
-// prompts and decode rows, segments.
+// prompts and decode rows, segments; and on CPUs with AVX-512 VNNI each decode step under int8
+// arithmetic too, where Q8_0 keys meet the 8-bit query and ring rows the f32 one.
 TEST(Attention, RecentRingRowsAreReadInPlaceOfTheirQuantizedRows) {
   using T_ = cpu::KvType;
   const std::pair<T_, T_> pairs[] = {{T_::kQ4_1, T_::kQ4_1}, {T_::kQ8_0, T_::kQ8_0}, {T_::kQ8_0, T_::kF16}, {T_::kF16, T_::kQ4_0}};
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.0f, 1.5f);
-  int cases = 0, ring_rows_read = 0;
+  int cases = 0, ring_rows_read = 0, int8_cases = 0;
   for (auto [kt, vt] : pairs)
     for (int D : {64, 128})
       for (int N : {5, 131, 2053})
@@ -1227,9 +1229,49 @@ TEST(Attention, RecentRingRowsAreReadInPlaceOfTheirQuantizedRows) {
                 for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], ow[i], 2e-5f * (1.0f + std::abs(ow[i]))) << where << " how " << how;
                 for (size_t i = 0; i < m.size(); ++i) ASSERT_NEAR(m[i], mw[i], 2e-6f * T) << where << " how " << how;
               }
+              if (T == 1 && cpu::cpu_features().avx512vnni) {
+                // a decode step under int8 arithmetic: Q8_0 keys of head dim 64 met by the query
+                // rounded to 8 bits, a ring row by the f32 query; the expectation formed here,
+                // per key, from the rows the step reads
+                const bool q8k = kt == T_::kQ8_0 && D == 64;
+                std::vector<float> o(size_t(H) * D, 0.0f), m(size_t(G) * N, 0.0f);
+                cpu::AttentionProbe p;
+                p.mass = m.data();
+                cpu::attention(o.data(), q.data(), qpos.data(), T, H, kv, &p, scratch.data(), Activations::kInt8);
+                std::vector<double> want_mass(size_t(G) * N, 0.0);
+                for (int h = 0; h < H; ++h) {
+                  const int g = h / (H / G);
+                  std::vector<float> q8(q.begin() + h * D, q.begin() + (h + 1) * D);
+                  if (q8k) {
+                    cpu::Q8Block b[2];
+                    cpu::quantize_q8(b, q.data() + h * D, D);
+                    for (int i = 0; i < D; ++i) q8[i] = static_cast<float>(b[i / 32].q[i % 32]) * b[i / 32].d;
+                  }
+                  std::vector<double> e(N);
+                  double mx = -1e300, sum = 0.0;
+                  for (int j = 0; j < N; ++j) {
+                    const size_t at = size_t(g) * cap + j;
+                    const bool in_ring = ring_k && pos[at] >= newest + 1 - R && rpos[pos[at] % R] == pos[at];
+                    double dot = 0.0;
+                    for (int d = 0; d < D; ++d) dot += double(in_ring ? q[h * D + d] : q8[d]) * kf[at * D + d];
+                    e[j] = dot / std::sqrt(double(D));
+                    mx = std::max(mx, e[j]);
+                  }
+                  for (double& x : e) sum += (x = std::exp(x - mx));
+                  for (int d = 0; d < D; ++d) {
+                    double acc = 0.0;
+                    for (int j = 0; j < N; ++j) acc += e[j] / sum * vf[(size_t(g) * cap + j) * D + d];
+                    ASSERT_LE(std::abs(o[h * D + d] - acc), 2e-5 * (1.0 + std::abs(acc))) << where << " int8 dim " << d;
+                  }
+                  for (int j = 0; j < N; ++j) want_mass[size_t(g) * N + j] += e[j] / sum / (H / G);
+                }
+                for (size_t i = 0; i < m.size(); ++i) ASSERT_NEAR(m[i], want_mass[i], 2e-6) << where << " int8 mass";
+                ++int8_cases;
+              }
               ++cases;
             }
   EXPECT_EQ(cases, 4 * 2 * 4 * 3 * 2);  // pairs, D, (N, T) of (5, 1), (131, 1), (131, 17), (2053, 1), R, positions
+  if (cpu::cpu_features().avx512vnni) EXPECT_EQ(int8_cases, 4 * 2 * 3 * 3 * 2);
   EXPECT_GT(ring_rows_read, 10000);  // the ring's rows were among those read, in every shape
 }
 
