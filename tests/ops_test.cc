@@ -1051,6 +1051,14 @@ TEST(Attention, QuantizedRowsMatchTheReference) {
   EXPECT_EQ(cases, 6 * 3 * 22);  // every size above ran (N = 1: T = 1; N = 5 and 2053: T = 1, 2)
 }
 
+// x[0..D) as the 8-bit-query attention rounds a query row: quantize_q8's integers times their
+// block's scale.
+void round_query_to_8_bits(const float* x, int D, float* out) {
+  std::vector<cpu::Q8Block> b(D / 32);
+  cpu::quantize_q8(b.data(), x, D);
+  for (int i = 0; i < D; ++i) out[i] = static_cast<float>(b[i / 32].q[i % 32]) * b[i / 32].d;
+}
+
 // Q8_0 keys met by 8-bit queries (int8 decode, cpu::attention's act; CPUs with AVX-512 VNNI): a
 // one-token call's output and mass equal, within f32 rounding, the row reference's over the same
 // keys with each query row replaced by its 8-bit rounding (quantize_q8: the integers times their
@@ -1080,11 +1088,7 @@ TEST(Attention, Q8KeysMeetEightBitQueries) {
             kv_quantize_row(vt, row.data(), v.data() + r * vb, D);
           }
           for (float& e : q) e = nd(rng) * (rng() % 5 == 0 ? 6.0f : 1.0f);
-          for (int h = 0; h < H; ++h) {  // the query rows as the kernel rounds them
-            cpu::Q8Block b[2];
-            cpu::quantize_q8(b, q.data() + h * D, D);
-            for (int i = 0; i < D; ++i) q8[h * D + i] = static_cast<float>(b[i / 32].q[i % 32]) * b[i / 32].d;
-          }
+          for (int h = 0; h < H; ++h) round_query_to_8_bits(q.data() + h * D, D, q8.data() + h * D);  // as the kernel rounds them
           std::vector<int32_t> pos(size_t(G) * cap);
           for (int g = 0; g < G; ++g) {
             for (int j = 0; j < N; ++j) pos[g * cap + j] = gapped ? 3 * j + g : j;
@@ -1242,11 +1246,7 @@ TEST(Attention, RecentRingRowsAreReadInPlaceOfTheirQuantizedRows) {
                 for (int h = 0; h < H; ++h) {
                   const int g = h / (H / G);
                   std::vector<float> q8(q.begin() + h * D, q.begin() + (h + 1) * D);
-                  if (q8k) {
-                    cpu::Q8Block b[2];
-                    cpu::quantize_q8(b, q.data() + h * D, D);
-                    for (int i = 0; i < D; ++i) q8[i] = static_cast<float>(b[i / 32].q[i % 32]) * b[i / 32].d;
-                  }
+                  if (q8k) round_query_to_8_bits(q.data() + h * D, D, q8.data());
                   std::vector<double> e(N);
                   double mx = -1e300, sum = 0.0;
                   for (int j = 0; j < N; ++j) {
@@ -1271,7 +1271,9 @@ TEST(Attention, RecentRingRowsAreReadInPlaceOfTheirQuantizedRows) {
               ++cases;
             }
   EXPECT_EQ(cases, 4 * 2 * 4 * 3 * 2);  // pairs, D, (N, T) of (5, 1), (131, 1), (131, 17), (2053, 1), R, positions
-  if (cpu::cpu_features().avx512vnni) EXPECT_EQ(int8_cases, 4 * 2 * 3 * 3 * 2);
+  if (cpu::cpu_features().avx512vnni) {
+    EXPECT_EQ(int8_cases, 4 * 2 * 3 * 3 * 2);
+  }
   EXPECT_GT(ring_rows_read, 10000);  // the ring's rows were among those read, in every shape
 }
 
