@@ -568,6 +568,41 @@ TEST(Matmul, Bf16PromptChunksWithinTheActivationRounding) {
   }
 }
 
+// BF16 weights' decode rows with 8-bit-mode activations: on CPUs with AVX-512 BF16 the row is
+// rounded to bf16 and each weight row's pairs, as stored, multiplied by vdpbf16ps (elsewhere, or
+// with SQUEEZEKV_CPU=avx2, the exact f32 dot runs): every output within bf16's rounding of the
+// activations of the exact product, a batch's rows (RowMode::kIndependent) each equal to the same
+// row alone bit for bit, over 16 column pairs a step and fewer, an odd number of pairs (the masked
+// tail), rows past a block of 16, and a bias.
+TEST(Matmul, Bf16DecodeRowsWithinTheActivationRoundingAndAlone) {
+  std::mt19937 rng(61);
+  std::normal_distribution<float> nd;
+  for (int64_t C : {576, 130, 64, 2}) {
+    const int64_t R = 37;
+    std::vector<uint16_t> wb(static_cast<size_t>(R * C));
+    for (auto& v : wb) v = f32_to_bf16(nd(rng));
+    const WeightMatrix w{DType::BF16, reinterpret_cast<const uint8_t*>(wb.data()), R, C, static_cast<size_t>(C) * 2};
+    for (int64_t T : {1, 2, 5}) {
+      std::vector<float> x(T * C), bias(R), out(T * R), alone(R);
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : bias) v = nd(rng);
+      cpu::matmul(out.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kIndependent);
+      for (int64_t t = 0; t < T; ++t) {
+        cpu::matmul(alone.data(), x.data() + t * C, w, 1, bias.data(), cpu::Activations::kInt8);
+        ASSERT_EQ(0, std::memcmp(alone.data(), out.data() + t * R, R * sizeof(float))) << "C " << C << " row " << t << " of " << T;
+        for (int64_t r = 0; r < R; ++r) {
+          double exact = bias[r], mag = 0.0;
+          for (int64_t c = 0; c < C; ++c) {
+            const double p = double(bf16_to_f32(wb[r * C + c])) * x[t * C + c];
+            exact += p, mag += std::fabs(p);
+          }
+          ASSERT_NEAR(out[t * R + r], exact, std::ldexp(mag, -8) + 1e-5 * (1.0 + std::fabs(exact))) << "C " << C << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(Quant, FastDequantizationWithinOneRounding) {
   std::mt19937 rng(41);
   for (DType t : kBlockTypes) {

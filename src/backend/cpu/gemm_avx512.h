@@ -31,6 +31,12 @@ void pack_pairs32(uint32_t* panel, const uint32_t* rows, int64_t stride, int64_t
 //   panel: 32 BF16 weight rows as column pairs [P][32] (row r's columns 2p, 2p + 1 in entry r).
 void gemm_panel32(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, const uint32_t* panel);
 
+// out[t * ldo + i] = sum_p x[t * P + p] . rows[i * stride + p] for i in [0, nr), t in [0, T): BF16
+// weight rows as stored (a row's columns 2p, 2p + 1 are its entry p), no packing, each (row, t)
+// summed alone in one fixed order whatever nr and T are: the decode products (one pass over the
+// weights a step, where packing them would be a second).
+void dot_rows(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, const uint32_t* rows, int64_t stride, int64_t nr);
+
 }  // namespace squeezekv::cpu::avx512bf16
 
 namespace squeezekv::cpu::amx {

@@ -280,7 +280,7 @@ namespace {
 
 // How one matrix of a matmul_parts call is multiplied (decided once per call).
 struct PartPlan {
-  bool int8 = false, tiled = false, fused = false, grouped = false, bf16 = false;
+  bool int8 = false, tiled = false, fused = false, grouped = false, bf16 = false, bf16_rows = false;
   int64_t block = kRowBlock, n_blocks = 0;
 };
 
@@ -311,6 +311,10 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
   const int64_t R = w.rows, C = w.cols;
   if (plan.bf16 && nr == kWideBlock) {  // BF16 rows as column pairs, products with bf16 activations
     bf16_block(out, R, r0, w, xb, T);
+  } else if (plan.bf16_rows) {  // decode rows over BF16 rows as stored, bf16 activations
+#if SQUEEZEKV_BF16_KERNEL
+    avx512bf16::dot_rows(out + r0, R, xb, T, C / 2, reinterpret_cast<const uint32_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 4), nr);
+#endif
   } else if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
     thread_local std::vector<uint8_t> group_buf;  // grown once
     group_buf.resize(static_cast<size_t>(C / 32) * kGroupBytes);
@@ -403,12 +407,16 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
 #if SQUEEZEKV_BF16_KERNEL
     p.bf16 = !decode && act == Activations::kInt8 && w.type == DType::BF16 && w.layout == WeightLayout::kRows &&
              w.cols % 2 == 0 && avx512bf16::available();
+    // decode rows over BF16 rows under 8-bit-mode activations: bf16 activations and vdpbf16ps on
+    // the rows as stored (the exact f32 dot widens every weight and takes an FMA for each)
+    p.bf16_rows = decode && act == Activations::kInt8 && w.type == DType::BF16 && w.layout == WeightLayout::kRows &&
+                  w.cols % 2 == 0 && w.row_bytes % 4 == 0 && avx512bf16::available();
 #endif
     p.block = (!decode && wide_blocks(T) && !p.grouped) || p.bf16 ? kWideBlock : kRowBlock;
     p.n_blocks = (w.rows + p.block - 1) / p.block;
     first_block[i + 1] = first_block[i] + p.n_blocks;
     any_int8 = any_int8 || p.int8;
-    any_bf16 = any_bf16 || p.bf16;
+    any_bf16 = any_bf16 || p.bf16 || p.bf16_rows;
   }
   const int64_t C = parts[0].w->cols;
   const Q8Block* xq = nullptr;
