@@ -1,5 +1,6 @@
-// The prefill matrix kernels beyond AVX2: AVX-512 (gemm_avx512.cc; BF16 weights: gemm_bf16.cc)
-// and AMX tiles (BF16 weights: gemm_amx.cc), called only where their available() is true.
+// The matrix kernels beyond AVX2: AVX-512 prompt products (gemm_avx512.cc; BF16 weights, prompt
+// and decode: gemm_bf16.cc) and AMX tiles (BF16 weights: gemm_amx.cc), called only where their
+// available() is true.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,7 @@
-// The prompt matrix kernel for BF16 weights on CPUs with AVX-512 BF16 (chosen at run time; this
-// file alone is compiled with -mavx512f -mavx512bf16): activations rounded once to bf16, pairs of
-// products summed into f32 by vdpbf16ps, twice the multiply-adds of an f32 FMA per instruction.
+// The matrix kernels for BF16 weights on CPUs with AVX-512 BF16 (chosen at run time; this file
+// alone is compiled with -mavx512f -mavx512bf16): activations rounded once to bf16, pairs of
+// products summed into f32 by vdpbf16ps, twice the multiply-adds of an f32 FMA per instruction;
+// prompt chunks over packed panels of 32 rows, decode rows over the rows as stored.
 // Raw pointers and intrinsics only, as gemm_avx512.cc (no inline library code instantiated here).
 #include <immintrin.h>
 

@@ -381,8 +381,9 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
 void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Activations act, RowMode rows) {
   // decode (T < 3, or rows of different sequences): with 8-bit activations, x is rounded once
   // here for every part and every block type takes integer dots on the stored rows (or 8-row
-  // tiles; prompt chunks over tiles take them too, each row's sums as a one-row product's);
-  // in f32 (and for F16/BF16 weights always), Q8_0/Q4_0/Q4_1/F16/BF16 take fused dots;
+  // tiles; prompt chunks over tiles take them too, each row's sums as a one-row product's),
+  // and BF16 rows meet x rounded to bf16 where the CPU has AVX-512 BF16 (avx512bf16::dot_rows);
+  // in f32 (and for F16 weights always), Q8_0/Q4_0/Q4_1/F16/BF16 take fused dots;
   // neither needs a dequantization buffer. Every decode row is summed exactly as a one-row
   // product sums it, and every block of rows exactly as in a call of its own.
   const bool decode = T < 3 || rows == RowMode::kIndependent;
