@@ -288,7 +288,9 @@ TEST(Matmul, DecodePathIsBitIdenticalToDequantizeThenDot) {
 
 // 8-bit activations: each product may differ from the exact one only by the rounding of the
 // activations, |w . (x - x8)| <= sum over blocks of sum|w| * (max|x| of the block / 254), and the
-// weight types without an integer path give the exact result.
+// weight type without an integer path (F16) gives the exact products, summed in 16 lanes on
+// AVX-512 CPUs (avx512::dot_rows_f16) where f32 arithmetic sums in 8: within f32 summation's
+// rounding of the f32 result (equal to it where the CPU runs AVX2 only).
 TEST(Matmul, Int8ActivationsWithinTheirRoundingBound) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
@@ -322,7 +324,7 @@ TEST(Matmul, Int8ActivationsWithinTheirRoundingBound) {
           }
           const double err = std::fabs(double(fast[tt * R + r]) - exact[tt * R + r]);
           if (!integer_path) {
-            ASSERT_EQ(fast[tt * R + r], exact[tt * R + r]) << dtype_info(t).name;
+            ASSERT_NEAR(fast[tt * R + r], exact[tt * R + r], 1e-6 * (1.0 + mag)) << dtype_info(t).name;
             continue;
           }
           ASSERT_LE(err, bound + 1e-5 * (1.0 + mag)) << dtype_info(t).name << " row " << r << " T=" << T;
@@ -597,6 +599,40 @@ TEST(Matmul, Bf16DecodeRowsWithinTheActivationRoundingAndAlone) {
             exact += p, mag += std::fabs(p);
           }
           ASSERT_NEAR(out[t * R + r], exact, std::ldexp(mag, -8) + 1e-5 * (1.0 + std::fabs(exact))) << "C " << C << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
+
+// F16 weights' decode rows with 8-bit-mode activations: on AVX-512 CPUs each weight row, as
+// stored, widened exactly and multiplied in 16 lanes (elsewhere, with SQUEEZEKV_CPU=avx2 or f32
+// arithmetic, the f32 dot's 8 lanes): every output within f32 summation's rounding of the exact
+// product, a batch's rows each equal to the same row alone bit for bit, over 64 columns a step,
+// 16 and the columns past them.
+TEST(Matmul, F16DecodeRowsExactProductsAndAlone) {
+  std::mt19937 rng(67);
+  std::normal_distribution<float> nd;
+  for (int64_t C : {576, 100, 16, 3}) {
+    const int64_t R = 37;
+    std::vector<uint16_t> wh(static_cast<size_t>(R * C));
+    for (auto& v : wh) v = f32_to_f16(nd(rng));
+    const WeightMatrix w{DType::F16, reinterpret_cast<const uint8_t*>(wh.data()), R, C, static_cast<size_t>(C) * 2};
+    for (int64_t T : {1, 2, 5}) {
+      std::vector<float> x(T * C), bias(R), out(T * R), alone(R);
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : bias) v = nd(rng);
+      cpu::matmul(out.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kIndependent);
+      for (int64_t t = 0; t < T; ++t) {
+        cpu::matmul(alone.data(), x.data() + t * C, w, 1, bias.data(), cpu::Activations::kInt8);
+        ASSERT_EQ(0, std::memcmp(alone.data(), out.data() + t * R, R * sizeof(float))) << "C " << C << " row " << t << " of " << T;
+        for (int64_t r = 0; r < R; ++r) {
+          double exact = bias[r], mag = std::fabs(bias[r]);
+          for (int64_t c = 0; c < C; ++c) {
+            const double p = double(f16_to_f32(wh[r * C + c])) * x[t * C + c];
+            exact += p, mag += std::fabs(p);
+          }
+          ASSERT_NEAR(out[t * R + r], exact, 1e-6 * (1.0 + mag)) << "C " << C << " t " << t << " r " << r;
         }
       }
     }

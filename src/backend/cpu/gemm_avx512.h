@@ -13,6 +13,11 @@ bool available();
 //   panel: 32 weight rows packed column-major [C][32].
 void gemm_panel32(float* out, int64_t ldo, const float* x, int64_t T, int64_t C, const float* panel);
 
+// out[t * ldo + i] = sum_c x[t * C + c] * f16(rows[i * stride + c]) for i in [0, nr), t in
+// [0, T): F16 weight rows as stored, every value widened exactly and multiplied in f32 in 16
+// lanes, each (row, t) summed alone in one fixed order whatever nr and T are (decode rows).
+void dot_rows_f16(float* out, int64_t ldo, const float* x, int64_t T, int64_t C, const uint16_t* rows, int64_t stride, int64_t nr);
+
 }  // namespace squeezekv::cpu::avx512
 
 namespace squeezekv::cpu::avx512bf16 {

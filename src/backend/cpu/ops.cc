@@ -280,7 +280,7 @@ namespace {
 
 // How one matrix of a matmul_parts call is multiplied (decided once per call).
 struct PartPlan {
-  bool int8 = false, tiled = false, fused = false, grouped = false, bf16 = false, bf16_rows = false;
+  bool int8 = false, tiled = false, fused = false, grouped = false, bf16 = false, bf16_rows = false, f16_rows = false;
   int64_t block = kRowBlock, n_blocks = 0;
 };
 
@@ -314,6 +314,10 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
   } else if (plan.bf16_rows) {  // decode rows over BF16 rows as stored, bf16 activations
 #if SQUEEZEKV_BF16_KERNEL
     avx512bf16::dot_rows(out + r0, R, xb, T, C / 2, reinterpret_cast<const uint32_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 4), nr);
+#endif
+  } else if (plan.f16_rows) {  // decode rows over F16 rows as stored, 16 lanes
+#if SQUEEZEKV_AVX512_KERNEL
+    avx512::dot_rows_f16(out + r0, R, x, T, C, reinterpret_cast<const uint16_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 2), nr);
 #endif
   } else if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
     thread_local std::vector<uint8_t> group_buf;  // grown once
@@ -412,6 +416,12 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
     // the rows as stored (the exact f32 dot widens every weight and takes an FMA for each)
     p.bf16_rows = decode && act == Activations::kInt8 && w.type == DType::BF16 && w.layout == WeightLayout::kRows &&
                   w.cols % 2 == 0 && w.row_bytes % 4 == 0 && avx512bf16::available();
+#endif
+#if SQUEEZEKV_AVX512_KERNEL
+    // and over F16 rows: exact products in 16 lanes (the f32 dot's AVX2 8-lane order is the
+    // exact arithmetic's: f32 decode keeps it)
+    p.f16_rows = decode && act == Activations::kInt8 && w.type == DType::F16 && w.layout == WeightLayout::kRows &&
+                 w.row_bytes % 2 == 0 && avx512::available();
 #endif
     p.block = (!decode && wide_blocks(T) && !p.grouped) || p.bf16 ? kWideBlock : kRowBlock;
     p.n_blocks = (w.rows + p.block - 1) / p.block;
