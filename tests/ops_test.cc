@@ -539,6 +539,19 @@ TEST(Matmul, PromptChunkSplitIntoRunsForThreadsKeepsTheBits) {
   omp_set_num_threads(saved);
 }
 
+// The exact product of one 16-bit weight row (F16 or BF16) with x in double, and sum |w x|.
+struct ExactDot {
+  double sum = 0.0, mag = 0.0;
+};
+ExactDot exact_half_dot(DType t, const uint16_t* w, const float* x, int64_t C) {
+  ExactDot d;
+  for (int64_t c = 0; c < C; ++c) {
+    const double p = double(t == DType::F16 ? f16_to_f32(w[c]) : bf16_to_f32(w[c])) * x[c];
+    d.sum += p, d.mag += std::fabs(p);
+  }
+  return d;
+}
+
 // BF16 weights' prompt chunks with 8-bit-mode activations: on CPUs with AVX-512 BF16 the
 // activations are rounded to bf16 and the pairs multiplied by vdpbf16ps, on CPUs with AMX every
 // row by tdpbf16ps where the pairs fill whole tiles (SQUEEZEKV_CPU=avx512: vdpbf16ps; elsewhere,
@@ -560,83 +573,64 @@ TEST(Matmul, Bf16PromptChunksWithinTheActivationRounding) {
     cpu::matmul(out.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kChunk);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t r = 0; r < R; ++r) {
-        double exact = bias[r], mag = 0.0;
-        for (int64_t c = 0; c < C; ++c) {
-          const double p = double(bf16_to_f32(wb[r * C + c])) * x[t * C + c];
-          exact += p, mag += std::fabs(p);
-        }
-        ASSERT_NEAR(out[t * R + r], exact, std::ldexp(mag, -8) + 1e-5 * (1.0 + std::fabs(exact))) << "C " << C << " t " << t << " r " << r;
+        const ExactDot d = exact_half_dot(DType::BF16, wb.data() + r * C, x.data() + t * C, C);
+        const double exact = bias[r] + d.sum;
+        ASSERT_NEAR(out[t * R + r], exact, std::ldexp(d.mag, -8) + 1e-5 * (1.0 + std::fabs(exact))) << "C " << C << " t " << t << " r " << r;
       }
+  }
+}
+
+// Decode rows over 16-bit weight rows of type t (R 37: rows past a block of 16) with 8-bit-mode
+// activations and a bias, for each C and 1, 2 and 5 rows: a batch's rows (RowMode::kIndependent)
+// each equal to the same row alone bit for bit, and every output within bound(exact, sum |w x|,
+// bias) of the exact product.
+template <class Bound>
+void check_half_decode_rows(DType t, uint32_t seed, std::initializer_list<int64_t> columns, Bound bound) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  for (int64_t C : columns) {
+    const int64_t R = 37;
+    std::vector<uint16_t> wh(static_cast<size_t>(R * C));
+    for (auto& v : wh) v = t == DType::F16 ? f32_to_f16(nd(rng)) : f32_to_bf16(nd(rng));
+    const WeightMatrix w{t, reinterpret_cast<const uint8_t*>(wh.data()), R, C, static_cast<size_t>(C) * 2};
+    for (int64_t T : {1, 2, 5}) {
+      std::vector<float> x(T * C), bias(R), out(T * R), alone(R);
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : bias) v = nd(rng);
+      cpu::matmul(out.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kIndependent);
+      for (int64_t tt = 0; tt < T; ++tt) {
+        cpu::matmul(alone.data(), x.data() + tt * C, w, 1, bias.data(), cpu::Activations::kInt8);
+        ASSERT_EQ(0, std::memcmp(alone.data(), out.data() + tt * R, R * sizeof(float))) << "C " << C << " row " << tt << " of " << T;
+        for (int64_t r = 0; r < R; ++r) {
+          const ExactDot d = exact_half_dot(t, wh.data() + r * C, x.data() + tt * C, C);
+          const double exact = bias[r] + d.sum;
+          ASSERT_NEAR(out[tt * R + r], exact, bound(exact, d.mag, bias[r])) << "C " << C << " t " << tt << " r " << r;
+        }
+      }
+    }
   }
 }
 
 // BF16 weights' decode rows with 8-bit-mode activations: on CPUs with AVX-512 BF16 the row is
 // rounded to bf16 and each weight row's pairs, as stored, multiplied by vdpbf16ps (elsewhere, or
 // with SQUEEZEKV_CPU=avx2, the exact f32 dot runs): every output within bf16's rounding of the
-// activations of the exact product, a batch's rows (RowMode::kIndependent) each equal to the same
-// row alone bit for bit, over 16 column pairs a step and fewer, an odd number of pairs (the masked
-// tail), rows past a block of 16, and a bias.
+// activations of the exact product and each batch row equal to its lone row, over 16 column pairs
+// a step and fewer, an odd number of pairs (the masked tail).
 TEST(Matmul, Bf16DecodeRowsWithinTheActivationRoundingAndAlone) {
-  std::mt19937 rng(61);
-  std::normal_distribution<float> nd;
-  for (int64_t C : {576, 130, 64, 2}) {
-    const int64_t R = 37;
-    std::vector<uint16_t> wb(static_cast<size_t>(R * C));
-    for (auto& v : wb) v = f32_to_bf16(nd(rng));
-    const WeightMatrix w{DType::BF16, reinterpret_cast<const uint8_t*>(wb.data()), R, C, static_cast<size_t>(C) * 2};
-    for (int64_t T : {1, 2, 5}) {
-      std::vector<float> x(T * C), bias(R), out(T * R), alone(R);
-      for (auto& v : x) v = nd(rng);
-      for (auto& v : bias) v = nd(rng);
-      cpu::matmul(out.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kIndependent);
-      for (int64_t t = 0; t < T; ++t) {
-        cpu::matmul(alone.data(), x.data() + t * C, w, 1, bias.data(), cpu::Activations::kInt8);
-        ASSERT_EQ(0, std::memcmp(alone.data(), out.data() + t * R, R * sizeof(float))) << "C " << C << " row " << t << " of " << T;
-        for (int64_t r = 0; r < R; ++r) {
-          double exact = bias[r], mag = 0.0;
-          for (int64_t c = 0; c < C; ++c) {
-            const double p = double(bf16_to_f32(wb[r * C + c])) * x[t * C + c];
-            exact += p, mag += std::fabs(p);
-          }
-          ASSERT_NEAR(out[t * R + r], exact, std::ldexp(mag, -8) + 1e-5 * (1.0 + std::fabs(exact))) << "C " << C << " t " << t << " r " << r;
-        }
-      }
-    }
-  }
+  check_half_decode_rows(DType::BF16, 61, {576, 130, 64, 2}, [](double exact, double mag, float) {
+    return std::ldexp(mag, -8) + 1e-5 * (1.0 + std::fabs(exact));
+  });
 }
 
 // F16 weights' decode rows with 8-bit-mode activations: on AVX-512 CPUs each weight row, as
 // stored, widened exactly and multiplied in 16 lanes (elsewhere, with SQUEEZEKV_CPU=avx2 or f32
 // arithmetic, the f32 dot's 8 lanes): every output within f32 summation's rounding of the exact
-// product, a batch's rows each equal to the same row alone bit for bit, over 64 columns a step,
-// 16 and the columns past them.
+// product and each batch row equal to its lone row, over 64 columns a step, 16 and the columns
+// past them.
 TEST(Matmul, F16DecodeRowsExactProductsAndAlone) {
-  std::mt19937 rng(67);
-  std::normal_distribution<float> nd;
-  for (int64_t C : {576, 100, 16, 3}) {
-    const int64_t R = 37;
-    std::vector<uint16_t> wh(static_cast<size_t>(R * C));
-    for (auto& v : wh) v = f32_to_f16(nd(rng));
-    const WeightMatrix w{DType::F16, reinterpret_cast<const uint8_t*>(wh.data()), R, C, static_cast<size_t>(C) * 2};
-    for (int64_t T : {1, 2, 5}) {
-      std::vector<float> x(T * C), bias(R), out(T * R), alone(R);
-      for (auto& v : x) v = nd(rng);
-      for (auto& v : bias) v = nd(rng);
-      cpu::matmul(out.data(), x.data(), w, T, bias.data(), cpu::Activations::kInt8, cpu::RowMode::kIndependent);
-      for (int64_t t = 0; t < T; ++t) {
-        cpu::matmul(alone.data(), x.data() + t * C, w, 1, bias.data(), cpu::Activations::kInt8);
-        ASSERT_EQ(0, std::memcmp(alone.data(), out.data() + t * R, R * sizeof(float))) << "C " << C << " row " << t << " of " << T;
-        for (int64_t r = 0; r < R; ++r) {
-          double exact = bias[r], mag = std::fabs(bias[r]);
-          for (int64_t c = 0; c < C; ++c) {
-            const double p = double(f16_to_f32(wh[r * C + c])) * x[t * C + c];
-            exact += p, mag += std::fabs(p);
-          }
-          ASSERT_NEAR(out[t * R + r], exact, 1e-6 * (1.0 + mag)) << "C " << C << " t " << t << " r " << r;
-        }
-      }
-    }
-  }
+  check_half_decode_rows(DType::F16, 67, {576, 100, 16, 3}, [](double, double mag, float bias) {
+    return 1e-6 * (1.0 + std::fabs(bias) + mag);
+  });
 }
 
 TEST(Quant, FastDequantizationWithinOneRounding) {
