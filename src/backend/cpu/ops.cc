@@ -420,8 +420,7 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
 #if SQUEEZEKV_AVX512_KERNEL
     // and over F16 rows: exact products in 16 lanes (the f32 dot's AVX2 8-lane order is the
     // exact arithmetic's: f32 decode keeps it)
-    p.f16_rows = decode && act == Activations::kInt8 && w.type == DType::F16 && w.layout == WeightLayout::kRows &&
-                 w.row_bytes % 2 == 0 && avx512::available();
+    p.f16_rows = decode && act == Activations::kInt8 && w.type == DType::F16 && w.layout == WeightLayout::kRows && avx512::available();
 #endif
     p.block = (!decode && wide_blocks(T) && !p.grouped) || p.bf16 ? kWideBlock : kRowBlock;
     p.n_blocks = (w.rows + p.block - 1) / p.block;
