@@ -1,7 +1,7 @@
 """A GGUF file of a Hugging Face config's shape with random weights, for peers that cannot read
 our `--dummy CONFIG` (llama.cpp's llama-bench and llama-batched-bench on a GPU machine that
 downloads nothing). Same tensor shapes as `squeezekv --dummy`: by default every matrix BF16, the
-norms F32.
+norms F32 (`--type F16`: every matrix F16, the same values rounded to f16).
 
 `--type PRESET` writes random blocks of a quantized preset instead (as `squeezekv --dummy-type`
 does, src/model/dummy.cc): each matrix in the type llama.cpp's quantizer gives it for that preset
@@ -48,7 +48,7 @@ BLOCKS = {
     "Q6_K": (210, 256, [(208, 1 / 4096)]),
 }
 # preset -> (the matrices' base type, whether attn_v and ffn_down mix as llama.cpp's _M presets do)
-PRESETS = {"BF16": ("BF16", False), "Q8_0": ("Q8_0", False), "Q6_K": ("Q6_K", False), "Q5_K_M": ("Q5_K", True),
+PRESETS = {"BF16": ("BF16", False), "F16": ("F16", False), "Q8_0": ("Q8_0", False), "Q6_K": ("Q6_K", False), "Q5_K_M": ("Q5_K", True),
            "Q4_K_M": ("Q4_K", True), "Q5_1": ("Q5_1", False), "Q5_0": ("Q5_0", False), "Q4_1": ("Q4_1", False),
            "Q4_0": ("Q4_0", False)}
 
@@ -62,7 +62,7 @@ def preset_type(preset, name, layer, n_layers, cols, tied, is_70b):
     """The type llama.cpp's quantizer gives matrix `name` (without "blk.N.") under `preset`."""
     base, k_mix = PRESETS[preset]
     t = base
-    if t == "BF16":
+    if t in ("BF16", "F16"):
         return t
     if (name == "output.weight" or (tied and name == "token_embd.weight")) and t != "Q8_0":
         t = "Q6_K"
@@ -101,6 +101,13 @@ def main():
     pool = ((rng.standard_normal(pool_n, dtype=np.float32) * 0.02).view(np.uint32) >> 16).astype(np.uint16)
     amp = 0.02 * np.sqrt(3.0)  # the uniform BF16 weights' bound in squeezekv --dummy
     block_pools = {}  # type -> [blocks][block bytes] uint8
+    f16_pool = []
+
+    def pool_f16():
+        """The BF16 pool's values as f16 bits (made once, on first use)."""
+        if not f16_pool:
+            f16_pool.append((pool.astype(np.uint32) << 16).view(np.float32).astype(np.float16).view(np.uint16))
+        return f16_pool[0]
 
     def blocks(t):
         if t not in block_pools:
@@ -118,12 +125,13 @@ def main():
     def matrix(name, layer, rows, cols):
         """(array, its GGML type) for matrix `name` of `rows` x `cols`."""
         t = preset_type(a.type, name, layer, L, cols, tied, is_70b)
-        if t == "BF16":
+        if t in ("BF16", "F16"):
+            src = pool if t == "BF16" else pool_f16()
             n = rows * cols
             if n > pool_n:  # larger than the pool: its values repeated (one tiled copy)
-                return np.resize(pool, n).reshape(rows, cols), gguf.GGMLQuantizationType.BF16
+                return np.resize(src, n).reshape(rows, cols), getattr(gguf.GGMLQuantizationType, t)
             at = int(rng.integers(0, pool_n - n + 1))
-            return pool[at:at + n].reshape(rows, cols), gguf.GGMLQuantizationType.BF16
+            return src[at:at + n].reshape(rows, cols), getattr(gguf.GGMLQuantizationType, t)
         bb, bv, _ = BLOCKS[t]
         pb = blocks(t)
         nb = rows * cols // bv
@@ -148,7 +156,7 @@ def main():
     w.add_key_length(D)
     w.add_value_length(D)
     w.add_vocab_size(V)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if a.type == "BF16" else getattr(gguf.LlamaFileType, "MOSTLY_" + a.type))
+    w.add_file_type(getattr(gguf.LlamaFileType, "MOSTLY_" + a.type))
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"t{i}" for i in range(259, V)]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256 + \
             [gguf.TokenType.NORMAL] * (V - 259)
