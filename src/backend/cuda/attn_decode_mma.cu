@@ -35,8 +35,11 @@
 namespace squeezekv::cuda {
 namespace {
 
-constexpr int kMmaDecKeys = 16;        // keys a tile
-constexpr int kMmaDecBlocksPerSm = 8;  // 8 x 26 KB of shared memory (head dim 128)
+constexpr int kMmaDecKeys = 16;  // keys a tile
+// Blocks (one warp each) an SM holds at once: 8 x 26 KB of shared memory (head dim 128) and up to
+// 255 registers a lane. Q8_0 rows at 12 warps of 4 stages (168 registers a lane, a few spilled)
+// ran 10% slower alone on an H100 and no faster on an H200 (docs/raw/2026-12-07-h100-q8-decode-occupancy/).
+constexpr int kMmaDecBlocksPerSm = 8;
 
 // One 4-, 8- or 16-byte cp.async of which the first `src` bytes come from global memory and the
 // rest are zeros (src 0: nothing is read).
@@ -45,6 +48,14 @@ __device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, int b
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   if constexpr (P == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
   else asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(P), "r"(bytes) : "memory");
+}
+
+// One 4-, 8- or 16-byte cp.async, all of it from global memory.
+template <int P>
+__device__ __forceinline__ void cp_async(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (P == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(P) : "memory");
 }
 
 // f16 rows of one array (K or V): a tile is [16][D + 8] halves (padded so that an ldmatrix's 8
@@ -103,6 +114,14 @@ struct PackedTile {
   template <int P>
   __device__ __forceinline__ void copy_pieces(unsigned char* dst, int j0, int bytes) const {
     const unsigned char* src = A + static_cast<size_t>(j0) * RB;
+    if (bytes == kTileBytes) {  // a whole tile (every tile but a split's last): no bounds, unrolled
+      const unsigned char* s = src + lane * P;
+      unsigned char* d = dst + lane * P;
+#pragma unroll
+      for (int k = 0; k < (kTileBytes + 32 * P - 1) / (32 * P); ++k)
+        if ((k + 1) * 32 * P <= kTileBytes || lane * P + k * 32 * P < kTileBytes) cp_async<P>(d + k * 32 * P, s + k * 32 * P);
+      return;
+    }
     for (int o = lane * P; o < kTileBytes; o += 32 * P) {
       const int n = min(P, max(0, bytes - o));
       cp_async_zfill<P>(dst + o, n > 0 ? src + o : A, n);
@@ -218,9 +237,11 @@ struct Q8Keys : PackedTile<D / kQ8Block * kQ8BlockBytes> {
   // 4-byte boundary in even blocks), its scale for all of them.
   __device__ __forceinline__ void scores(float (&s)[2][4], const uint32_t (&qa)[D / 16][4], const unsigned char* kt) const {
     const int i = lane % 4, j = lane / 4;
+    float t[2][4];  // the odd k-steps' sums: two chains of dependent products a key tile, not one
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      t[nt][0] = t[nt][1] = t[nt][2] = t[nt][3] = 0.0f;
       const unsigned char* row = kt + (nt * 8 + j) * RB;
 #pragma unroll
       for (int b = 0; b < D / 32; ++b) {
@@ -231,8 +252,10 @@ struct Q8Keys : PackedTile<D / kQ8Block * kQ8BlockBytes> {
         const uint32_t b0[2] = {q8_half2(w0, 0x4140, d), q8_half2(w0, 0x4342, d)};
         const uint32_t b1[2] = {q8_half2(w1, 0x4140, d), q8_half2(w1, 0x4342, d)};
         mma_f16(s[nt], qa[2 * b], b0);
-        mma_f16(s[nt], qa[2 * b + 1], b1);
+        mma_f16(t[nt], qa[2 * b + 1], b1);
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] += t[nt][e];
     }
   }
   // The step's new row x [D] quantized by the warp, block by block, as the CPU's kv_rows.cc does.
@@ -437,14 +460,15 @@ __device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, f
   for (int i = 0; i < 2; ++i)
     srow[i] = scores != nullptr && r0 + 8 * i < grp ? scores + (static_cast<size_t>(g) * GMAX + r0 + 8 * i) * kv.capacity : nullptr;
   const int qp = q_pos[0];
+  // Each split its own softmax. The accumulators start at zero here; a later split's are zeroed by
+  // its first rescale (its m starts at -inf, so alpha is 0), which costs nothing more, where
+  // zeroing them at every split's start made the compiler select each of the D / 2 at every tile.
   float o[D / 8][4], m[2], l[2];
+#pragma unroll
+  for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
   int cs = split0, ct = 0, cst = 0;  // the tile in use: split, tile in it, stage
   while (cs < split_end) {
-    if (ct == 0) {  // a split begins: its own softmax
-      m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;
-#pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
-    }
+    if (ct == 0) m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;  // a split begins
     issue();
     __pipeline_wait_prior(kStages - 1);  // this lane's copies of the tile in use have landed
     __syncwarp();                        // and every lane's
@@ -523,7 +547,7 @@ __device__ __forceinline__ void decode_mma_warp(float* out, __nv_bfloat16* ob, f
         if (c0 == 0) ml[2 * h] = m[i], ml[2 * h + 1] = L;
       } else {
         const size_t prow = static_cast<size_t>(split) * a.H + h;
-        values.store(part_acc + prow * D, nullptr, o, i, 1.0f);
+        values.store(part_acc + prow * D, nullptr, o, i, L > 0.0f ? 1.0f : 0.0f);  // L 0: no key, o not rescaled
         if (c0 == 0) part_ml[2 * prow] = m[i], part_ml[2 * prow + 1] = L;
       }
     }
@@ -605,6 +629,8 @@ bool decode_mma_pair(KvType k, KvType v) {
 bool decode_mma_serves(const KvView& kv, int grp) {
   return decode_mma_pair(kv.type, kv.v_type) && (kv.head_dim == 64 || kv.head_dim == 128) && grp >= 1 && grp <= 8;
 }
+
+int decode_mma_blocks_per_sm() { return kMmaDecBlocksPerSm; }
 
 void launch_attn_decode_mma(Launcher& L, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml, float* scores,
                             const float* q, const int32_t* q_pos, const KvView& kv, const AttnShape& a, const KvRowWrite& w) {

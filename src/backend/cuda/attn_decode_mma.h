@@ -11,6 +11,8 @@ namespace squeezekv::cuda {
 // view and query group.
 bool decode_mma_pair(KvType k, KvType v);
 bool decode_mma_serves(const KvView& kv, int grp);
+// The blocks (one warp each) of these kernels that an SM holds at once.
+int decode_mma_blocks_per_sm();
 
 // As launch_attn_decode (lpk is not needed): grid (G, splits); then the merge where there are
 // several splits.

@@ -477,11 +477,12 @@ class CudaBackend final : public Backend {
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int gmax = a.grp <= 4 ? 4 : 8;
     const bool mma = mma_decode(c0.kv, a.grp);
-    const int batch_cap = opt_.batch_lone_splits ? kMaxSplits : std::max(1, (decode_blocks(mma) * sms_) / (n * G));
+    const int blocks = decode_blocks(c0.kv, a.grp);
+    const int batch_cap = opt_.batch_lone_splits ? kMaxSplits : std::max(1, (blocks * sms_) / (n * G));
     int most = 1;
     for (int i = 0; i < n; ++i) {
       const KvView& v = c[i].kv;
-      const int splits = std::min(decode_splits(v.capacity, G, mma), batch_cap);
+      const int splits = std::min(decode_splits(v.capacity, G, blocks), batch_cap);
       const KeyRange kr = key_range(v.count, splits, a.min_keys);
       most = std::max(most, kr.splits);
       const AttentionProbe* p = c[i].probe;
@@ -618,7 +619,7 @@ class CudaBackend final : public Backend {
     const bool dev_n = kv.count_dev != nullptr;
     a.qt = 1;
     a.min_keys = opt_.decode_split_keys;
-    a.splits = decode_splits(dev_n ? kv.capacity : view.count, G, mma_decode(kv, grp));
+    a.splits = decode_splits(dev_n ? kv.capacity : view.count, G, decode_blocks(kv, grp));
     // the grid from this step's N (the host knows it): a replayed step has the same N's split
     // count, and the kernels, reading N on the device, find the same splits
     const KeyRange kr = key_range(view.count, a.splits, a.min_keys);
@@ -667,16 +668,20 @@ class CudaBackend final : public Backend {
     }
     return true;
   }
-  // The most splits of a decode step's keys (n_bound keys at most, G kv heads; mma: on the
-  // tensor cores): enough blocks to keep every SM streaming (CudaOptions::decode_blocks_per_sm a
-  // sequence), at least decode_split_keys each: a lone sequence's, and a batch's too with
-  // batch_lone_splits (otherwise capped by the batch: decode_batch).
-  int decode_splits(int n_bound, int G, bool mma) const {
-    return std::max(1, std::min({(decode_blocks(mma) * sms_) / G, (n_bound + opt_.decode_split_keys - 1) / opt_.decode_split_keys,
-                                 kMaxSplits}));
+  // The most splits of a decode step's keys (n_bound keys at most, G kv heads, `blocks` of its
+  // kernel an SM: decode_blocks): enough blocks to keep every SM streaming, at least
+  // decode_split_keys each: a lone sequence's, and a batch's too with batch_lone_splits
+  // (otherwise capped by the batch: decode_batch).
+  int decode_splits(int n_bound, int G, int blocks) const {
+    return std::max(1, std::min({(blocks * sms_) / G, (n_bound + opt_.decode_split_keys - 1) / opt_.decode_split_keys, kMaxSplits}));
   }
-  // A decode step's attention blocks per SM (CudaOptions::decode_blocks_per_sm, or the kernel's own).
-  int decode_blocks(bool mma) const { return opt_.decode_blocks_per_sm > 0 ? opt_.decode_blocks_per_sm : mma ? 8 : 4; }
+  // A decode step's attention blocks a sequence takes per SM: CudaOptions::decode_blocks_per_sm,
+  // or as many as its kernel's blocks an SM holds at once (the tensor-core kernel's,
+  // decode_mma_blocks_per_sm; 4 for the CUDA-core kernel's).
+  int decode_blocks(const KvView& kv, int grp) const {
+    if (opt_.decode_blocks_per_sm > 0) return opt_.decode_blocks_per_sm;
+    return mma_decode(kv, grp) ? decode_mma_blocks_per_sm() : 4;
+  }
   // Whether a decode step's attention runs on the tensor cores (attn_decode_mma.h): a lone
   // sequence and a batch choose alike, so a sequence's bits do not depend on the batch.
   bool mma_decode(const KvView& kv, int grp) const { return opt_.mma_decode && decode_mma_serves(kv, grp); }
