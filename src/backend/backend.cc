@@ -69,7 +69,8 @@ int default_cpu_threads() { return cpu::default_threads(); }
 std::string cpu_kernels() {
   const cpu::CpuFeatures& f = cpu::cpu_features();
   std::string s;
-  for (auto [on, name] : {std::pair{f.avx512f, "avx512"}, {f.avx512vnni, "vnni"}, {f.avx512bf16, "bf16"}, {f.amx_bf16, "amx-bf16"}})
+  for (auto [on, name] : {std::pair{f.avx512f, "avx512"}, {f.avx512vnni, "vnni"}, {f.avx512bf16, "bf16"}, {f.amx_bf16, "amx-bf16"},
+                          {f.avx512f && !f.half_rows, "f32-half-rows"}})
     if (on) s += (s.empty() ? "" : " ") + std::string(name);
   return s.empty() ? "avx2" : s;
 }

@@ -43,11 +43,20 @@ int cap_level() {
   return -1;
 }
 
+// SQUEEZEKV_CPU_HALF_ROWS: 1 (unset) or 0; -1 for anything else.
+int half_rows_setting() {
+  const char* e = std::getenv("SQUEEZEKV_CPU_HALF_ROWS");
+  if (e == nullptr || std::strcmp(e, "1") == 0) return 1;
+  return std::strcmp(e, "0") == 0 ? 0 : -1;
+}
+
 }  // namespace
 
 void check_cpu_cap() {
   if (cap_level() < 0)
     throw Error(std::string("SQUEEZEKV_CPU: expected native, avx512 or avx2, got '") + std::getenv("SQUEEZEKV_CPU") + "'");
+  if (half_rows_setting() < 0)
+    throw Error(std::string("SQUEEZEKV_CPU_HALF_ROWS: expected 0 or 1, got '") + std::getenv("SQUEEZEKV_CPU_HALF_ROWS") + "'");
 }
 
 const CpuFeatures& cpu_features() {
@@ -68,6 +77,7 @@ const CpuFeatures& cpu_features() {
     // the AVX-512 BF16 kernel rounds the activations, packs the panels and takes matrices whose
     // column pairs are not whole tiles
     c.amx_bf16 = !no_amx && c.avx512bf16 && amx_bf16_usable();
+    c.half_rows = half_rows_setting() != 0;
     (void)avx2_only;
     return c;
   }();

@@ -2,7 +2,9 @@
 // runs (and the build compiled), capped by the environment variable SQUEEZEKV_CPU so that tests
 // can run every path on one machine: "avx2" turns the AVX-512 and AMX kernels off, "avx512" the
 // AMX kernels alone; unset or "native" uses all the CPU has. AVX2 + FMA + F16C is the baseline
-// the build targets.
+// the build targets. SQUEEZEKV_CPU_HALF_ROWS=0 keeps BF16 and F16 decode rows on the exact f32
+// dot where the 512-bit kernels would take them (for measurements: on the GPU machine's Xeon
+// they read slower than the f32 dot, on the EPYC faster; docs/PERFORMANCE.md, issue 32).
 // Thread safety: read-only after the first call.
 #pragma once
 
@@ -14,12 +16,15 @@ struct CpuFeatures {
   bool avx512bf16 = false;  // AVX-512 BF16 products for BF16 weights' prompt chunks (gemm_bf16.cc)
   bool amx_bf16 = false;    // AMX tiles for BF16 weights' prompt chunks (gemm_amx.cc): the CPU has them
                             // and Linux let this process use them (arch_prctl XTILEDATA)
+  bool half_rows = true;    // BF16 and F16 decode rows through dot_rows / dot_rows_f16 where the CPU has
+                            // their instructions (SQUEEZEKV_CPU_HALF_ROWS=0: the exact f32 dot)
 };
 
 const CpuFeatures& cpu_features();
 
-// Throws Error naming SQUEEZEKV_CPU when it is set to anything but native, avx512 or avx2 (checked
-// where a backend is made, before any kernel reads cpu_features()).
+// Throws Error naming SQUEEZEKV_CPU when it is set to anything but native, avx512 or avx2, or
+// SQUEEZEKV_CPU_HALF_ROWS to anything but 0 or 1 (checked where a backend is made, before any
+// kernel reads cpu_features()).
 void check_cpu_cap();
 
 }  // namespace squeezekv::cpu

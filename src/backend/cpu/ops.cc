@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/tile8.h"
 #include "core/quant.h"
@@ -415,12 +416,13 @@ void matmul_parts(const MatmulPart* parts, int n, const float* x, int64_t T, Act
     // decode rows over BF16 rows under 8-bit-mode activations: bf16 activations and vdpbf16ps on
     // the rows as stored (the exact f32 dot widens every weight and takes an FMA for each)
     p.bf16_rows = decode && act == Activations::kInt8 && w.type == DType::BF16 && w.layout == WeightLayout::kRows &&
-                  w.cols % 2 == 0 && w.row_bytes % 4 == 0 && avx512bf16::available();
+                  w.cols % 2 == 0 && w.row_bytes % 4 == 0 && avx512bf16::available() && cpu_features().half_rows;
 #endif
 #if SQUEEZEKV_AVX512_KERNEL
     // and over F16 rows: exact products in 16 lanes (the f32 dot's AVX2 8-lane order is the
     // exact arithmetic's: f32 decode keeps it)
-    p.f16_rows = decode && act == Activations::kInt8 && w.type == DType::F16 && w.layout == WeightLayout::kRows && avx512::available();
+    p.f16_rows = decode && act == Activations::kInt8 && w.type == DType::F16 && w.layout == WeightLayout::kRows && avx512::available() &&
+                 cpu_features().half_rows;
 #endif
     p.block = (!decode && wide_blocks(T) && !p.grouped) || p.bf16 ? kWideBlock : kRowBlock;
     p.n_blocks = (w.rows + p.block - 1) / p.block;
