@@ -4,7 +4,7 @@
 // AMX kernels alone; unset or "native" uses all the CPU has. AVX2 + FMA + F16C is the baseline
 // the build targets. SQUEEZEKV_CPU_HALF_ROWS=0 keeps BF16 and F16 decode rows on the exact f32
 // dot where the 512-bit kernels would take them (for measurements: on the GPU machine's Xeon
-// they read slower than the f32 dot, on the EPYC faster; docs/PERFORMANCE.md, issue 32).
+// the BF16 rows read slower than the f32 dot, on the EPYC faster; docs/PERFORMANCE.md, issue 32).
 // Thread safety: read-only after the first call.
 #pragma once
 
