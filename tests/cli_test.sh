@@ -67,6 +67,7 @@ out="$(SQUEEZEKV_CPU=avx2 "$bin" bench -m "$m" --tokenizer "$tok" -t 1 -p 8 -n 2
 case "$out" in *"kernels avx2)"*) ok ;; *) bad "bench under SQUEEZEKV_CPU=avx2 does not name its kernels avx2: $out" ;; esac
 # the 16-bit decode rows' switch: a value other than 0 or 1 refused, naming it
 SQUEEZEKV_CPU_HALF_ROWS=no expect_error "SQUEEZEKV_CPU_HALF_ROWS: expected 0 or 1, got 'no'" generate -m "$m" --tokenizer "$tok" -p hi
+SQUEEZEKV_CPU_HALF_ROWS_AHEAD=4k expect_error "SQUEEZEKV_CPU_HALF_ROWS_AHEAD: expected bytes from 0 to 65536, got '4k'" generate -m "$m" --tokenizer "$tok" -p hi
 # a build without the CUDA backend, or a machine without a GPU, says so (this test runs without one)
 if ! command -v nvidia-smi >/dev/null 2>&1; then expect_error "cuda" generate -m "$m" --tokenizer "$tok" -p hi --device cuda; fi
 # a build with the CUDA backend refuses a measurement switch's unknown value, naming it, before any device work

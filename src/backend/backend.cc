@@ -72,6 +72,7 @@ std::string cpu_kernels() {
   for (auto [on, name] : {std::pair{f.avx512f, "avx512"}, {f.avx512vnni, "vnni"}, {f.avx512bf16, "bf16"}, {f.amx_bf16, "amx-bf16"},
                           {f.avx512f && !f.half_rows, "f32-half-rows"}})
     if (on) s += (s.empty() ? "" : " ") + std::string(name);
+  if (f.avx512f && f.half_rows && f.half_rows_ahead > 0) s += " half-rows-ahead-" + std::to_string(f.half_rows_ahead);
   return s.empty() ? "avx2" : s;
 }
 double host_copy_bandwidth(int threads) { return cpu::copy_bandwidth(threads); }

@@ -50,6 +50,15 @@ int half_rows_setting() {
   return std::strcmp(e, "0") == 0 ? 0 : -1;
 }
 
+// SQUEEZEKV_CPU_HALF_ROWS_AHEAD: bytes from 0 (unset) to 65536; -1 for anything else.
+int half_rows_ahead_setting() {
+  const char* e = std::getenv("SQUEEZEKV_CPU_HALF_ROWS_AHEAD");
+  if (e == nullptr) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  return end == e || *end != '\0' || v < 0 || v > 65536 ? -1 : static_cast<int>(v);
+}
+
 }  // namespace
 
 void check_cpu_cap() {
@@ -57,6 +66,9 @@ void check_cpu_cap() {
     throw Error(std::string("SQUEEZEKV_CPU: expected native, avx512 or avx2, got '") + std::getenv("SQUEEZEKV_CPU") + "'");
   if (half_rows_setting() < 0)
     throw Error(std::string("SQUEEZEKV_CPU_HALF_ROWS: expected 0 or 1, got '") + std::getenv("SQUEEZEKV_CPU_HALF_ROWS") + "'");
+  if (half_rows_ahead_setting() < 0)
+    throw Error(std::string("SQUEEZEKV_CPU_HALF_ROWS_AHEAD: expected bytes from 0 to 65536, got '") +
+                std::getenv("SQUEEZEKV_CPU_HALF_ROWS_AHEAD") + "'");
 }
 
 const CpuFeatures& cpu_features() {
@@ -78,6 +90,7 @@ const CpuFeatures& cpu_features() {
     // column pairs are not whole tiles
     c.amx_bf16 = !no_amx && c.avx512bf16 && amx_bf16_usable();
     c.half_rows = half_rows_setting() != 0;
+    c.half_rows_ahead = half_rows_ahead_setting() > 0 ? half_rows_ahead_setting() : 0;
     (void)avx2_only;
     return c;
   }();

@@ -3,8 +3,10 @@
 // can run every path on one machine: "avx2" turns the AVX-512 and AMX kernels off, "avx512" the
 // AMX kernels alone; unset or "native" uses all the CPU has. AVX2 + FMA + F16C is the baseline
 // the build targets. SQUEEZEKV_CPU_HALF_ROWS=0 keeps BF16 and F16 decode rows on the exact f32
-// dot where the 512-bit kernels would take them (for measurements: on the GPU machine's Xeon
-// the BF16 rows read slower than the f32 dot, on the EPYC faster; docs/PERFORMANCE.md, issue 32).
+// dot where the 512-bit kernels would take them, and SQUEEZEKV_CPU_HALF_ROWS_AHEAD=N (0 to 65536)
+// has those kernels ask for the rows N bytes ahead as the f32 dot asks for 4 KB (for
+// measurements: on the GPU machine's Xeon the BF16 rows read slower than the f32 dot, on the
+// EPYC faster, where asking ahead cost 5-10%; docs/PERFORMANCE.md, issue 32).
 // Thread safety: read-only after the first call.
 #pragma once
 
@@ -18,13 +20,16 @@ struct CpuFeatures {
                             // and Linux let this process use them (arch_prctl XTILEDATA)
   bool half_rows = true;    // BF16 and F16 decode rows through dot_rows / dot_rows_f16 where the CPU has
                             // their instructions (SQUEEZEKV_CPU_HALF_ROWS=0: the exact f32 dot)
+  int half_rows_ahead = 0;  // bytes of rows asked for (software prefetch) ahead of the row those kernels
+                            // sum: 0, the hardware prefetchers alone (SQUEEZEKV_CPU_HALF_ROWS_AHEAD=N)
 };
 
 const CpuFeatures& cpu_features();
 
-// Throws Error naming SQUEEZEKV_CPU when it is set to anything but native, avx512 or avx2, or
-// SQUEEZEKV_CPU_HALF_ROWS to anything but 0 or 1 (checked where a backend is made, before any
-// kernel reads cpu_features()).
+// Throws Error naming SQUEEZEKV_CPU when it is set to anything but native, avx512 or avx2,
+// SQUEEZEKV_CPU_HALF_ROWS to anything but 0 or 1, or SQUEEZEKV_CPU_HALF_ROWS_AHEAD to anything but
+// a whole number from 0 to 65536 (checked where a backend is made, before any kernel reads
+// cpu_features()).
 void check_cpu_cap();
 
 }  // namespace squeezekv::cpu

@@ -16,7 +16,9 @@ void gemm_panel32(float* out, int64_t ldo, const float* x, int64_t T, int64_t C,
 // out[t * ldo + i] = sum_c x[t * C + c] * f16(rows[i * stride + c]) for i in [0, nr), t in
 // [0, T): F16 weight rows as stored, every value widened exactly and multiplied in f32 in 16
 // lanes, each (row, t) summed alone in one fixed order whatever nr and T are (decode rows).
-void dot_rows_f16(float* out, int64_t ldo, const float* x, int64_t T, int64_t C, const uint16_t* rows, int64_t stride, int64_t nr);
+// ahead: as avx512bf16::dot_rows's.
+void dot_rows_f16(float* out, int64_t ldo, const float* x, int64_t T, int64_t C, const uint16_t* rows, int64_t stride, int64_t nr,
+                  int64_t ahead = 0);
 
 }  // namespace squeezekv::cpu::avx512
 
@@ -40,8 +42,10 @@ void gemm_panel32(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t
 // out[t * ldo + i] = sum_p x[t * P + p] . rows[i * stride + p] for i in [0, nr), t in [0, T): BF16
 // weight rows as stored (a row's columns 2p, 2p + 1 are its entry p), no packing, each (row, t)
 // summed alone in one fixed order whatever nr and T are: the decode products (one pass over the
-// weights a step, where packing them would be a second).
-void dot_rows(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, const uint32_t* rows, int64_t stride, int64_t nr);
+// weights a step, where packing them would be a second). ahead > 0: row i + ahead's lines are
+// asked for (software prefetch) before row i is summed (a measurement switch: cpu_features.h).
+void dot_rows(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, const uint32_t* rows, int64_t stride, int64_t nr,
+              int64_t ahead = 0);
 
 }  // namespace squeezekv::cpu::avx512bf16
 

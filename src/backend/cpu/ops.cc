@@ -106,6 +106,13 @@ inline void prefetch_row(const uint8_t* row, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
 }
 
+// Rows ahead of the one being summed that the 16-bit decode-row kernels ask for
+// (cpu_features().half_rows_ahead bytes, a measurement switch; 0: none).
+int64_t half_rows_ahead(const WeightMatrix& w) {
+  const int64_t bytes = cpu_features().half_rows_ahead;
+  return bytes == 0 ? 0 : std::max<int64_t>(1, bytes / static_cast<int64_t>(w.row_bytes));
+}
+
 // Per-thread dequantization buffer, grown once and reused (no allocation in steady state).
 float* row_buffer(size_t floats) {
   thread_local std::vector<float> buf;
@@ -314,11 +321,13 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
     bf16_block(out, R, r0, w, xb, T);
   } else if (plan.bf16_rows) {  // decode rows over BF16 rows as stored, bf16 activations
 #if SQUEEZEKV_BF16_KERNEL
-    avx512bf16::dot_rows(out + r0, R, xb, T, C / 2, reinterpret_cast<const uint32_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 4), nr);
+    avx512bf16::dot_rows(out + r0, R, xb, T, C / 2, reinterpret_cast<const uint32_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 4), nr,
+                         half_rows_ahead(w));
 #endif
   } else if (plan.f16_rows) {  // decode rows over F16 rows as stored, 16 lanes
 #if SQUEEZEKV_AVX512_KERNEL
-    avx512::dot_rows_f16(out + r0, R, x, T, C, reinterpret_cast<const uint16_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 2), nr);
+    avx512::dot_rows_f16(out + r0, R, x, T, C, reinterpret_cast<const uint16_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 2), nr,
+                         half_rows_ahead(w));
 #endif
   } else if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
     thread_local std::vector<uint8_t> group_buf;  // grown once
