@@ -5,6 +5,7 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -90,7 +91,7 @@ const CpuFeatures& cpu_features() {
     // column pairs are not whole tiles
     c.amx_bf16 = !no_amx && c.avx512bf16 && amx_bf16_usable();
     c.half_rows = half_rows_setting() != 0;
-    c.half_rows_ahead = half_rows_ahead_setting() > 0 ? half_rows_ahead_setting() : 0;
+    c.half_rows_ahead = std::max(0, half_rows_ahead_setting());  // a value check_cpu_cap refuses asks nothing
     (void)avx2_only;
     return c;
   }();

@@ -6,7 +6,7 @@
 // dot where the 512-bit kernels would take them, and SQUEEZEKV_CPU_HALF_ROWS_AHEAD=N (0 to 65536)
 // has those kernels ask for the rows N bytes ahead as the f32 dot asks for 4 KB (for
 // measurements: on the GPU machine's Xeon the BF16 rows read slower than the f32 dot, on the
-// EPYC faster, where asking ahead cost 5-10%; docs/PERFORMANCE.md, issue 32).
+// EPYC faster, where asking 4 KB ahead cost 15% (BF16) to 44% (F16); docs/PERFORMANCE.md, issue 32).
 // Thread safety: read-only after the first call.
 #pragma once
 

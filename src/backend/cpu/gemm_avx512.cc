@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cpu/gemm_avx512.h"
+#include "backend/cpu/prefetch.h"
 
 #include "backend/cpu/cpu_features.h"
 
@@ -50,7 +51,7 @@ void gemm_panel32(float* out, int64_t ldo, const float* x, int64_t T, int64_t C,
 
 // One F16 row at a time, as stored: per 64 columns four conversions (vcvtph2ps, exact) and four
 // FMAs into four accumulators, 16 lanes each, then the columns past the last 16 one by one; no
-// software prefetch (as avx512bf16::dot_rows).
+// software prefetch unless `ahead` asks (as avx512bf16::dot_rows).
 void dot_rows_f16(float* out, int64_t ldo, const float* x, int64_t T, int64_t C, const uint16_t* rows, int64_t stride, int64_t nr,
                   int64_t ahead) {
   const int64_t body = C / 16 * 16;
@@ -58,8 +59,7 @@ void dot_rows_f16(float* out, int64_t ldo, const float* x, int64_t T, int64_t C,
     const float* xt = x + t * C;
     for (int64_t i = 0; i < nr; ++i) {
       const uint16_t* w = rows + i * stride;
-      if (ahead > 0 && t == 0 && i + ahead < nr)
-        for (int64_t c = 0; c < C; c += 32) _mm_prefetch(reinterpret_cast<const char*>(w + ahead * stride + c), _MM_HINT_T0);
+      if (ahead > 0 && t == 0 && i + ahead < nr) prefetch_row(w + ahead * stride, static_cast<size_t>(C) * 2);
       auto wide = [w](int64_t c) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c))); };
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       int64_t c = 0;

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm_avx512.h"
+#include "backend/cpu/prefetch.h"
 
 namespace squeezekv::cpu::avx512bf16 {
 #include "backend/cpu/row_groups.h"
@@ -115,8 +116,7 @@ void dot_rows(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, 
     const uint32_t* xt = x + t * P;
     for (int64_t i = 0; i < nr; ++i) {
       const uint32_t* w = rows + i * stride;
-      if (ahead > 0 && t == 0 && i + ahead < nr)
-        for (int64_t p = 0; p < P; p += 16) _mm_prefetch(reinterpret_cast<const char*>(w + ahead * stride + p), _MM_HINT_T0);
+      if (ahead > 0 && t == 0 && i + ahead < nr) prefetch_row(w + ahead * stride, static_cast<size_t>(P) * 4);
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       int64_t p = 0;
       for (; p + 64 <= body; p += 64) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/prefetch.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/tile8.h"
 #include "core/quant.h"
@@ -97,13 +98,6 @@ void for_rows(int64_t n, bool parallel, F&& f) {
   } else {
     for (int64_t i = 0; i < n; ++i) f(i);
   }
-}
-
-// Asks for the lines of a weight row that is read soon (decode reads the weights once, row after
-// row; the hardware prefetcher alone left one core reading BF16 rows at ~8 GB/s, as it did the
-// 8-row tiles: tile8_kernel.h; the K formats' rows, whose unpacking bounds them, gained nothing).
-inline void prefetch_row(const uint8_t* row, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
 }
 
 // Rows ahead of the one being summed that the 16-bit decode-row kernels ask for
@@ -358,7 +352,10 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
     }
   } else if (plan.fused) {
 #if SQUEEZEKV_AVX2
-    // the rows ~4 KB ahead asked for while this one is summed
+    // the rows ~4 KB ahead asked for while this one is summed (decode reads the weights once,
+    // row after row; the hardware prefetcher alone left one core reading BF16 rows at ~8 GB/s, as
+    // it did the 8-row tiles: tile8_kernel.h; the K formats' rows, whose unpacking bounds them,
+    // gained nothing)
     const int64_t ahead = std::max<int64_t>(1, 4096 / static_cast<int64_t>(w.row_bytes));
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < nr; ++i) {
