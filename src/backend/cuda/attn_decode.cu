@@ -479,47 +479,77 @@ void launch_decode_type(Launcher& L, int lpk, dim3 grid, float* out, float* ml, 
   }
 }
 
-// grid T*H, block kMergeThreads: merges the splits of one row; ml_out [T*H][2]. The splits'
-// weights exp(m_s - M) are formed once in shared memory, then each thread sums its output values
-// over the splits with several loads in flight (the partials sit in L2).
-constexpr int kMergeThreads = 128;
+// Merges the splits of one row's columns [c0, c0 + 32 NK) (ml_out [rows][2]: by the block with
+// c0 = 0). A block is kMergeWarps warps: a thread holds one split's max and sum (kMaxSplits at
+// most), the splits' weights exp(m_s - M) go to shared memory, warp w sums splits w, w + 8, ... of
+// its lanes' columns with those loads in flight (the partials sit in L2), and the 8 warps' sums are
+// added in order. A column's arithmetic is the same whatever NK is, so the bits depend on the
+// split count alone: a sequence's merge is the same alone and in any batch. A launch with few rows
+// gives each row D / 32 blocks of one column chunk (NK = 1), one with many rows one block a row
+// (NK = kMergeChunks): merge_col_blocks. One block a row, each thread one column streaming every
+// split (until 2026-12-07), left one sequence at depth 32768 with 32 blocks, each reading its 128
+// splits in 16 dependent rounds of L2 loads.
+constexpr int kMergeWarps = 8;
+constexpr int kMergeThreads = 32 * kMergeWarps;
+constexpr int kMergeChunks = kMaxHeadDim / 32;  // column chunks of 32 a block takes at most
+static_assert(kMaxSplits <= kMergeThreads, "a split a thread");
+// Blocks a row: D / 32 (rounded up) when the launch has fewer than kMergeSplitRows rows, else 1.
+constexpr int kMergeSplitRows = 256;
+inline int merge_col_blocks(int rows, int D) { return rows < kMergeSplitRows ? (D + 31) / 32 : 1; }
+template <int NK>
 __device__ __forceinline__ void merge_row(float* out, __nv_bfloat16* ob, float* ml_out, const float* part_acc, const float* part_ml,
-                                          int rows, int row, int splits, int D) {
+                                          int rows, int row, int c0, int splits, int D) {
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
-  float mx = -INFINITY;
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, part_ml[2 * (static_cast<size_t>(s) * rows + row)]);
-  mx = warp_max(mx);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+  __shared__ float acc[kMergeWarps][32 * NK];
+  const int t = threadIdx.x, lane = t % 32, wid = t / 32;
+  const size_t ml_at = 2 * (static_cast<size_t>(t) * rows + row);
+  const float ms = t < splits ? part_ml[ml_at] : -INFINITY, ls = t < splits ? part_ml[ml_at + 1] : 0.0f;
+  const float mx = warp_max(ms);
+  if (lane == 0) red[wid] = mx;
   __syncthreads();
   float M = -INFINITY;
-  for (int i = 0; i < static_cast<int>(blockDim.x) / 32; ++i) M = fmaxf(M, red[i]);
+  for (int i = 0; i < kMergeWarps; ++i) M = fmaxf(M, red[i]);
+  const float c = ms > -INFINITY ? __expf(ms - M) : 0.0f;
+  if (t < splits) w[t] = c;
+  const float L = block_sum(c * ls, red);  // its barriers also publish w (and order red's reads above before its writes)
+  const int ncols = min(32 * NK, D - c0);
+  float o[NK];
+#pragma unroll
+  for (int k = 0; k < NK; ++k) o[k] = 0.0f;
+#pragma unroll(NK == 1 ? 16 : 2)
+  for (int s = wid; s < splits; s += kMergeWarps) {
+    const float* p = part_acc + (static_cast<size_t>(s) * rows + row) * D + c0 + lane;
+    const float ws = w[s];
+#pragma unroll
+    for (int k = 0; k < NK; ++k)
+      if (32 * k + lane < ncols) o[k] += p[32 * k] * ws;
+  }
+#pragma unroll
+  for (int k = 0; k < NK; ++k) acc[wid][32 * k + lane] = o[k];
   __syncthreads();
-  float l = 0.0f;
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-    const float ms = part_ml[2 * (static_cast<size_t>(s) * rows + row)];
-    const float c = ms > -INFINITY ? __expf(ms - M) : 0.0f;
-    w[s] = c;
-    l += c * part_ml[2 * (static_cast<size_t>(s) * rows + row) + 1];
-  }
-  const float L = block_sum(l, red);  // its barriers also publish w
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) o += part_acc[(static_cast<size_t>(s) * rows + row) * D + d] * w[s];
-    out[static_cast<size_t>(row) * D + d] = o * inv;
-    if (ob != nullptr) ob[static_cast<size_t>(row) * D + d] = __float2bfloat16(o * inv);
+  for (int j = t; j < ncols; j += kMergeThreads) {
+    float sum = acc[0][j];
+#pragma unroll
+    for (int i = 1; i < kMergeWarps; ++i) sum += acc[i][j];
+    const float y = sum * inv;
+    out[static_cast<size_t>(row) * D + c0 + j] = y;
+    if (ob != nullptr) ob[static_cast<size_t>(row) * D + c0 + j] = __float2bfloat16(y);
   }
-  if (threadIdx.x == 0) ml_out[2 * row] = M, ml_out[2 * row + 1] = L;
+  if (t == 0 && c0 == 0) ml_out[2 * row] = M, ml_out[2 * row + 1] = L;
 }
+// grid rows x cbs (merge_col_blocks): column chunk x % cbs of row x / cbs
+template <int NK>
 __global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
-                                                              int rows, KvView kv, AttnShape a) {
+                                                              int rows, int cbs, KvView kv, AttnShape a) {
   pdl_enter();
-  merge_row(out, nullptr, ml_out, part_acc, part_ml, rows, blockIdx.x, key_range(kv, a).splits, a.D);
+  merge_row<NK>(out, nullptr, ml_out, part_acc, part_ml, rows, blockIdx.x / cbs, 32 * (blockIdx.x % cbs), key_range(kv, a).splits, a.D);
 }
-// grid (H, rows of the batch): head x of row y, where its sequence's keys took more than one split.
-__global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r, AttnShape a) {
+// grid (H x cbs, rows of the batch): head x / cbs of row y, where its sequence's keys took more
+// than one split.
+template <int NK>
+__global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r, AttnShape a, int cbs) {
   pdl_enter();
   const size_t row = blockIdx.y;
   const DecodeInfo in = r.info[row];
@@ -527,15 +557,18 @@ __global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r
   if (splits == 1) return;  // written directly
   const size_t HD = static_cast<size_t>(a.H) * a.D;
   __nv_bfloat16* ob = r.out_bf16 != nullptr ? r.out_bf16 + row * HD : nullptr;
-  merge_row(r.out + row * HD, ob, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride, r.part_ml + row * r.part_ml_stride, a.H,
-            blockIdx.x, splits, a.D);
+  merge_row<NK>(r.out + row * HD, ob, r.ml + row * 2 * a.H, r.part_acc + row * r.part_stride, r.part_ml + row * r.part_ml_stride, a.H,
+                blockIdx.x / cbs, 32 * (blockIdx.x % cbs), splits, a.D);
 }
 
 }  // namespace
 
 void launch_attn_merge(Launcher& L, float* out, float* ml_out, const float* part_acc, const float* part_ml, int rows, const KvView& kv,
                        const AttnShape& a) {
-  L.launch(k_attn_merge, static_cast<unsigned>(rows), kMergeThreads, 0, out, ml_out, part_acc, part_ml, rows, kv, a);
+  const int cbs = merge_col_blocks(rows, a.D);
+  const unsigned grid = static_cast<unsigned>(rows * cbs);
+  if (cbs > 1) L.launch(k_attn_merge<1>, grid, kMergeThreads, 0, out, ml_out, part_acc, part_ml, rows, cbs, kv, a);
+  else L.launch(k_attn_merge<kMergeChunks>, grid, kMergeThreads, 0, out, ml_out, part_acc, part_ml, rows, cbs, kv, a);
 }
 
 void launch_attn_decode(Launcher& L, int lpk, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
@@ -590,7 +623,10 @@ int decode_lanes(KvType type, int D) {
 }
 
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a) {
-  L.launch(k_attn_merge_batch, dim3(static_cast<unsigned>(a.H), static_cast<unsigned>(rows)), kMergeThreads, 0, r, a);
+  const int cbs = merge_col_blocks(rows * a.H, a.D);
+  const dim3 grid(static_cast<unsigned>(a.H * cbs), static_cast<unsigned>(rows));
+  if (cbs > 1) L.launch(k_attn_merge_batch<1>, grid, kMergeThreads, 0, r, a, cbs);
+  else L.launch(k_attn_merge_batch<kMergeChunks>, grid, kMergeThreads, 0, r, a, cbs);
 }
 
 void launch_attn_mass_batch(Launcher& L, int gmax, dim3 grid, bool mass_max, const DecodeRows& r, const AttnShape& a) {
