@@ -100,10 +100,10 @@ void for_rows(int64_t n, bool parallel, F&& f) {
   }
 }
 
-// Rows ahead of the one being summed that the 16-bit decode-row kernels ask for
-// (cpu_features().half_rows_ahead bytes, a measurement switch; 0: none).
-int64_t half_rows_ahead(const WeightMatrix& w) {
-  const int64_t bytes = cpu_features().half_rows_ahead;
+// Rows of w ahead of the one being summed that a decode kernel asks for, to ask about `bytes`
+// ahead (at least one row; 0 bytes: none). The fused f32 dot asks 4 KB ahead; the 16-bit
+// decode-row kernels cpu_features().half_rows_ahead bytes (a measurement switch; 0 by default).
+int64_t rows_ahead(const WeightMatrix& w, int64_t bytes) {
   return bytes == 0 ? 0 : std::max<int64_t>(1, bytes / static_cast<int64_t>(w.row_bytes));
 }
 
@@ -316,12 +316,12 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
   } else if (plan.bf16_rows) {  // decode rows over BF16 rows as stored, bf16 activations
 #if SQUEEZEKV_BF16_KERNEL
     avx512bf16::dot_rows(out + r0, R, xb, T, C / 2, reinterpret_cast<const uint32_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 4), nr,
-                         half_rows_ahead(w));
+                         rows_ahead(w, cpu_features().half_rows_ahead));
 #endif
   } else if (plan.f16_rows) {  // decode rows over F16 rows as stored, 16 lanes
 #if SQUEEZEKV_AVX512_KERNEL
     avx512::dot_rows_f16(out + r0, R, x, T, C, reinterpret_cast<const uint16_t*>(w.row(r0)), static_cast<int64_t>(w.row_bytes / 2), nr,
-                         half_rows_ahead(w));
+                         rows_ahead(w, cpu_features().half_rows_ahead));
 #endif
   } else if (plan.grouped) {  // 16 rows unpacked once into a group tile, then every one of the T rows
     thread_local std::vector<uint8_t> group_buf;  // grown once
@@ -356,7 +356,7 @@ void part_block(const MatmulPart& p, const PartPlan& plan, const float* x, const
     // row after row; the hardware prefetcher alone left one core reading BF16 rows at ~8 GB/s, as
     // it did the 8-row tiles: tile8_kernel.h; the K formats' rows, whose unpacking bounds them,
     // gained nothing)
-    const int64_t ahead = std::max<int64_t>(1, 4096 / static_cast<int64_t>(w.row_bytes));
+    const int64_t ahead = rows_ahead(w, 4096);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < nr; ++i) {
         if (t == 0 && i + ahead < nr) prefetch_row(w.row(r0 + i + ahead), w.row_bytes);
