@@ -480,28 +480,36 @@ void launch_decode_type(Launcher& L, int lpk, dim3 grid, float* out, float* ml, 
 }
 
 // Merges the splits of one row's columns [c0, c0 + 32 NK) (ml_out [rows][2]: by the block with
-// c0 = 0). A block is kMergeWarps warps: a thread holds one split's max and sum (kMaxSplits at
-// most), the splits' weights exp(m_s - M) go to shared memory, warp w sums splits w, w + 8, ... of
-// its lanes' columns with those loads in flight (the partials sit in L2), and the 8 warps' sums are
-// added in order. A column's arithmetic is the same whatever NK is, so the bits depend on the
-// split count alone: a sequence's merge is the same alone and in any batch. A launch with few rows
-// gives each row D / 32 blocks of one column chunk (NK = 1), one with many rows one block a row
-// (NK = kMergeChunks): merge_col_blocks. One block a row, each thread one column streaming every
-// split (until 2026-12-07), left one sequence at depth 32768 with 32 blocks, each reading its 128
-// splits in 16 dependent rounds of L2 loads.
-constexpr int kMergeWarps = 8;
-constexpr int kMergeThreads = 32 * kMergeWarps;
+// c0 = 0). A thread of the block's PW warps holds one split's max and sum (kMaxSplits at most), the
+// splits' weights exp(m_s - M) go to shared memory, and the splits are summed in kMergeShares shares
+// (share j: splits j, j + 8, ..., in order), each warp taking shares wid, wid + PW, ... with those
+// loads in flight (the partials sit in L2); the 8 shares' sums are added in order. A column's
+// arithmetic is the same whatever NK and PW are (L's block sum adds exact zeros for the threads
+// past kMaxSplits), so the bits depend on the split count alone: a sequence's merge is the same
+// alone and in any batch. A launch with few rows gives each row D / 32 blocks of one column chunk
+// and 8 warps (NK = 1, PW = 8), one with many rows one block of 4 warps a row (NK = kMergeChunks,
+// PW = 4): merge_col_blocks. One block a row, each thread one column streaming every split (until
+// 2026-12-07), left one sequence at depth 32768 with 32 blocks, each reading its 128 splits in 16
+// dependent rounds of L2 loads; whole rows in blocks of 8 warps (2026-12-07 only) put a batch of
+// 64 sequences' 2,048 rows in two waves of blocks on an H100 where blocks of 4 warps take one.
+constexpr int kMergeShares = 8;
 constexpr int kMergeChunks = kMaxHeadDim / 32;  // column chunks of 32 a block takes at most
-static_assert(kMaxSplits <= kMergeThreads, "a split a thread");
+constexpr int kMergeRowWarps = 4;               // warps of a whole row's block
+static_assert(kMaxSplits <= 32 * kMergeRowWarps, "a split a thread");
 // Blocks a row: D / 32 (rounded up) when the launch has fewer than kMergeSplitRows rows, else 1.
 constexpr int kMergeSplitRows = 256;
 inline int merge_col_blocks(int rows, int D) { return rows < kMergeSplitRows ? (D + 31) / 32 : 1; }
+// Warps of a block that takes NK column chunks of a row.
 template <int NK>
+constexpr int kMergeWarpsOf = NK == 1 ? kMergeShares : kMergeRowWarps;
+template <int NK, int PW = kMergeWarpsOf<NK>>
 __device__ __forceinline__ void merge_row(float* out, __nv_bfloat16* ob, float* ml_out, const float* part_acc, const float* part_ml,
                                           int rows, int row, int c0, int splits, int D) {
+  static_assert(kMergeShares % PW == 0, "whole shares a warp");
+  constexpr int R = kMergeShares / PW;  // shares a warp
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
-  __shared__ float acc[kMergeWarps][32 * NK];
+  __shared__ float acc[kMergeShares][32 * NK];
   const int t = threadIdx.x, lane = t % 32, wid = t / 32;
   const size_t ml_at = 2 * (static_cast<size_t>(t) * rows + row);
   const float ms = t < splits ? part_ml[ml_at] : -INFINITY, ls = t < splits ? part_ml[ml_at + 1] : 0.0f;
@@ -509,30 +517,39 @@ __device__ __forceinline__ void merge_row(float* out, __nv_bfloat16* ob, float* 
   if (lane == 0) red[wid] = mx;
   __syncthreads();
   float M = -INFINITY;
-  for (int i = 0; i < kMergeWarps; ++i) M = fmaxf(M, red[i]);
+  for (int i = 0; i < PW; ++i) M = fmaxf(M, red[i]);
   const float c = ms > -INFINITY ? __expf(ms - M) : 0.0f;
   if (t < splits) w[t] = c;
   const float L = block_sum(c * ls, red);  // its barriers also publish w (and order red's reads above before its writes)
   const int ncols = min(32 * NK, D - c0);
-  float o[NK];
+  float o[R][NK];
 #pragma unroll
-  for (int k = 0; k < NK; ++k) o[k] = 0.0f;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int k = 0; k < NK; ++k) o[r][k] = 0.0f;
 #pragma unroll(NK == 1 ? 16 : 2)
-  for (int s = wid; s < splits; s += kMergeWarps) {
-    const float* p = part_acc + (static_cast<size_t>(s) * rows + row) * D + c0 + lane;
-    const float ws = w[s];
+  for (int s = wid; s < splits; s += kMergeShares) {
 #pragma unroll
-    for (int k = 0; k < NK; ++k)
-      if (32 * k + lane < ncols) o[k] += p[32 * k] * ws;
+    for (int r = 0; r < R; ++r) {
+      const int sr = s + PW * r;  // share wid + PW r
+      if (sr >= splits) break;
+      const float* p = part_acc + (static_cast<size_t>(sr) * rows + row) * D + c0 + lane;
+      const float ws = w[sr];
+#pragma unroll
+      for (int k = 0; k < NK; ++k)
+        if (32 * k + lane < ncols) o[r][k] += p[32 * k] * ws;
+    }
   }
 #pragma unroll
-  for (int k = 0; k < NK; ++k) acc[wid][32 * k + lane] = o[k];
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int k = 0; k < NK; ++k) acc[wid + PW * r][32 * k + lane] = o[r][k];
   __syncthreads();
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int j = t; j < ncols; j += kMergeThreads) {
+  for (int j = t; j < ncols; j += 32 * PW) {
     float sum = acc[0][j];
 #pragma unroll
-    for (int i = 1; i < kMergeWarps; ++i) sum += acc[i][j];
+    for (int i = 1; i < kMergeShares; ++i) sum += acc[i][j];
     const float y = sum * inv;
     out[static_cast<size_t>(row) * D + c0 + j] = y;
     if (ob != nullptr) ob[static_cast<size_t>(row) * D + c0 + j] = __float2bfloat16(y);
@@ -541,15 +558,15 @@ __device__ __forceinline__ void merge_row(float* out, __nv_bfloat16* ob, float* 
 }
 // grid rows x cbs (merge_col_blocks): column chunk x % cbs of row x / cbs
 template <int NK>
-__global__ void __launch_bounds__(kMergeThreads) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
-                                                              int rows, int cbs, KvView kv, AttnShape a) {
+__global__ void __launch_bounds__(32 * kMergeWarpsOf<NK>) k_attn_merge(float* out, float* ml_out, const float* part_acc, const float* part_ml,
+                                                                     int rows, int cbs, KvView kv, AttnShape a) {
   pdl_enter();
   merge_row<NK>(out, nullptr, ml_out, part_acc, part_ml, rows, blockIdx.x / cbs, 32 * (blockIdx.x % cbs), key_range(kv, a).splits, a.D);
 }
 // grid (H x cbs, rows of the batch): head x / cbs of row y, where its sequence's keys took more
 // than one split.
 template <int NK>
-__global__ void __launch_bounds__(kMergeThreads) k_attn_merge_batch(DecodeRows r, AttnShape a, int cbs) {
+__global__ void __launch_bounds__(32 * kMergeWarpsOf<NK>) k_attn_merge_batch(DecodeRows r, AttnShape a, int cbs) {
   pdl_enter();
   const size_t row = blockIdx.y;
   const DecodeInfo in = r.info[row];
@@ -567,8 +584,8 @@ void launch_attn_merge(Launcher& L, float* out, float* ml_out, const float* part
                        const AttnShape& a) {
   const int cbs = merge_col_blocks(rows, a.D);
   const unsigned grid = static_cast<unsigned>(rows * cbs);
-  if (cbs > 1) L.launch(k_attn_merge<1>, grid, kMergeThreads, 0, out, ml_out, part_acc, part_ml, rows, cbs, kv, a);
-  else L.launch(k_attn_merge<kMergeChunks>, grid, kMergeThreads, 0, out, ml_out, part_acc, part_ml, rows, cbs, kv, a);
+  if (cbs > 1) L.launch(k_attn_merge<1>, grid, 32 * kMergeWarpsOf<1>, 0, out, ml_out, part_acc, part_ml, rows, cbs, kv, a);
+  else L.launch(k_attn_merge<kMergeChunks>, grid, 32 * kMergeWarpsOf<kMergeChunks>, 0, out, ml_out, part_acc, part_ml, rows, cbs, kv, a);
 }
 
 void launch_attn_decode(Launcher& L, int lpk, int gmax, dim3 grid, float* out, float* ml, float* part_acc, float* part_ml,
@@ -625,8 +642,8 @@ int decode_lanes(KvType type, int D) {
 void launch_attn_merge_batch(Launcher& L, int rows, const DecodeRows& r, const AttnShape& a) {
   const int cbs = merge_col_blocks(rows * a.H, a.D);
   const dim3 grid(static_cast<unsigned>(a.H * cbs), static_cast<unsigned>(rows));
-  if (cbs > 1) L.launch(k_attn_merge_batch<1>, grid, kMergeThreads, 0, r, a, cbs);
-  else L.launch(k_attn_merge_batch<kMergeChunks>, grid, kMergeThreads, 0, r, a, cbs);
+  if (cbs > 1) L.launch(k_attn_merge_batch<1>, grid, 32 * kMergeWarpsOf<1>, 0, r, a, cbs);
+  else L.launch(k_attn_merge_batch<kMergeChunks>, grid, 32 * kMergeWarpsOf<kMergeChunks>, 0, r, a, cbs);
 }
 
 void launch_attn_mass_batch(Launcher& L, int gmax, dim3 grid, bool mass_max, const DecodeRows& r, const AttnShape& a) {
