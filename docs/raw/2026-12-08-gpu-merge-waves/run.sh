@@ -6,7 +6,8 @@
 # ours dev and base), 64 x 4096 (`llama-batched-bench -ngl 99 -fa on -pps -ntg 32 -npp 4096
 # -npl 64`, ours dev and base under squeeze 1024 over q8_0 rows and with the full cache), and the
 # attention op alone for 64 sequences of 1024 q8_0 rows (`squeezekv_bench_ops --batch 64`); then
-# Nsight Compute's duration of the merge kernels. 8B shape, random BF16 weights (ours --dummy,
+# Nsight Compute's duration of the merge kernels. Round 0 also runs one sequence at 32768 with fewer
+# splits (SQUEEZEKV_CUDA_DECODE_BLOCKS=4 and 6 of the default 8 a kv head's blocks an SM). 8B shape, random BF16 weights (ours --dummy,
 # theirs bench/make_dummy_gguf.py's GGUF of the shape).
 # Carry: out/devsys.tar.xz (dev/ with squeezekv, squeezekv_bench_ops, cuda_test; base/lib; sys/lib), out/peer.
 #   OUT=DIR [LIMIT=s] bash docs/raw/2026-12-08-gpu-merge-waves/run.sh
@@ -47,6 +48,7 @@ echo "# round 0: llama.cpp building beside it" >> $OUT/bench.txt; echo "# round 
 for b in base dev; do ours $b $SQ; done
 for b in base dev; do ops $b --batch 64 --depths 1024 --kv-type q8_0; done
 for b in base dev; do ours $b -p 0 -n 32 -d 32768; done
+for k in 4 6; do echo "# SQUEEZEKV_CUDA_DECODE_BLOCKS=$k" >> $OUT/bench.txt; SQUEEZEKV_CUDA_DECODE_BLOCKS=$k ours dev -p 0 -n 32 -d 32768; done
 for b in dev base; do ours $b $SQ; done
 for b in dev base; do ops $b --batch 64 --depths 1024 --kv-type q8_0; done
 wait; cat $OUT/llama_build_rc.txt $OUT/gguf.txt
