@@ -3,7 +3,7 @@
 # sdist): the decode merge of a batch's whole rows in blocks of 4 warps (dev) against 8 (base,
 # commit 0b76bf3), same arithmetic. cuda_test of dev while llama.cpp builds, a first A/B round;
 # then rounds of: one sequence at depth 32768 (`llama-bench -ngl 99 -fa 1 -p 0 -n 32 -d 32768`,
-# ours dev and base), 64 x 4096 (`llama-batched-bench -ngl 99 -fa on -pps -ntg 32 -npp 4096
+# ours dev and base, and dev over q8_0 rows for issue 27's 1.08x), 64 x 4096 (`llama-batched-bench -ngl 99 -fa on -pps -ntg 32 -npp 4096
 # -npl 64`, ours dev and base under squeeze 1024 over q8_0 rows and with the full cache), and the
 # attention op alone for 64 sequences of 1024 q8_0 rows (`squeezekv_bench_ops --batch 64`); then
 # Nsight Compute's duration of the merge kernels. Round 0 also runs one sequence at 32768 with fewer
@@ -56,6 +56,7 @@ for r in 1 2; do
   echo "# round $r" >> $OUT/bench.txt; echo "# round $r" >> $OUT/ops.txt; el "round $r"
   left 60 && bench1 -p 0 -n 32 -d 32768
   for b in dev base; do left 20 && ours $b -p 0 -n 32 -d 32768; done
+  left 20 && ours dev -p 0 -n 32 -d 32768 --kv-type q8_0
   left 60 && batched -c 266000 -npp 4096 -npl 64
   for b in dev base; do left 20 && ours $b $SQ; done
   left 20 && ours dev -p 0 -n 32 -b 64 -d 4096
