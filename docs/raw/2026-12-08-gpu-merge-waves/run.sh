@@ -44,13 +44,15 @@ SQ="-p 0 -n 32 -b 64 -d 4096 --kv-policy squeeze --kv-budget 1024 --kv-type q8_0
 el "cuda_test dev (llama.cpp building beside it)"
 LD_LIBRARY_PATH=$PWD/out/dev/lib:$LIBS timeout 120 out/dev/cuda_test > $OUT/cuda_test.txt 2>&1; el "cuda_test rc $?"
 grep -E "FAILED|PASSED" $OUT/cuda_test.txt | head -20
-echo "# round 0: llama.cpp building beside it" >> $OUT/bench.txt; echo "# round 0" >> $OUT/ops.txt
-for b in base dev; do ours $b $SQ; done
-for b in base dev; do ops $b --batch 64 --depths 1024 --kv-type q8_0; done
-for b in base dev; do ours $b -p 0 -n 32 -d 32768; done
-for k in 4 6; do echo "# SQUEEZEKV_CUDA_DECODE_BLOCKS=$k" >> $OUT/bench.txt; SQUEEZEKV_CUDA_DECODE_BLOCKS=$k ours dev -p 0 -n 32 -d 32768; done
-for b in dev base; do ours $b $SQ; done
-for b in dev base; do ops $b --batch 64 --depths 1024 --kv-type q8_0; done
+for r in a b; do  # while llama.cpp builds
+  echo "# round 0$r: llama.cpp building beside it" >> $OUT/bench.txt; echo "# round 0$r" >> $OUT/ops.txt
+  for b in base dev; do ours $b $SQ; done
+  for b in base dev; do ops $b --batch 64 --depths 1024 --kv-type q8_0; done
+  for b in base dev; do ours $b -p 0 -n 32 -d 32768; done
+  for k in 4 6; do echo "# SQUEEZEKV_CUDA_DECODE_BLOCKS=$k" >> $OUT/bench.txt; SQUEEZEKV_CUDA_DECODE_BLOCKS=$k ours dev -p 0 -n 32 -d 32768; done
+  for b in dev base; do ours $b $SQ; done
+  for b in dev base; do ops $b --batch 64 --depths 1024 --kv-type q8_0; done
+done
 wait; cat $OUT/llama_build_rc.txt $OUT/gguf.txt
 for r in 1 2; do
   echo "# round $r" >> $OUT/bench.txt; echo "# round $r" >> $OUT/ops.txt; el "round $r"
