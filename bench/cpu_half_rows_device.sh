@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CPU only (issue 32): BF16 and F16 decode rows three ways in one build on the GPU machine's CPU,
 # beside llama.cpp built there for that CPU (-DGGML_NATIVE=ON, the llama-cpp-python 0.3.36 sdist):
-# the 512-bit row kernels as they are (no software prefetch: `rows`), the same asking for the rows
-# 4 KB ahead (SQUEEZEKV_CPU_HALF_ROWS_AHEAD=4096: `ahead4096`), the exact f32 dot with its prefetch
+# the 512-bit row kernels with no software prefetch (SQUEEZEKV_CPU_HALF_ROWS_AHEAD=0: `rows`, the
+# default on AMD CPUs), the same asking for the rows 4 KB ahead (SQUEEZEKV_CPU_HALF_ROWS_AHEAD=4096:
+# `ahead4096`, the default on Intel CPUs since 2026-12-08), the exact f32 dot with its prefetch
 # (SQUEEZEKV_CPU_HALF_ROWS=0: `f32dot`); random weights of SmolLM2-135M's shape as BF16 and F16
 # GGUFs (bench/make_dummy_gguf.py), `squeezekv bench -m FILE -p 0 -n 64 -r 3 -t T` and
 # `llama-bench -m FILE -p 0 -n 64 -r 3 -t T`, the four alternated per file and thread count, rounds

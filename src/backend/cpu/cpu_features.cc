@@ -51,14 +51,32 @@ int half_rows_setting() {
   return std::strcmp(e, "0") == 0 ? 0 : -1;
 }
 
-// SQUEEZEKV_CPU_HALF_ROWS_AHEAD: bytes from 0 (unset) to 65536; -1 for anything else.
+// SQUEEZEKV_CPU_HALF_ROWS_AHEAD: bytes from 0 to 65536; kAheadUnset when unset, -1 for anything else.
+constexpr int kAheadUnset = -2;
 int half_rows_ahead_setting() {
   const char* e = std::getenv("SQUEEZEKV_CPU_HALF_ROWS_AHEAD");
-  if (e == nullptr) return 0;
+  if (e == nullptr) return kAheadUnset;
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
   return end == e || *end != '\0' || v < 0 || v > 65536 ? -1 : static_cast<int>(v);
 }
+
+// CPUID leaf 0's vendor string is "GenuineIntel".
+bool intel_cpu() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+  char v[12];
+  std::memcpy(v, &b, 4), std::memcpy(v + 4, &d, 4), std::memcpy(v + 8, &c, 4);
+  return std::memcmp(v, "GenuineIntel", 12) == 0;
+}
+
+// The 16-bit decode rows' software prefetch where SQUEEZEKV_CPU_HALF_ROWS_AHEAD is unset: 4 KB
+// ahead on Intel CPUs, none elsewhere. Measured 2026-12-08 beside llama.cpp
+// (bench/cpu_half_rows_device.sh, docs/PERFORMANCE.md issue 32): on the GPU machine's 16-core Xeon
+// 4 KB ahead read BF16 rows 20-25% and F16 rows 16-33% faster than none at 1, 4 and 16 threads; on
+// this project's AMD EPYC (family 26) instances it moved BF16 by -15% to +7% and F16 by -44% to -5%
+// at one thread (2026-12-07).
+int default_half_rows_ahead() { return intel_cpu() ? 4096 : 0; }
 
 }  // namespace
 
@@ -67,7 +85,7 @@ void check_cpu_cap() {
     throw Error(std::string("SQUEEZEKV_CPU: expected native, avx512 or avx2, got '") + std::getenv("SQUEEZEKV_CPU") + "'");
   if (half_rows_setting() < 0)
     throw Error(std::string("SQUEEZEKV_CPU_HALF_ROWS: expected 0 or 1, got '") + std::getenv("SQUEEZEKV_CPU_HALF_ROWS") + "'");
-  if (half_rows_ahead_setting() < 0)
+  if (half_rows_ahead_setting() == -1)
     throw Error(std::string("SQUEEZEKV_CPU_HALF_ROWS_AHEAD: expected bytes from 0 to 65536, got '") +
                 std::getenv("SQUEEZEKV_CPU_HALF_ROWS_AHEAD") + "'");
 }
@@ -91,7 +109,8 @@ const CpuFeatures& cpu_features() {
     // column pairs are not whole tiles
     c.amx_bf16 = !no_amx && c.avx512bf16 && amx_bf16_usable();
     c.half_rows = half_rows_setting() != 0;
-    c.half_rows_ahead = std::max(0, half_rows_ahead_setting());  // a value check_cpu_cap refuses asks nothing
+    const int ahead = half_rows_ahead_setting();
+    c.half_rows_ahead = ahead == kAheadUnset ? default_half_rows_ahead() : std::max(0, ahead);  // a value check_cpu_cap refuses asks nothing
     (void)avx2_only;
     return c;
   }();

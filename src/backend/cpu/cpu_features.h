@@ -4,9 +4,9 @@
 // AMX kernels alone; unset or "native" uses all the CPU has. AVX2 + FMA + F16C is the baseline
 // the build targets. SQUEEZEKV_CPU_HALF_ROWS=0 keeps BF16 and F16 decode rows on the exact f32
 // dot where the 512-bit kernels would take them, and SQUEEZEKV_CPU_HALF_ROWS_AHEAD=N (0 to 65536)
-// has those kernels ask for the rows N bytes ahead as the f32 dot asks for 4 KB (for
-// measurements: on the GPU machine's Xeon the BF16 rows read slower than the f32 dot, on the
-// EPYC faster, where asking 4 KB ahead cost 15% (BF16) to 44% (F16); docs/PERFORMANCE.md, issue 32).
+// has those kernels ask for the rows N bytes ahead as the f32 dot asks for 4 KB; unset, 4096 on
+// Intel CPUs and 0 elsewhere (on the GPU machine's Xeon asking 4 KB ahead read the rows 16-33%
+// faster, on this project's AMD EPYC up to 44% slower; docs/PERFORMANCE.md, issue 32).
 // Thread safety: read-only after the first call.
 #pragma once
 
@@ -21,7 +21,8 @@ struct CpuFeatures {
   bool half_rows = true;    // BF16 and F16 decode rows through dot_rows / dot_rows_f16 where the CPU has
                             // their instructions (SQUEEZEKV_CPU_HALF_ROWS=0: the exact f32 dot)
   int half_rows_ahead = 0;  // bytes of rows asked for (software prefetch) ahead of the row those kernels
-                            // sum: 0, the hardware prefetchers alone (SQUEEZEKV_CPU_HALF_ROWS_AHEAD=N)
+                            // sum (0: the hardware prefetchers alone): SQUEEZEKV_CPU_HALF_ROWS_AHEAD=N,
+                            // unset 4096 on Intel CPUs, 0 elsewhere
 };
 
 const CpuFeatures& cpu_features();
