@@ -11,11 +11,11 @@
 # tests run); the engines alternate cell by cell, their order swapped each round; ROUNDS rounds
 # (default 2) while LIMIT seconds (default 570) last; summary.txt puts each cell's ratio beside
 # the target.
-# Carry: out/devsys.tar.xz (bench/cuda/stage_device.sh's dev/ and sys/, packed with
-# `tar cJf out/devsys.tar.xz -C out dev sys`) and out/peer: llama.tar.xz from
-# bench/cuda/build_llamacpp_cuda.sh (built on this project's machine: no compile time there), or
-# else llama-src.tar.xz from `stage_device.sh --peer` (then built there, ~350 s on 14 cores, while
-# the tests run), and gguf-py.
+# Carry (64 MiB at most): out/devsys.tar.xz (bench/cuda/stage_device.sh's dev/ and sys/, packed
+# with `tar cJf out/devsys.tar.xz -C out dev sys`, ~10 MB), out/peer/gguf-py (`stage_device.sh
+# --peer`) and out/peer/llama.tar.xz (bench/cuda/build_llamacpp_cuda.sh, built on this project's
+# machine, ~41 MB: no compile time there) or else out/peer/llama-src.tar.xz (`stage_device.sh
+# --peer`; then built there, ~350 s on 14 cores, while the tests run).
 #   OUT=DIR [LIMIT=s] [ROUNDS=n] [LLAMA_32K=1] bash bench/cuda/scorecard.sh     (the device tool sets OUT)
 set -u
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a $OUT/steps.txt; }
