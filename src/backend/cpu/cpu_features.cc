@@ -51,14 +51,14 @@ int half_rows_setting() {
   return std::strcmp(e, "0") == 0 ? 0 : -1;
 }
 
-// SQUEEZEKV_CPU_HALF_ROWS_AHEAD: bytes from 0 to 65536; kAheadUnset when unset, -1 for anything else.
-constexpr int kAheadUnset = -2;
+// SQUEEZEKV_CPU_HALF_ROWS_AHEAD: bytes from 0 to 65536; kAheadUnset when unset, kAheadBad for anything else.
+constexpr int kAheadUnset = -2, kAheadBad = -1;
 int half_rows_ahead_setting() {
   const char* e = std::getenv("SQUEEZEKV_CPU_HALF_ROWS_AHEAD");
   if (e == nullptr) return kAheadUnset;
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
-  return end == e || *end != '\0' || v < 0 || v > 65536 ? -1 : static_cast<int>(v);
+  return end == e || *end != '\0' || v < 0 || v > 65536 ? kAheadBad : static_cast<int>(v);
 }
 
 // CPUID leaf 0's vendor string is "GenuineIntel".
@@ -85,7 +85,7 @@ void check_cpu_cap() {
     throw Error(std::string("SQUEEZEKV_CPU: expected native, avx512 or avx2, got '") + std::getenv("SQUEEZEKV_CPU") + "'");
   if (half_rows_setting() < 0)
     throw Error(std::string("SQUEEZEKV_CPU_HALF_ROWS: expected 0 or 1, got '") + std::getenv("SQUEEZEKV_CPU_HALF_ROWS") + "'");
-  if (half_rows_ahead_setting() == -1)
+  if (half_rows_ahead_setting() == kAheadBad)
     throw Error(std::string("SQUEEZEKV_CPU_HALF_ROWS_AHEAD: expected bytes from 0 to 65536, got '") +
                 std::getenv("SQUEEZEKV_CPU_HALF_ROWS_AHEAD") + "'");
 }
