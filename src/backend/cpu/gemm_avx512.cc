@@ -50,8 +50,8 @@ void gemm_panel32(float* out, int64_t ldo, const float* x, int64_t T, int64_t C,
 }
 
 // One F16 row at a time, as stored: per 64 columns four conversions (vcvtph2ps, exact) and four
-// FMAs into four accumulators, 16 lanes each, then the columns past the last 16 one by one; no
-// software prefetch unless `ahead` asks (as avx512bf16::dot_rows).
+// FMAs into four accumulators, 16 lanes each, then the columns past the last 16 one by one; row
+// i + `ahead` asked for before row i where the caller says (as avx512bf16::dot_rows).
 void dot_rows_f16(float* out, int64_t ldo, const float* x, int64_t T, int64_t C, const uint16_t* rows, int64_t stride, int64_t nr,
                   int64_t ahead) {
   const int64_t body = C / 16 * 16;

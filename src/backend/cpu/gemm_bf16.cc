@@ -102,12 +102,12 @@ void gemm_panel32(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t
 }
 
 // One row at a time, as the weights lie: per 64 columns four row loads, four activation loads and
-// four vdpbf16ps into four accumulators (four chains hide the instruction's latency). No software
-// prefetch: with a fifth of the f32 dot's instructions the hardware prefetchers keep ahead of
-// the row stream alone (on the AMD EPYC, family 26, one thread, SmolLM2's shape: asking for the
-// rows 3.4 KB ahead cost 5-10%, 4 KB ahead 15% on 2026-12-07, four rows interleaved a half; on
-// the GPU machine's Xeon the f32 dot, which asks, read faster: `ahead`, a measurement switch, is
-// there to try it). P's last entries (P % 16) by a masked load.
+// four vdpbf16ps into four accumulators (four chains hide the instruction's latency). Row i +
+// `ahead` asked for (software prefetch) before row i where the caller says: 4 KB ahead on Intel
+// CPUs (the GPU machine's Xeon read BF16 rows 20-25% faster so), none elsewhere (on the AMD EPYC,
+// family 26, with a fifth of the f32 dot's instructions the hardware prefetchers keep ahead of
+// the row stream alone: asking 3.4-4 KB ahead cost 5-15% at one thread on 2026-12-07, four rows
+// interleaved a half; cpu_features.cc). P's last entries (P % 16) by a masked load.
 void dot_rows(float* out, int64_t ldo, const uint32_t* x, int64_t T, int64_t P, const uint32_t* rows, int64_t stride, int64_t nr,
               int64_t ahead) {
   const __mmask16 last = static_cast<__mmask16>((1u << (P % 16)) - 1);
