@@ -400,7 +400,8 @@ TEST(Tile8, LayoutRoundTripsAndProductsKeepOneOrder) {
         }
       }
       // products: n activation rows at once vs the scalar statement, vs one row at a time, vs exact
-      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 15}) {  // every width of a pass (AVX-512: 8, then one pass of the rest)
+      // every width of a pass (AVX-512: 8, then one pass of the rest), and several passes
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 15, 16, 17, 33, 40}) {
         std::vector<float> x(n * C), simd(n * 8), scalar(n * 8), one(8), row(C);
         for (auto& v : x) v = nd(rng) * (1.0f + 4.0f * (rng() % 9 == 0));
         std::vector<cpu::Q8Block> xq(n * (C / 32));
