@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stages what a GPU machine without network or apt needs into out/ (ignored by git; the device
 # tool carries it as `carry: ["out"]`, 64 MiB at most):
-#   out/dev      this build's programs (squeezekv, cuda_test, squeezekv_bench_ops), out/dev/lib its
+#   out/dev      this build's programs (squeezekv, cuda_test, ops_test, squeezekv_bench_ops), out/dev/lib its
 #                shared libraries, out/dev/shared the tiny test models and one Austen novel
 #   out/sys/lib  the Debian libraries those programs link that a CUDA image lacks (resolved by ldd)
 #   out/peer     llama.cpp's source from the llama-cpp-python sdist (PyPI) and its gguf-py, built
@@ -29,7 +29,7 @@ mkdir -p "out/$name/lib"
 cp -L "$build/libsqueezekv.so.0" "$build/libsqueezekv_cuda.so" "out/$name/lib/"
 if [ "$name" = dev ]; then
   cp "$build/squeezekv" out/dev/
-  for f in "$build/tests/cuda_test" "$build/squeezekv_bench_ops"; do [ -e "$f" ] && cp "$f" out/dev/; done
+  for f in "$build/tests/cuda_test" "$build/tests/ops_test" "$build/squeezekv_bench_ops"; do [ -e "$f" ] && cp "$f" out/dev/; done
   mkdir -p out/dev/shared/models out/dev/shared/data/austen
   cp -r "$shared/models/stories260k" "$shared/models/tinystories-656k" out/dev/shared/models/
   cp "$shared/data/austen/emma.txt" out/dev/shared/data/austen/
