@@ -29,8 +29,10 @@ export LD_LIBRARY_PATH=$PWD/out/dev/lib:$PWD/out/sys/lib:/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 if [ -e out/peer/llama.tar.xz ]; then
   tar xJf out/peer/llama.tar.xz -C out/peer
-  LB=$PWD/out/peer/llama/bin LL=$PWD/out/peer/llama/lib:/usr/local/cuda/lib64
-  echo "llama.cpp: carried (out/peer/llama.tar.xz)" > $OUT/llama_build_rc.txt
+  # built here against the NCCL it found (libnccl.so.2): there it comes with PyTorch's pip packages
+  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  LB=$PWD/out/peer/llama/bin LL=$PWD/out/peer/llama/lib:$PWD/out/sys/lib:/usr/local/cuda/lib64${nccl:+:$nccl}
+  echo "llama.cpp: carried (out/peer/llama.tar.xz); NCCL ${nccl:-not found}" > $OUT/llama_build_rc.txt
 else
   [ -e out/peer/llama-src.tar.xz ] || { echo "scorecard.sh: out/peer has neither llama.tar.xz nor llama-src.tar.xz" >&2; exit 1; }
   LB=$PWD/out/peer/build/bin LL=$PWD/out/peer/build/bin:/usr/local/cuda/lib64
