@@ -11,7 +11,9 @@ What must hold:
 - clients that leave mid-stream free their slabs: once the others are done `/metrics` shows no
   sequence active or queued, no KV byte held and no pool byte used;
 - a full-cache request larger than the whole pool is refused with a 400 naming --kv-memory, and
-  the server keeps serving.
+  the server keeps serving;
+- under --batch-invariant on, prompts that arrive together are prefilled one chunk a step (each
+  request's rows through the products alone, as generate's), and each stream is generate's text.
 Usage: serve_pool_test.py SQUEEZEKV_BINARY -m MODEL [--tokenizer FILE] [--device cpu|cuda] [-t N]
 """
 import argparse
@@ -233,6 +235,20 @@ def main():
         check(srv.stream(PROMPT, TOKENS) == want, "the server keeps serving after it")
     finally:
         check(srv.stop() == 0, "the pooled server exits 0 on SIGTERM")
+    # 3. --batch-invariant on (already on for every server above on a GPU): 8 short prompts that
+    # would share a prefill step each take one of their own
+    short = "Once upon a time"
+    want_short = generate_text(args, short, TOKENS)
+    srv = Server(args, "--parallel", "8", *(["--batch-invariant", "on"] if args.device == "cpu" else []))
+    try:
+        before = srv.metrics()['squeezekv_engine_calls_total{kind="prefill"}']
+        texts = [None] * 8
+        in_threads(lambda i: texts.__setitem__(i, srv.stream(short, TOKENS)), 8)
+        calls = srv.metrics()['squeezekv_engine_calls_total{kind="prefill"}'] - before
+        check(calls == 8, f"--batch-invariant on: 8 prompts of {len(short.split())} words took 8 prefill steps ({calls:.0f})")
+        check(all(t == want_short for t in texts), f"--batch-invariant on: each stream is generate's text ({texts[0]!r})")
+    finally:
+        check(srv.stop() == 0, "the batch-invariant server exits 0 on SIGTERM")
     if failures:
         print(f"{len(failures)} checks failed", file=sys.stderr)
         sys.exit(1)

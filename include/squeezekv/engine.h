@@ -116,6 +116,10 @@ class Engine {
   KvPoolUsage kv_pool() const;
   int max_batch() const;
   int prefill_chunk() const;
+  // SessionOptions::batch_invariant: every sequence's bits are those it gets alone, so a Scheduler
+  // prefills one sequence's chunk a step (joined prompt chunks are within rounding of their lone
+  // ones on a GPU's tensor cores and over BF16 matrices or f32 activations: prefill(parts)).
+  bool batch_invariant() const;
   const Model& model() const;
   std::string device_description() const;
   // Steps (or other repeated launch lists) the device replayed as one CUDA graph; 0 on the CPU.

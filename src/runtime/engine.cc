@@ -202,6 +202,7 @@ KvPoolUsage Engine::kv_pool() const {
 }
 int Engine::max_batch() const { return impl_->max_batch; }
 int Engine::prefill_chunk() const { return impl_->runner.prefill_chunk(); }
+bool Engine::batch_invariant() const { return impl_->runner.batch_invariant(); }
 int64_t Engine::device_graph_replays() const { return impl_->runner.backend().graph_replays(); }
 const Model& Engine::model() const { return impl_->runner.model(); }
 std::string Engine::device_description() const { return impl_->runner.backend().describe(); }
@@ -437,7 +438,9 @@ bool Scheduler::step() {
   // decoding together. A request's chunks are those it gets alone (min(rest, chunk)), so its
   // attention and eviction are the same; a chunk that does not fit in what is left of this step's
   // tokens waits for the next step. A request's cache_prefix runs as a prompt that ends there,
-  // then the rest as a prompt of its own.
+  // then the rest as a prompt of its own. Under --batch-invariant one request's chunk a step: its
+  // rows then go through the products alone, as generate's do (joined, they are within rounding of
+  // that on a GPU's tensor cores).
   size_t tokens_left = static_cast<size_t>(m.engine.prefill_chunk());
   m.parts.clear();
   m.batch.clear();
@@ -450,6 +453,7 @@ bool Scheduler::step() {
     tokens_left -= T;
     m.parts.push_back({q->seq, std::span<const int>(q->r.prompt).subspan(q->prefilled, T), static_cast<int>(end)});
     m.batch.push_back(q.get());
+    if (m.engine.batch_invariant()) break;
   }
   if (!m.parts.empty()) {
     try {

@@ -115,6 +115,7 @@ class Runner {
   const Backend& backend() const { return *backend_; }
   int max_rows() const { return max_rows_; }
   int prefill_chunk() const { return chunk_; }
+  bool batch_invariant() const { return opt_.batch_invariant; }
   int64_t matrix_bytes() const;
   // Bytes of the activations one step of max_rows rows uses (allocated once per Runner).
   static int64_t scratch_bytes(const ModelConfig& c, int max_rows);
