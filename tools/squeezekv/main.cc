@@ -107,7 +107,7 @@ void add_common(CLI::App* app, CommonArgs& a, bool with_ctx = true, bool with_th
                   "--device cuda: off (default: a decode batch of more than 4 sequences multiplies through cuBLAS and "
                   "splits its attention's keys by the batch, each sequence's logits within bf16 rounding of its lone ones) | "
                   "on (the same bits as alone: every decode row on one tensor-core kernel, each sequence's keys split as alone, "
-                  "0.65-0.77x the default's speed; the CPU always is)");
+                  "0.65-0.77x the default's speed; the CPU always is; serve prefills one prompt's chunk a step)");
   if (with_ctx)
     app->add_option("--ctx", a.ctx, "most tokens a sequence may hold (default: the model's context length, at most 16384)")->check(CLI::Range(1, 1 << 24));
   app->add_option("--prefill-chunk", a.prefill_chunk, "prompt rows per prefill step")->check(CLI::Range(1, 1 << 20));
