@@ -19,13 +19,13 @@ Usage: serve_pool_test.py SQUEEZEKV_BINARY -m MODEL [--tokenizer FILE] [--device
 import argparse
 import http.client
 import json
-import re
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+
+import serve_harness as harness
+from serve_harness import check, failures, in_threads
 
 CTX = 512      # the tiny models' context
 CHUNK = 32     # prefill chunk: a slab is BUDGET + CHUNK rows a layer
@@ -34,78 +34,33 @@ STREAMS = 64
 TOKENS = 48    # tokens each compared stream asks for
 LEAVE = 400    # tokens a leaving client asks for
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside"
-failures = []
+def start(args, *flags):
+    return harness.Server(args.bin, "-t", str(args.threads), "--ctx", str(CTX), "--prefill-chunk", str(CHUNK), *model_flags(args),
+                          *flags)
 
 
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-class Server:
-    def __init__(self, args, *flags):
-        cmd = [args.bin, "serve", "--port", "0", "-t", str(args.threads), "--ctx", str(CTX), "--prefill-chunk", str(CHUNK),
-               *model_flags(args), *flags]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://([\d.]+):(\d+)", line)
-        if not m:
-            self.proc.kill()
-            raise SystemExit("serve_pool_test: the server did not start: " + line + self.proc.stdout.read())
-        self.host, self.port = m.group(1), int(m.group(2))
-        # the server's later output drained, so a full pipe never blocks it
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-
-    def raw(self, method, path, body=None):
-        req = urllib.request.Request(f"http://{self.host}:{self.port}{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode())
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=300) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def metrics(self):
-        out = {}
-        for line in self.raw("GET", "/metrics")[1].splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
-
-    def stream(self, prompt, n, leave_after=0):
-        """A streamed completion's text, or None once it left after `leave_after` events."""
-        body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
-                "kv": {"policy": "squeeze", "budget": BUDGET}}
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
-        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        r = conn.getresponse()
-        if r.status != 200:
-            raise RuntimeError(f"status {r.status}: {r.read()[:200]!r}")
-        text, events = "", 0
-        for line in r:
-            line = line.strip()
-            if not line.startswith(b"data: "):
-                continue
-            if line == b"data: [DONE]":
-                break
-            text += json.loads(line[6:])["choices"][0]["text"]
-            events += 1
-            if leave_after and events == leave_after:
-                conn.sock.close()  # the client goes away mid-stream
-                return None
-        conn.close()
-        return text
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return "killed"
+def stream(srv, prompt, n, leave_after=0):
+    """A streamed completion's text, or None once it left after `leave_after` events."""
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True, "kv": {"policy": "squeeze", "budget": BUDGET}}
+    conn = http.client.HTTPConnection(srv.host, srv.port, timeout=300)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"status {r.status}: {r.read()[:200]!r}")
+    text, events = "", 0
+    for line in r:
+        line = line.strip()
+        if not line.startswith(b"data: "):
+            continue
+        if line == b"data: [DONE]":
+            break
+        text += json.loads(line[6:])["choices"][0]["text"]
+        events += 1
+        if leave_after and events == leave_after:
+            conn.sock.close()  # the client goes away mid-stream
+            return None
+    conn.close()
+    return text
 
 
 def model_flags(args):
@@ -126,22 +81,9 @@ def generate_text(args, prompt, n):
     return r.stdout[len(prompt):-1]
 
 
-def in_threads(fn, n):
-    ts = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-
-
-def wait_idle(srv, seconds=60):
-    deadline = time.time() + seconds
-    while True:
-        m = srv.metrics()
-        if (m["squeezekv_sequences_active"] == 0 and m["squeezekv_sequences_queued"] == 0 and
-                m["squeezekv_kv_pool_used_bytes"] == 0) or time.time() > deadline:
-            return m
-        time.sleep(0.02)
+def wait_idle(srv):
+    return harness.wait_idle(srv, ["squeezekv_sequences_active", "squeezekv_sequences_queued", "squeezekv_kv_pool_used_bytes"],
+                             seconds=60, poll=0.02)
 
 
 def serve_all(srv, want):
@@ -162,7 +104,7 @@ def serve_all(srv, want):
 
     def one(i):
         try:
-            texts[i] = srv.stream(PROMPT, TOKENS)
+            texts[i] = stream(srv, PROMPT, TOKENS)
         except Exception as e:  # noqa: BLE001 (reported as a failed check)
             errors.append(f"stream {i}: {e}")
 
@@ -187,7 +129,7 @@ def main():
     check(len(want) > 0, f"generate's text ({want[:60]!r}...)")
 
     # 1. the device's default pool: every stream's text is generate's; one budgeted sequence's bytes
-    srv = Server(args, "--parallel", str(STREAMS), "--kv-policy", "squeeze", "--kv-budget", str(BUDGET))
+    srv = start(args, "--parallel", str(STREAMS), "--kv-policy", "squeeze", "--kv-budget", str(BUDGET))
     try:
         texts, errors, right, seen = serve_all(srv, want)
         check(not errors, f"{STREAMS} streams under the default pool finished ({errors[:2]})")
@@ -204,7 +146,7 @@ def main():
     # 2. a pool of 4.5 slabs: at most 4 at once, the others wait; then clients that leave; then a
     # full cache that can never fit
     pool = int(4.5 * slab)
-    srv = Server(args, "--parallel", str(STREAMS), "--kv-policy", "squeeze", "--kv-budget", str(BUDGET), "--kv-memory", str(pool))
+    srv = start(args, "--parallel", str(STREAMS), "--kv-policy", "squeeze", "--kv-budget", str(BUDGET), "--kv-memory", str(pool))
     try:
         texts, errors, right, seen = serve_all(srv, want)
         check(not errors, f"{STREAMS} streams through a pool of 4.5 slabs finished ({errors[:2]})")
@@ -218,7 +160,7 @@ def main():
         stayed = []
 
         def leaver(i):
-            if srv.stream(PROMPT, LEAVE, leave_after=3 if i % 2 == 0 else 0) is not None:
+            if stream(srv, PROMPT, LEAVE, leave_after=3 if i % 2 == 0 else 0) is not None:
                 stayed.append(i)
 
         in_threads(leaver, 16)
@@ -230,20 +172,20 @@ def main():
               f"{m['squeezekv_sequences_queued']:.0f}, KV bytes {m['squeezekv_kv_bytes']:.0f}, pool used "
               f"{m['squeezekv_kv_pool_used_bytes']:.0f}")
 
-        status, body = srv.raw("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "kv": {"policy": "full"}})
+        status, body, _ = srv.raw("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "kv": {"policy": "full"}})
         check(status == 400 and "--kv-memory" in body, f"a full cache larger than the pool is a 400 naming --kv-memory ({status} {body[:160]})")
-        check(srv.stream(PROMPT, TOKENS) == want, "the server keeps serving after it")
+        check(stream(srv, PROMPT, TOKENS) == want, "the server keeps serving after it")
     finally:
         check(srv.stop() == 0, "the pooled server exits 0 on SIGTERM")
     # 3. --batch-invariant on (already on for every server above on a GPU): 8 short prompts that
     # would share a prefill step each take one of their own
     short = "Once upon a time"
     want_short = generate_text(args, short, TOKENS)
-    srv = Server(args, "--parallel", "8", *(["--batch-invariant", "on"] if args.device == "cpu" else []))
+    srv = start(args, "--parallel", "8", *(["--batch-invariant", "on"] if args.device == "cpu" else []))
     try:
         before = srv.metrics()['squeezekv_engine_calls_total{kind="prefill"}']
         texts = [None] * 8
-        in_threads(lambda i: texts.__setitem__(i, srv.stream(short, TOKENS)), 8)
+        in_threads(lambda i: texts.__setitem__(i, stream(srv, short, TOKENS)), 8)
         calls = srv.metrics()['squeezekv_engine_calls_total{kind="prefill"}'] - before
         check(calls == 8, f"--batch-invariant on: 8 prompts of {len(short.split())} words took 8 prefill steps ({calls:.0f})")
         check(all(t == want_short for t in texts), f"--batch-invariant on: each stream is generate's text ({texts[0]!r})")

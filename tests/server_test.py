@@ -16,16 +16,16 @@ Usage: server_test.py SQUEEZEKV_BINARY
 import http.client
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import openai
+
+import serve_harness as harness
+from serve_harness import check, failures, in_threads
 
 BIN = sys.argv[1]
 KEY = "test-key-123"
@@ -37,79 +37,19 @@ BUDGET = 40
 SANITIZED = os.environ.get("SQUEEZEKV_TEST_SANITIZED") == "1"
 ANSWER = 16 if SANITIZED else 40   # tokens a compared answer runs to
 LEAVE = 60 if SANITIZED else 300   # tokens a leaving client asks for (the staying ones get them all)
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
 SERVERS = []
 
 
-class Server:
-    def __init__(self, *flags, ctx=CTX):
-        SERVERS.append(self)
-        self.proc = subprocess.Popen([BIN, "serve", "--port", "0", "-t", "2", "--ctx", str(ctx), "--prefill-chunk",
-                                      str(CHUNK), *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on (http://[\d.]+:\d+)", line)
-        if not m:
-            raise SystemExit("server did not start: " + line + self.proc.stdout.read())
-        self.url = m.group(1)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            rc = self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = "killed"
-        return rc
-
-    def raw(self, method, path, body=None, key=KEY, headers=None, timeout=120):
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        if key:
-            req.add_header("Authorization", "Bearer " + key)
-        for k, v in (headers or {}).items():
-            req.add_header(k, v)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read().decode(), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(), dict(e.headers)
-
-    def metrics(self):
-        _, text, _ = self.raw("GET", "/metrics")
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
-
-
-def in_threads(fn, n):
-    """fn(0) .. fn(n - 1) at once, one thread each; returns once all have ended."""
-    ts = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+def Server(*flags, ctx=CTX):
+    """A server on a free loopback port (killed at the end if still running); raw() sends KEY."""
+    srv = harness.Server(BIN, "-t", "2", "--ctx", str(ctx), "--prefill-chunk", str(CHUNK), *flags, key=KEY)
+    SERVERS.append(srv)
+    return srv
 
 
 def wait_idle(srv, seconds=30):
     """/metrics once no sequence is active and no KV byte held (or after `seconds`)."""
-    deadline = time.time() + seconds
-    while True:
-        m = srv.metrics()
-        if (m["squeezekv_sequences_active"] == 0 and m["squeezekv_kv_bytes"] == 0) or time.time() > deadline:
-            return m
-        time.sleep(0.05)
+    return harness.wait_idle(srv, ["squeezekv_sequences_active", "squeezekv_kv_bytes"], seconds)
 
 
 def kv_flags(kv):
