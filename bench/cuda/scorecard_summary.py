@@ -41,7 +41,12 @@ def parse(path):
 
 
 def main():
-    r = parse(sys.argv[1])
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: scorecard_summary.py BENCH_TXT (bench/cuda/scorecard.sh's bench.txt)")
+    try:
+        r = parse(sys.argv[1])
+    except OSError as e:
+        raise SystemExit(f"scorecard_summary.py: cannot read {sys.argv[1]}: {e.strerror}")
     rounds = sorted({k[0] for k in r})
     print("| cell | target | " + " | ".join(f"round {i}: ours / llama.cpp (ratio)" for i in rounds) + " |")
     print("|---|---|" + "---:|" * len(rounds))
